@@ -1,0 +1,99 @@
+"""The flow model every policy sees.
+
+A :class:`Flow` is one schedulable entity: a point-to-point transfer, or a
+*flow group* (a collective among N GPUs treated as one entity). Either way it
+has a sparse usage vector over links: ``links[k]`` carries ``weights[k]`` of
+the flow's bytes, so at rate ``r`` (bytes/s of the whole flow) it loads link
+``links[k]`` with ``weights[k] * r``. A point-to-point flow has weight 1 on
+every link of its path; an all-to-all's weight on a port is that port's bytes
+over the group's total.
+
+Units: sizes in bytes, capacities and rates in bytes/s, times in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+
+class Stage(str, Enum):
+    """The three stages of traffic in one prefill (MFS §3)."""
+
+    REUSE = "reuse"  # stage 1: reusable KV fetched before a layer computes
+    COLLECTIVE = "collective"  # stage 2: EP/SP/TP collectives that block compute
+    P2D = "p2d"  # stage 3: a layer's KV to the decode unit
+
+    @classmethod
+    def parse(cls, value: str) -> "Stage":
+        try:
+            return cls(value)
+        except ValueError:
+            choices = ", ".join(s.value for s in cls)
+            raise ValueError(f"unknown stage {value!r} (expected one of {choices})") from None
+
+
+@dataclass(eq=False)
+class Flow:
+    """One flow or flow group.
+
+    Created by whoever issues traffic (a scenario file, the serving simulator,
+    the node daemon from shim events) and handed to the network engine. The
+    request-level fields (``current_layer``, ``compute_done``) are updated by
+    the owner of the request as its prefill advances; the engine owns
+    ``level``, ``cap``, ``finish`` and the live byte counts.
+    """
+
+    id: str
+    size: float  # bytes, > 0
+    links: np.ndarray  # int64 link indices (into the topology's link table)
+    weights: np.ndarray  # float64, fraction of the flow's bytes on each link
+    arrival: float = 0.0  # s
+    stage: Stage = Stage.P2D
+    request: str = ""  # defaults to the flow id
+    batch: str = ""  # defaults to the request id
+    deadline: float | None = None  # the request's absolute TTFT deadline, s
+    downstream: float = 0.0  # time the request still needs after this flow, s
+    layer: int | None = None  # target layer (reuse: needed before it; p2d: its KV)
+    current_layer: int | None = None  # layer the request is computing now
+    compute_done: bool = False  # the request's prefill compute has ended
+
+    # Written by the engine after each decision; read back by stateful policies
+    # (the RMLQ only ever promotes, so it needs the level it gave last time).
+    level: int | None = None
+    cap: float = float("inf")
+    finish: float | None = None
+    # Policy-owned scratch (e.g. the layer at which a level was last set). The
+    # engine never reads it.
+    state: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.request:
+            self.request = self.id
+        if not self.batch:
+            self.batch = self.request
+        self.links = np.asarray(self.links, dtype=np.int64)
+        self.weights = np.asarray(self.weights, dtype=np.float64)
+        if self.links.shape != self.weights.shape or self.links.ndim != 1 or self.links.size == 0:
+            raise ValueError(f"flow {self.id!r}: links and weights must be equal-length, non-empty 1-D")
+
+    @property
+    def due(self) -> float | None:
+        """When this flow must be done for its request to make its deadline."""
+        if self.deadline is None:
+            return None
+        return self.deadline - self.downstream
+
+    @property
+    def has_explicit_deadline(self) -> bool:
+        """A p2d flow whose request has a deadline (MLU applies; EDF orders it)."""
+        return self.stage is Stage.P2D and self.deadline is not None
+
+    @classmethod
+    def on_path(cls, id: str, size: float, path: list[int] | np.ndarray, **kw: Any) -> "Flow":
+        """A point-to-point flow: weight 1 on every link of ``path``."""
+        links = np.asarray(path, dtype=np.int64)
+        return cls(id=id, size=size, links=links, weights=np.ones(links.size), **kw)

@@ -1,0 +1,1 @@
+"""Simulation: the flow-level network engine and the serving simulator."""
