@@ -5,3 +5,8 @@ from __future__ import annotations
 import typer
 
 app = typer.Typer(help="Compare scheduling policies in simulation.", no_args_is_help=True)
+
+# Each command family registers itself from its own module.
+from laxflow.sim import flows_cli  # noqa: E402
+
+flows_cli.register(app)

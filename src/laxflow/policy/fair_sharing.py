@@ -1,0 +1,20 @@
+"""Fair Sharing (FS): every flow in one level, max-min fair.
+
+The baseline of the MFS paper's evaluation: the network's rate allocation
+alone decides, with no priorities.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from laxflow.policy.base import Decision, FlowPolicy, Snapshot
+
+
+class FairSharing(FlowPolicy):
+    """One level for all flows; called by the engine after every event."""
+
+    name = "fs"
+
+    def decide(self, snap: Snapshot) -> Decision:
+        return Decision(level=np.zeros(len(snap.flows), dtype=np.int64))

@@ -1,0 +1,169 @@
+"""Rate allocation: strict priority across levels, weighted max-min inside one.
+
+Called by :class:`~laxflow.sim.network.engine.FluidNetwork` after every
+policy decision. The flows' usage vectors come as one CSR-by-flow structure
+(:class:`Usage`): flow i's entries are ``link[ptr[i]:ptr[i+1]]`` with weights
+``weight[ptr[i]:ptr[i+1]]``, so at rate r flow i loads link l with
+``weight * r``.
+
+Strict priority: level 0 is allocated first on the full capacity; level k
+sees only the capacity levels < k left. Inside a level, max-min fairness on
+flow rates (every flow of the level is raised at the same pace; a flow stops
+when one of its links saturates or it reaches its cap) — progressive filling
+on the residual capacities.
+
+Why it is fast: a plain progressive filling freezes one bottleneck link per
+round. Here every link whose fair share ``residual / sum of unfrozen
+weights`` is no larger than the share of every other link its unfrozen flows
+cross (a *local* minimum) is frozen in the same round. That is exact: when a
+flow freezes at rate r on a link whose share is r, every other link it
+crosses had share >= r, and removing r*w from residual and w from weight
+leaves their share >= what it was. So shares never fall, and a local minimum
+now is the level at which global progressive filling would freeze that link.
+A per-flow cap is a virtual link crossed by that flow alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Shares within this relative distance are treated as equal, so links that
+# tie in exact arithmetic freeze in the same round despite rounding.
+REL_EPS = 1e-12
+
+
+@dataclass
+class Usage:
+    """Usage vectors of n flows, CSR by flow (every flow has >= 1 entry)."""
+
+    ptr: np.ndarray  # int64, n + 1
+    link: np.ndarray  # int64, nnz: link index of each entry
+    weight: np.ndarray  # float64, nnz: > 0
+
+    @property
+    def num_flows(self) -> int:
+        return self.ptr.size - 1
+
+    @property
+    def nnz(self) -> np.ndarray:
+        """Entries per flow."""
+        return np.diff(self.ptr)
+
+    def entry_flow(self) -> np.ndarray:
+        """Flow index of every entry."""
+        return np.repeat(np.arange(self.num_flows, dtype=np.int64), self.nnz)
+
+    def link_load(self, rate: np.ndarray, num_links: int) -> np.ndarray:
+        """Bytes/s on each link when flow i runs at ``rate[i]``."""
+        return np.bincount(self.link, weights=self.weight * np.repeat(rate, self.nnz), minlength=num_links)
+
+
+def water_fill(
+    residual: np.ndarray,
+    link: np.ndarray,
+    weight: np.ndarray,
+    counts: np.ndarray,
+    cap: np.ndarray,
+) -> np.ndarray:
+    """Weighted max-min fair rates of k flows on ``residual`` link capacities.
+
+    ``counts[i]`` consecutive entries of (``link``, ``weight``) belong to flow
+    i. ``residual`` is reduced in place by what the flows use. Returns the k
+    rates (bytes/s).
+    """
+    k = counts.size
+    rates = np.zeros(k)
+    if k == 0:
+        return rates
+    num_links = residual.size
+    if k == 1:  # common with strict-priority policies: one flow per level
+        share = np.min(residual[link] / weight)
+        rates[0] = max(0.0, min(share, cap[0]))
+        np.subtract.at(residual, link, weight * rates[0])
+        np.maximum(residual, 0.0, out=residual)
+        return rates
+    alive = np.arange(k)  # original index of every unfrozen flow
+    flow_cap = cap.astype(np.float64, copy=True)
+    while alive.size:
+        starts = np.zeros(alive.size, dtype=np.int64)
+        np.cumsum(counts[:-1], out=starts[1:])
+        load = np.bincount(link, weights=weight, minlength=num_links)
+        used = load > 0
+        share = np.full(num_links, np.inf)
+        share[used] = np.maximum(residual[used], 0.0) / load[used]
+        entry_share = share[link]
+        best = np.minimum(np.minimum.reduceat(entry_share, starts), flow_cap)
+        # A link is a local minimum unless some flow on it can go no faster
+        # than a strictly smaller share elsewhere (or its cap).
+        entry_best = np.repeat(best, counts)
+        lower = entry_best < entry_share * (1.0 - REL_EPS)
+        blocked = np.zeros(num_links, dtype=bool)
+        blocked[link[lower]] = True
+        at_min = ~blocked[link]
+        freeze = np.logical_or.reduceat(at_min, starts) | (flow_cap <= best * (1.0 + REL_EPS))
+        rates[alive[freeze]] = best[freeze]
+        entry_freeze = np.repeat(freeze, counts)
+        residual -= np.bincount(
+            link[entry_freeze], weights=weight[entry_freeze] * entry_best[entry_freeze], minlength=num_links
+        )
+        np.maximum(residual, 0.0, out=residual)
+        keep = ~entry_freeze
+        link, weight = link[keep], weight[keep]
+        counts, alive, flow_cap = counts[~freeze], alive[~freeze], flow_cap[~freeze]
+    return rates
+
+
+def allocate(
+    capacity: np.ndarray,
+    usage: Usage,
+    level: np.ndarray,
+    cap: np.ndarray,
+    *,
+    from_level: int | None = None,
+    prev_rate: np.ndarray | None = None,
+) -> np.ndarray:
+    """Rates of all flows: strict priority across ``level``, max-min inside.
+
+    With ``from_level`` and ``prev_rate``, flows at levels below
+    ``from_level`` keep ``prev_rate`` (the caller guarantees those levels and
+    their flows' caps are unchanged since ``prev_rate`` was computed, which
+    makes their allocation identical) and only the rest is recomputed.
+    """
+    n = usage.num_flows
+    rates = np.zeros(n)
+    if n == 0:
+        return rates
+    residual = capacity.astype(np.float64, copy=True)
+    counts = usage.nnz
+    order = np.argsort(level, kind="stable")
+    sorted_level = level[order]
+    if from_level is not None and prev_rate is not None:
+        kept = np.flatnonzero(level < from_level)
+        rates[kept] = prev_rate[kept]
+        residual -= usage.link_load(np.where(level < from_level, prev_rate, 0.0), capacity.size)
+        np.maximum(residual, 0.0, out=residual)
+        first = int(np.searchsorted(sorted_level, from_level, side="left"))
+    else:
+        first = 0
+    if first == n:
+        return rates
+    order = order[first:]
+    sorted_level = sorted_level[first:]
+    # Gather the entries of the flows in level order (each flow's entries stay
+    # contiguous), without a sort over entries.
+    ocounts = counts[order]
+    ostarts = usage.ptr[order]
+    offsets = np.zeros(order.size, dtype=np.int64)
+    np.cumsum(ocounts[:-1], out=offsets[1:])
+    entry_index = np.repeat(ostarts - offsets, ocounts) + np.arange(int(ocounts.sum()))
+    elink = usage.link[entry_index]
+    eweight = usage.weight[entry_index]
+    ocap = cap[order]
+    bounds = np.flatnonzero(np.diff(sorted_level)) + 1
+    flow_edges = np.concatenate([[0], bounds, [order.size]])
+    entry_edges = np.concatenate([[0], np.cumsum(ocounts)])[flow_edges]
+    for a, b, ea, eb in zip(flow_edges[:-1], flow_edges[1:], entry_edges[:-1], entry_edges[1:]):
+        rates[order[a:b]] = water_fill(residual, elink[ea:eb], eweight[ea:eb], ocounts[a:b], ocap[a:b])
+    return rates

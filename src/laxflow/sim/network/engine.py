@@ -1,0 +1,387 @@
+"""The event-driven fluid network.
+
+:class:`FluidNetwork` owns the live flows of one simulated network and moves
+their bytes. Between events every flow's rate is constant, so bytes and
+completion times are exact: at each event the engine advances every live
+flow's ``remaining`` by ``rate * dt`` and the next completion is
+``now + min(remaining / rate)``.
+
+Events (all on the shared :class:`~laxflow.sim.events.EventQueue`):
+
+* the owner calls :meth:`FluidNetwork.add_flow` (usually from its own
+  ARRIVAL handler) or :meth:`FluidNetwork.reschedule` (a layer boundary);
+* a COMPLETION event delivers the last bytes of every flow that ends at that
+  time, then calls ``policy.on_complete`` and the flow's callback;
+* a TIMER event fires a time the policy asked for;
+* any of these schedules one RECOMPUTE at the same time (coalesced: one per
+  timestamp), which asks the policy for levels and caps and reallocates
+  rates. Levels below the lowest one an event touched keep their rates, which
+  is exact (see :func:`~laxflow.sim.network.allocator.allocate`).
+
+Live-flow state is kept in NumPy arrays in admission order, with the Flow
+objects alongside; flows that finish are dropped in one compaction before
+the next decision.
+
+``Snapshot.link_load`` is an exponentially weighted moving average of each
+link's utilization (used bytes/s over capacity) with time constant
+``load_window`` seconds: over an interval dt at constant utilization u,
+``load <- u + (load - u) * exp(-dt / load_window)``. That is exact for the
+engine's piecewise-constant rates.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from laxflow.policy.base import STAGE_CODES, Decision, FlowPolicy, Snapshot
+from laxflow.policy.flow import Flow, Stage
+from laxflow.sim.events import EventQueue, Priority
+from laxflow.sim.network.allocator import Usage, allocate
+from laxflow.sim.network.topology import Topology
+
+# A flow with at most this fraction of its bytes left is done: flows that end
+# at the same time in exact arithmetic then complete at the same event.
+DONE_REL_EPS = 1e-9
+# ... and so is one whose last bytes would take less than this (relative to
+# now) to send: its finish time is not representable as later than now.
+DONE_TIME_EPS = 1e-12
+_STAGES = sorted(STAGE_CODES, key=STAGE_CODES.get)
+
+Callback = Callable[[Flow], None]
+
+
+class FluidNetwork:
+    """Flow-level network: strict priority across levels, max-min fair inside one.
+
+    One instance per simulated network, driven by the owner's event loop on
+    one thread. The owner shares ``queue`` (it pushes its own events onto it)
+    and either calls :meth:`run` or steps the queue itself.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        policy: FlowPolicy,
+        queue: EventQueue | None = None,
+        load_window: float = 0.01,
+    ) -> None:
+        if not load_window > 0:
+            raise ValueError(f"load_window must be > 0 s (got {load_window!r})")
+        self.topology = topology
+        self.policy = policy
+        self.queue = queue if queue is not None else EventQueue()
+        self.load_window = float(load_window)
+        self.capacity = topology.capacity
+        self.bytes_delivered_by_stage: dict[Stage, float] = {s: 0.0 for s in Stage}
+        self.link_load = np.zeros(topology.num_links)
+        self.events = 0  # engine events handled (completions, timers, recomputes)
+
+        self._flows: list[Flow] = []
+        self._callbacks: list[Callback | None] = []
+        self._remaining = np.zeros(0)
+        self._rate = np.zeros(0)
+        self._level = np.zeros(0, dtype=np.int64)  # -1: not decided yet
+        self._cap = np.zeros(0)
+        self._size = np.zeros(0)
+        self._arrival = np.zeros(0)
+        self._stage = np.zeros(0, dtype=np.int8)
+        self._dead = np.zeros(0, dtype=bool)
+        self._usage = Usage(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
+        self._pending: list[tuple[Flow, Callback | None, np.ndarray, np.ndarray]] = []
+        self._removed_min_level: int | None = None  # lowest level a removal touched
+        self._link_util = np.zeros(topology.num_links)
+        self._t = self.queue.now  # time up to which bytes are accounted
+        self._recompute_at: float | None = None
+        self._completion_gen = 0
+        self._timers: set[float] = set()
+        self._pos: dict[int, int] | None = None
+
+    # -- owner API --------------------------------------------------------------
+
+    @property
+    def live(self) -> list[Flow]:
+        """Live flows (admitted, unfinished) in admission order.
+
+        Flows added at this timestamp are included; they get their first
+        rate at this timestamp's recompute.
+        """
+        self._compact()
+        return self._flows + [p[0] for p in self._pending]
+
+    def add_flow(self, flow: Flow, on_complete: Callback | None = None) -> None:
+        """Admit ``flow`` now; rates are recomputed at this timestamp.
+
+        Called by the owner at ``queue.now`` (from any event handler). The flow
+        must not be live already; ``on_complete(flow)`` runs when its last
+        byte is delivered.
+        """
+        now = self.queue.now
+        if flow.finish is not None or any(flow is f for f, *_ in self._pending):
+            raise ValueError(f"flow {flow.id!r} was already added")
+        links, weights = _merge_links(flow, self.topology.num_links)
+        if flow.arrival < now:
+            flow.arrival = now
+        self._advance(now)
+        self._pending.append((flow, on_complete, links, weights))
+        self._schedule_recompute()
+
+    def reschedule(self) -> None:
+        """Ask the policy again at ``queue.now`` (the owner changed request state)."""
+        self._advance(self.queue.now)
+        self._schedule_recompute()
+
+    def rate_of(self, flow: Flow) -> float:
+        """Current rate of ``flow`` in bytes/s (0 if not live or not yet allocated)."""
+        self._compact()
+        if self._pos is None:
+            self._pos = {id(f): i for i, f in enumerate(self._flows)}
+        i = self._pos.get(id(flow))
+        return 0.0 if i is None else float(self._rate[i])
+
+    def remaining_of(self, flow: Flow) -> float:
+        """Bytes ``flow`` still has to send as of the last event."""
+        self._compact()
+        if self._pos is None:
+            self._pos = {id(f): i for i, f in enumerate(self._flows)}
+        i = self._pos.get(id(flow))
+        return 0.0 if i is None else float(self._remaining[i])
+
+    def run(self, until: float = float("inf")) -> int:
+        """Run the shared queue until ``until``; returns how many events ran."""
+        return self.queue.run(until)
+
+    # -- time ---------------------------------------------------------------
+
+    def _advance(self, now: float) -> None:
+        """Account bytes and link load from the last event up to ``now``."""
+        dt = now - self._t
+        if dt <= 0:
+            return
+        self._t = now
+        if self._rate.size:
+            sent = self._rate * dt
+            np.minimum(sent, self._remaining, out=sent)
+            self._remaining -= sent
+            by_stage = np.bincount(self._stage, weights=sent, minlength=len(_STAGES))
+            for code, stage in enumerate(_STAGES):
+                self.bytes_delivered_by_stage[stage] += float(by_stage[code])
+        decay = math.exp(-dt / self.load_window)
+        self.link_load = self._link_util + (self.link_load - self._link_util) * decay
+
+    def _schedule_recompute(self) -> None:
+        now = self.queue.now
+        if self._recompute_at != now:
+            self._recompute_at = now
+            self.queue.push(now, Priority.RECOMPUTE, self._on_recompute)
+
+    # -- events ---------------------------------------------------------------
+
+    def _on_completion(self, gen: int) -> None:
+        if gen != self._completion_gen:
+            return  # a later recompute moved the next completion
+        self.events += 1
+        now = self.queue.now
+        self._advance(now)
+        alive = ~self._dead
+        done = alive & (
+            (self._remaining <= self._size * DONE_REL_EPS)
+            | (self._remaining <= self._rate * DONE_TIME_EPS * max(1.0, abs(now)))
+        )
+        finished = np.flatnonzero(done)
+        if finished.size == 0:
+            self._schedule_completion()  # rounding left a sliver: go again
+            return
+        # Bytes still counted as remaining are delivered now.
+        last = self._remaining[finished]
+        by_stage = np.bincount(self._stage[finished], weights=last, minlength=len(_STAGES))
+        for code, stage in enumerate(_STAGES):
+            self.bytes_delivered_by_stage[stage] += float(by_stage[code])
+        self._remaining[finished] = 0.0
+        self._rate[finished] = 0.0
+        self._dead[finished] = True
+        levels = self._level[finished]
+        low = int(levels.min()) if levels.size else None
+        if low is not None and low >= 0:
+            self._removed_min_level = low if self._removed_min_level is None else min(self._removed_min_level, low)
+        self._link_util = self._usage.link_load(self._rate, self.capacity.size) / self.capacity
+        for i in finished:
+            flow = self._flows[i]
+            flow.finish = now
+            self.policy.on_complete(flow, now)
+            callback = self._callbacks[i]
+            if callback is not None:
+                callback(flow)
+        self._schedule_recompute()
+
+    def _on_timer(self, time: float) -> None:
+        self._timers.discard(time)
+        self.events += 1
+        self._advance(self.queue.now)
+        self._schedule_recompute()
+
+    def _on_recompute(self) -> None:
+        now = self.queue.now
+        if self._recompute_at == now:
+            self._recompute_at = None
+        self.events += 1
+        self._advance(now)
+        self._compact()
+        self._admit_pending()
+        n = len(self._flows)
+        if n == 0:
+            self._rate = np.zeros(0)
+            self._link_util = np.zeros(self.capacity.size)
+            self._removed_min_level = None
+            self._completion_gen += 1
+            return
+        decision = self.policy.decide(self._snapshot(now))
+        level, cap = self._check(decision, n)
+        self._allocate(level, cap)
+        self._write_back(level, cap)
+        self._level, self._cap = level, cap
+        for t in decision.timers:
+            if t > now and t not in self._timers and math.isfinite(t):
+                self._timers.add(t)
+                self.queue.push(t, Priority.TIMER, self._on_timer, t)
+        self._schedule_completion()
+
+    # -- recompute pieces -------------------------------------------------------
+
+    def _snapshot(self, now: float) -> Snapshot:
+        snap = Snapshot(
+            now=now,
+            flows=self._flows,
+            remaining=self._remaining.copy(),
+            capacity=self.capacity,
+            link_load=np.clip(self.link_load, 0.0, 1.0),
+        )
+        # Columns the engine already holds as arrays: fill the snapshot's
+        # caches so policies do not rebuild them flow by flow.
+        cache = snap.__dict__
+        cache["size"] = self._size.copy()
+        cache["arrival"] = self._arrival.copy()
+        cache["stage"] = self._stage.copy()
+        u = self._usage
+        per_entry = self.capacity[u.link] / u.weight
+        cache["bottleneck_rate"] = np.minimum.reduceat(per_entry, u.ptr[:-1])
+        return snap
+
+    def _check(self, decision: Decision, n: int) -> tuple[np.ndarray, np.ndarray]:
+        name = type(self.policy).__name__
+        level = np.asarray(decision.level)
+        if level.shape != (n,):
+            raise ValueError(f"policy {name}: decision.level has shape {level.shape}, expected ({n},)")
+        if level.dtype.kind not in "iu":
+            if not np.all(np.isfinite(level)) or np.any(level != np.round(level)):
+                raise ValueError(f"policy {name}: decision.level must be integers")
+        level = level.astype(np.int64)
+        if np.any(level < 0):
+            raise ValueError(f"policy {name}: decision.level must be >= 0")
+        if decision.cap is None:
+            cap = np.full(n, np.inf)
+        else:
+            cap = np.asarray(decision.cap, dtype=np.float64).copy()
+            if cap.shape != (n,):
+                raise ValueError(f"policy {name}: decision.cap has shape {cap.shape}, expected ({n},)")
+            if np.any(np.isnan(cap)) or np.any(cap < 0):
+                raise ValueError(f"policy {name}: decision.cap must be >= 0 (inf for none)")
+        return level, cap
+
+    def _allocate(self, level: np.ndarray, cap: np.ndarray) -> None:
+        """Rates for the new decision, reusing the levels no change touched."""
+        old = self._level
+        changed = (old < 0) | (old != level) | (self._cap != cap)
+        touched = [int(level[changed].min())] if changed.any() else []
+        prev = old[changed & (old >= 0)]
+        if prev.size:
+            touched.append(int(prev.min()))
+        if self._removed_min_level is not None:
+            touched.append(self._removed_min_level)
+        self._removed_min_level = None
+        if not touched:
+            return  # same flows, levels and caps: same rates
+        self._rate = allocate(self.capacity, self._usage, level, cap, from_level=min(touched), prev_rate=self._rate)
+        self._link_util = self._usage.link_load(self._rate, self.capacity.size) / self.capacity
+
+    def _write_back(self, level: np.ndarray, cap: np.ndarray) -> None:
+        """Write levels and caps into the Flow objects (only those that changed)."""
+        old = self._level
+        for i in np.flatnonzero((old != level) | (self._cap != cap)):
+            flow = self._flows[i]
+            flow.level = int(level[i])
+            flow.cap = float(cap[i])
+
+    def _schedule_completion(self) -> None:
+        self._completion_gen += 1
+        moving = self._rate > 0
+        if not moving.any():
+            return
+        dt = float(np.min(self._remaining[moving] / self._rate[moving]))
+        self.queue.push(self.queue.now + dt, Priority.COMPLETION, self._on_completion, self._completion_gen)
+
+    # -- live-set bookkeeping -----------------------------------------------------
+
+    def _compact(self) -> None:
+        """Drop finished flows from the arrays (order kept)."""
+        if not self._dead.any():
+            return
+        keep = ~self._dead
+        idx = np.flatnonzero(keep)
+        self._flows = [self._flows[i] for i in idx]
+        self._callbacks = [self._callbacks[i] for i in idx]
+        for name in ("_remaining", "_rate", "_level", "_cap", "_size", "_arrival", "_stage", "_dead"):
+            setattr(self, name, getattr(self, name)[keep])
+        u = self._usage
+        counts = u.nnz[keep]
+        entry_keep = np.repeat(keep, u.nnz)
+        self._usage = Usage(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), u.link[entry_keep], u.weight[entry_keep])
+        self._pos = None
+
+    def _admit_pending(self) -> None:
+        if not self._pending:
+            return
+        flows = [p[0] for p in self._pending]
+        k = len(flows)
+        self._flows.extend(flows)
+        self._callbacks.extend(p[1] for p in self._pending)
+        size = np.fromiter((f.size for f in flows), dtype=np.float64, count=k)
+        self._remaining = np.concatenate([self._remaining, size])
+        self._size = np.concatenate([self._size, size])
+        self._rate = np.concatenate([self._rate, np.zeros(k)])
+        self._level = np.concatenate([self._level, np.full(k, -1, dtype=np.int64)])
+        self._cap = np.concatenate([self._cap, np.full(k, np.inf)])
+        self._arrival = np.concatenate([self._arrival, np.fromiter((f.arrival for f in flows), dtype=np.float64, count=k)])
+        self._stage = np.concatenate(
+            [self._stage, np.fromiter((STAGE_CODES[f.stage] for f in flows), dtype=np.int8, count=k)]
+        )
+        self._dead = np.concatenate([self._dead, np.zeros(k, dtype=bool)])
+        u = self._usage
+        counts = np.fromiter((p[2].size for p in self._pending), dtype=np.int64, count=k)
+        ptr = np.concatenate([u.ptr, u.ptr[-1] + np.cumsum(counts)])
+        link = np.concatenate([u.link, *(p[2] for p in self._pending)])
+        weight = np.concatenate([u.weight, *(p[3] for p in self._pending)])
+        self._usage = Usage(ptr, link, weight)
+        self._pending.clear()
+        self._pos = None
+
+
+def _merge_links(flow: Flow, num_links: int) -> tuple[np.ndarray, np.ndarray]:
+    """The flow's usage vector with repeated links summed and zero weights dropped."""
+    if not (math.isfinite(flow.size) and flow.size > 0):
+        raise ValueError(f"flow {flow.id!r}: size must be finite and > 0 (got {flow.size!r})")
+    links, weights = flow.links, flow.weights
+    if np.any((links < 0) | (links >= num_links)):
+        raise ValueError(f"flow {flow.id!r}: link index out of range (topology has {num_links} links)")
+    if not np.all(np.isfinite(weights)) or np.any(weights < 0):
+        raise ValueError(f"flow {flow.id!r}: weights must be finite and >= 0")
+    if np.unique(links).size != links.size:
+        merged = np.bincount(links, weights=weights, minlength=num_links)
+        links = np.flatnonzero(merged > 0)
+        weights = merged[links]
+    keep = weights > 0
+    if not keep.any():
+        raise ValueError(f"flow {flow.id!r}: usage vector has no positive weight")
+    return links[keep].astype(np.int64), weights[keep].astype(np.float64)
