@@ -1,0 +1,96 @@
+/*
+ * shim_internal.h -- what the files of liblaxflow_shim.so share.
+ *
+ * The shim is split by concern, each intercepted call in three layers
+ * (public symbol, policy, real_ call):
+ *   shim_core.c     configuration, real-symbol resolution (pthread_once),
+ *                   re-entrancy guard, fork handlers, segment attach, the
+ *                   dlopen hook and the small exported C API
+ *   shim_verbs.c    ibv_open_device / ibv_close_device / ibv_create_qp /
+ *                   ibv_modify_qp / ibv_destroy_qp and the ops-table
+ *                   wrappers of post_send and poll_cq
+ *   shim_defer.c    per-QP state: deferral queues of deep-copied WR chains,
+ *                   release, completion tracking, the progress thread
+ *   shim_sockets.c  connect / accept / accept4 and the per-thread tag
+ *   shm.c           the shared-memory segment (also in the cffi module)
+ * Only symbols marked LXF_EXPORT leave the library (-fvisibility=hidden and
+ * laxflow_shim.map).
+ */
+#ifndef LAXFLOW_SHIM_INTERNAL_H
+#define LAXFLOW_SHIM_INTERNAL_H
+
+#include <infiniband/verbs.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "laxflow_shm.h"
+
+#define LXF_EXPORT __attribute__((visibility("default")))
+#define LXF_TLS __attribute__((tls_model("initial-exec")))
+#define LXF_LIKELY(x) __builtin_expect(!!(x), 1)
+#define LXF_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+typedef int (*lxf_post_send_fn)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
+typedef int (*lxf_poll_cq_fn)(struct ibv_cq *, int, struct ibv_wc *);
+
+/* The next definitions of every intercepted symbol, resolved once. */
+struct lxf_real {
+    void *(*dlopen)(const char *, int);
+    int (*connect)(int, const struct sockaddr *, socklen_t);
+    int (*accept)(int, struct sockaddr *, socklen_t *);
+    int (*accept4)(int, struct sockaddr *, socklen_t *, int);
+    struct ibv_context *(*ibv_open_device)(struct ibv_device *);
+    int (*ibv_close_device)(struct ibv_context *);
+    struct ibv_qp *(*ibv_create_qp)(struct ibv_pd *, struct ibv_qp_init_attr *);
+    int (*ibv_modify_qp)(struct ibv_qp *, struct ibv_qp_attr *, int);
+    int (*ibv_destroy_qp)(struct ibv_qp *);
+};
+
+/* Configuration, read from the environment once by lxf_init (the only place
+ * the shim reads the environment). */
+struct lxf_config {
+    char shm_name[256];   /* LAXFLOW_SHM_NAME, default "/laxflow" */
+    int static_dscp;      /* LAXFLOW_DSCP 0..63 for every TCP connection and QP; -1 none */
+    uint64_t stale_ns;    /* LAXFLOW_STALE_MS, default LXF_DEFAULT_STALE_NS */
+    uint32_t progress_us; /* LAXFLOW_PROGRESS_US, progress-thread period while WRs wait */
+    int disabled;         /* LAXFLOW_SHIM_DISABLE=1: pass everything through */
+};
+
+extern struct lxf_real lxf_real;
+extern struct lxf_config lxf_cfg;
+extern LXF_TLS __thread int lxf_in_shim;
+
+/* shim_core.c */
+void lxf_init(void);
+uint32_t lxf_self_pid(void);                /* getpid(), cached and refreshed after fork */
+struct lxf_segment *lxf_segment(void);     /* attached segment or NULL (acquire) */
+int lxf_try_attach(void);                  /* progress thread: (re)attach; 1 if attached */
+struct lxf_proc *lxf_proc(void);           /* this process's command slot or NULL */
+int lxf_daemon_live(void);                 /* segment attached, heartbeat fresh */
+int lxf_gating(void);                      /* segment attached and gating not switched off */
+void lxf_set_pass_through(int on);         /* LXF_CMD_PASS_THROUGH / LXF_CMD_ENFORCE */
+void lxf_count(uint64_t *counter, uint64_t n); /* counter in the segment, if attached */
+void lxf_emit(uint32_t kind, uint64_t msg_id, const struct lxf_tag_value *tag, uint64_t handle);
+
+/* shim_verbs.c */
+lxf_post_send_fn lxf_real_post_send(struct ibv_context *ctx);
+int lxf_thread_dscp(void);                 /* shim_sockets.c: current thread tag's DSCP or -1 */
+
+/* shim_defer.c */
+struct lxf_qp_state;
+struct lxf_qp_state *lxf_qp_find(struct ibv_context *ctx, uint32_t qp_num);
+struct lxf_qp_state *lxf_qp_claim(struct ibv_qp *qp);
+void lxf_qp_set_sig_all(struct ibv_qp *qp);
+int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_qp *qp, struct ibv_send_wr *wr,
+                struct ibv_send_wr **bad_wr, lxf_post_send_fn real);
+void lxf_qp_on_completions(struct ibv_cq *cq, struct ibv_wc *wc, int n);
+int lxf_take_injected(struct ibv_cq *cq, int max, struct ibv_wc *wc);
+void lxf_qp_forget(struct ibv_qp *qp);
+void lxf_release_ready_all(int force);
+void lxf_progress_start(void);
+void lxf_defer_atfork_child(void);
+extern uint32_t lxf_n_tracked;             /* QPs with state; 0 keeps poll_cq a pass-through */
+extern uint32_t lxf_n_deferred;            /* WRs waiting in all queues */
+extern uint32_t lxf_n_injected;            /* synthetic error completions waiting */
+
+#endif
