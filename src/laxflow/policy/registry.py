@@ -17,6 +17,9 @@ _BUILTIN: dict[str, str] = {
     "fs": "laxflow.policy.fair_sharing:FairSharing",
     "sjf": "laxflow.policy.sjf:ShortestJobFirst",
     "edf": "laxflow.policy.edf:EarliestDeadlineFirst",
+    "mfs": "laxflow.policy.mfs:MfsPolicy",
+    "dp-ideal": "laxflow.policy.dp_ideal:DeferAndPromoteIdeal",
+    "karuna": "laxflow.policy.karuna:Karuna",
 }
 _LOADED: dict[str, type[FlowPolicy]] = {}
 

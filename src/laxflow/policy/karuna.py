@@ -1,0 +1,42 @@
+"""Karuna, as the MFS paper's baseline runs it (§6.3; Chen et al., SIGCOMM'16).
+
+Flows with an explicit deadline (``p2d`` flows with a deadline) get the top
+level, max-min fair among themselves, each capped at the minimum rate that
+still meets its due time, ``remaining / (due - now)``, recomputed at every
+event; once due, the cap is lifted (the flow is late, let it finish). Every
+other flow is scheduled below them by strict priority on total size
+(smallest first, one level per distinct size), the paper's "remaining flows
+using SJF". A timer at each explicit flow's due time lifts its cap even if
+no other event happens then. Called by the engine after every event.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from laxflow.policy.base import Decision, FlowPolicy, Snapshot, rank_levels
+
+
+class Karuna(FlowPolicy):
+    """Minimal-rate deadline flows on top, SJF below."""
+
+    name = "karuna"
+
+    def decide(self, snap: Snapshot) -> Decision:
+        n = len(snap.flows)
+        now = snap.now
+        explicit = snap.explicit
+        level = np.zeros(n, np.int64)
+        cap = np.full(n, np.inf)
+        other = ~explicit
+        if other.any():
+            level[other] = 1 + rank_levels([snap.size[other]])
+        timers: tuple[float, ...] = ()
+        if explicit.any():
+            due = snap.due[explicit]
+            left = due - now
+            with np.errstate(divide="ignore", invalid="ignore"):
+                cap[explicit] = np.where(left > 0, snap.remaining[explicit] / left, np.inf)
+            future = due[left > 0]
+            timers = tuple(sorted(set(future.tolist())))
+        return Decision(level=level, cap=cap, timers=timers)

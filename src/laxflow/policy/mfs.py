@@ -1,0 +1,301 @@
+"""Multi-stage Flow Scheduling: the ``mfs`` policy.
+
+MFS (the paper's §4) on the engine's policy interface. Every decision:
+
+1. New flows are admitted into the RMLQ (:mod:`laxflow.policy.rmlq`) at their
+   entry level: explicit-deadline flows (``p2d`` with a deadline) by MLU
+   (:mod:`laxflow.policy.mlu`), all others by RLI
+   (:mod:`laxflow.policy.rli`; ``collective`` = RLI 0).
+2. Flows whose request crossed a layer boundary since their level was set,
+   and explicit-deadline flows of requests whose compute has ended at each
+   ``period`` tick, are re-evaluated and can only be promoted.
+3. Batches are ranked by RED and Algorithm 1 prunes infeasible requests into
+   the scavenger class (:mod:`laxflow.policy.inter_request`), either by the
+   coordinator (:meth:`MfsPolicy.set_order`) or, with no coordinator, by the
+   policy itself on every batch arrival and departure.
+4. Arbitration (:mod:`laxflow.policy.arbitration`) turns levels, RLI and RED
+   rank into the engine's strict-priority levels.
+
+Level layout (K = ``levels``, default 8; level 0 is served first):
+
+* RMLQ level 0 — reserved top: explicit-deadline flows with MLU >= U.
+* RMLQ level q in 1..K-1 — implicit-deadline flows with min(1 + RLI, K-1) = q
+  first (smaller RLI, then RED rank of the batch), then explicit-deadline
+  flows at MLU level q (MLU in [U E^-q, U E^-(q-1))).
+* RMLQ level K — scavenger: every flow of a pruned request, served only with
+  capacity nothing else wants; never dropped.
+
+DSCP of RMLQ level q: ``MfsConfig.dscp_map`` (default: 39 - q for K = 8, CS1
+for the scavenger; :mod:`laxflow.policy.dscp`). ``Flow.state['rmlq_level']``
+holds each flow's RMLQ level (before any pruning) whenever it changes.
+
+Infeasible explicit flows (MLU > 1 at their last evaluation) are counted in
+``infeasible`` and stay at the top: their bytes still have to arrive.
+
+Called by the network engine (``decide`` at every event, ``on_complete`` per
+finished flow), by the node daemon with the same objects, and by the
+coordinator's glue through ``set_order``. One instance per network.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from laxflow.policy.arbitration import engine_levels, queue_of
+from laxflow.policy.base import STAGE_CODES, Decision, FlowPolicy, Snapshot
+from laxflow.policy.config import MfsConfig
+from laxflow.policy.flow import Flow
+from laxflow.policy.inter_request import InterBatch, InterProblem, InterRequest, schedule
+from laxflow.policy.mlu import level_of, mlu, thresholds
+from laxflow.policy.red import red_order
+from laxflow.policy.rli import rli
+from laxflow.policy.rmlq import Rmlq
+
+_NAN = float("nan")
+
+
+class MfsPolicy(FlowPolicy):
+    """RMLQ with MLU/RLI promotion, RED order, pruning into a scavenger class."""
+
+    name = "mfs"
+
+    def __init__(self, config: MfsConfig | None = None, **options: Any) -> None:
+        self.config = config if config is not None else MfsConfig.from_mapping(options)
+        k = self.config.levels
+        self._q = thresholds(k, self.config.E, self.config.U)
+        self.rmlq = Rmlq(k, self.config.period)
+        # Batch and request tables (index -> name / facts), grown on first sight.
+        self._batch_index: dict[str, int] = {}
+        self._batch_names: list[str] = []
+        self._batch_live: list[int] = []
+        self._rank = np.zeros(16, np.int64)  # RED rank per batch index
+        self._request_index: dict[str, int] = {}
+        self._request_names: list[str] = []
+        self._request_deadline: list[float] = []
+        self._request_batch: list[int] = []
+        self._pruned = np.zeros(16, bool)  # per request index
+        self._live_flows: dict[int, list[Flow]] = {}  # batch index -> its live flows
+        self._order_stale = True
+        self._external = False
+        self.infeasible: set[str] = set()  # ids of explicit flows seen with MLU > 1
+
+    # ------------------------------------------------------------ coordinator
+
+    def set_order(self, order: Mapping[str, int], pruned: Iterable[str]) -> None:
+        """Adopt the coordinator's RED ranks and pruned requests.
+
+        Called by the coordinator glue whenever a new order is published.
+        From then on the policy stops ordering and pruning by itself; batches
+        the order does not know yet (arrived after it was computed) rank
+        after every known batch, among themselves by their own RED.
+        """
+        self._external = True
+        self._external_order = dict(order)
+        self._pruned[:] = False
+        for r in pruned:
+            self._pruned[self._request_slot(r, _NAN, -1)] = True
+        self._order_stale = True
+
+    @property
+    def pruned_requests(self) -> set[str]:
+        return {self._request_names[i] for i in np.flatnonzero(self._pruned[: len(self._request_names)])}
+
+    # ------------------------------------------------------------ engine API
+
+    def decide(self, snap: Snapshot) -> Decision:
+        flows = snap.flows
+        n = len(flows)
+        if n == 0:
+            return Decision(level=np.zeros(0, np.int64))
+        now = snap.now
+        slot = self.rmlq.slot
+        idx_list = [slot.get(f, -1) for f in flows]
+        new_pos = [i for i, s in enumerate(idx_list) if s < 0]
+        for i in new_pos:
+            idx_list[i] = self._admit(flows[i], snap)
+        idx = np.fromiter(idx_list, np.int64, n)
+        current = np.fromiter(
+            (_NAN if (c := f.current_layer) is None else c for f in flows), float, n
+        )
+        compute_done = np.fromiter((f.compute_done for f in flows), bool, n)
+
+        if new_pos:
+            pos = np.asarray(new_pos, np.int64)
+            entry = self._candidates(idx[pos], pos, snap, current)
+            self.rmlq.set_entry(idx[pos], entry, current[pos], now)
+            self._note_levels(flows, pos, idx[pos])
+        old = np.ones(n, bool)
+        if new_pos:
+            old[new_pos] = False
+        pos = np.flatnonzero(old)
+        if pos.size:
+            elig = self.rmlq.eligible(idx[pos], current[pos], compute_done[pos], now)
+            pos = pos[elig]
+            if pos.size:
+                changed = self.rmlq.promote(idx[pos], self._candidates(idx[pos], pos, snap, current), current[pos], now)
+                self._note_levels(flows, pos[changed], idx[pos[changed]])
+
+        if self._order_stale:
+            self._reorder(snap)
+        explicit = self.rmlq.explicit[idx]
+        urgency = self.rmlq.urgency[idx]
+        queue = queue_of(urgency, explicit, self._pruned[self.rmlq.request[idx]], self.config.levels)
+        level = engine_levels(queue, explicit, urgency, self._rank[self.rmlq.batch[idx]], self.config.levels)
+        timer = self.rmlq.next_timer(idx, compute_done & (queue < self.config.levels), now)
+        return Decision(level=level, timers=() if timer is None else (timer,))
+
+    def on_complete(self, flow: Flow, now: float) -> None:
+        s = self.rmlq.slot.get(flow)
+        if s is None:
+            return
+        b = int(self.rmlq.batch[s])
+        self.rmlq.release(flow)
+        live = self._live_flows.get(b)
+        if live is not None:
+            live.remove(flow)
+            if not live:
+                del self._live_flows[b]
+                self._order_stale = True  # batch departure: Algorithm 1 runs again
+
+    def queue_level(self, flow: Flow) -> int:
+        """RMLQ level of a live flow (K = scavenger); for tests and the daemon's DSCP."""
+        s = self.rmlq.slot[flow]
+        return int(queue_of(self.rmlq.urgency[[s]], self.rmlq.explicit[[s]],
+                            self._pruned[self.rmlq.request[[s]]], self.config.levels)[0])  # fmt: skip
+
+    def dscp(self, flow: Flow) -> int:
+        """DSCP codepoint for a live flow's packets."""
+        return self.config.dscp_map.dscp(self.queue_level(flow))
+
+    # ------------------------------------------------------------ internals
+
+    def _admit(self, flow: Flow, snap: Snapshot) -> int:
+        s = self.rmlq.allocate(flow)
+        t = self.rmlq
+        per_link = snap.capacity[flow.links] / flow.weights
+        k = int(np.argmin(per_link))
+        t.bneck_link[s] = flow.links[k]
+        t.bneck_rate[s] = per_link[k]
+        t.explicit[s] = flow.has_explicit_deadline
+        t.stage[s] = STAGE_CODES[flow.stage]
+        t.target[s] = _NAN if flow.layer is None else flow.layer
+        due = flow.due
+        t.due[s] = _NAN if due is None else due
+        b = self._batch_slot(flow.batch)
+        t.batch[s] = b
+        t.request[s] = self._request_slot(flow.request, _NAN if flow.deadline is None else flow.deadline, b)
+        self._live_flows.setdefault(b, []).append(flow)
+        return s
+
+    def _batch_slot(self, name: str) -> int:
+        b = self._batch_index.get(name)
+        if b is None:
+            b = len(self._batch_names)
+            self._batch_index[name] = b
+            self._batch_names.append(name)
+            if b >= len(self._rank):
+                self._rank = np.concatenate([self._rank, np.zeros(len(self._rank), np.int64)])
+            self._rank[b] = np.iinfo(np.int64).max // 2  # until ordered: last
+            self._order_stale = True
+        return b
+
+    def _request_slot(self, name: str, deadline: float, batch: int) -> int:
+        r = self._request_index.get(name)
+        if r is None:
+            r = len(self._request_names)
+            self._request_index[name] = r
+            self._request_names.append(name)
+            self._request_deadline.append(deadline)
+            self._request_batch.append(batch)
+            if r >= len(self._pruned):
+                self._pruned = np.concatenate([self._pruned, np.zeros(len(self._pruned), bool)])
+            self._order_stale = True
+        elif batch >= 0 and self._request_batch[r] < 0:  # first named by set_order
+            self._request_deadline[r] = deadline
+            self._request_batch[r] = batch
+        return r
+
+    def _candidates(self, idx: np.ndarray, pos: np.ndarray, snap: Snapshot, current: np.ndarray) -> np.ndarray:
+        """Urgency each flow would have now (MLU level or RLI)."""
+        t = self.rmlq
+        out = rli(t.target[idx], current[pos], t.stage[idx], self.config.levels)
+        exp = t.explicit[idx]
+        if exp.any():
+            e_idx, e_pos = idx[exp], pos[exp]
+            m = mlu(snap.remaining[e_pos], t.due[e_idx] - snap.now, t.bneck_rate[e_idx], snap.link_load[t.bneck_link[e_idx]])
+            out[exp] = level_of(m, self._q)
+            for i in e_pos[m > 1.0]:
+                self.infeasible.add(snap.flows[i].id)
+                snap.flows[i].state["infeasible"] = True
+        return out
+
+    def _note_levels(self, flows: Any, pos: np.ndarray, idx: np.ndarray) -> None:
+        if not pos.size:
+            return
+        q = queue_of(self.rmlq.urgency[idx], self.rmlq.explicit[idx], np.zeros(idx.size, bool), self.config.levels)
+        for i, lv in zip(pos.tolist(), q.tolist()):
+            flows[i].state["rmlq_level"] = lv
+
+    def _reorder(self, snap: Snapshot) -> None:
+        """RED ranks for the live batches, and (standalone) Algorithm 1's pruning."""
+        self._order_stale = False
+        live = list(self._live_flows)
+        if self._external:
+            known = self._external_order
+            unknown = {self._batch_names[b]: self._deadlines(b) for b in live if self._batch_names[b] not in known}
+            base = max(known.values(), default=-1) + 1
+            for b in live:
+                name = self._batch_names[b]
+                if name in known:
+                    self._rank[b] = known[name]
+            order, _ = red_order(unknown)
+            for k, name in enumerate(order):
+                self._rank[self._batch_index[name]] = base + k
+            return
+        order, _ = red_order({self._batch_names[b]: self._deadlines(b) for b in live})
+        for k, name in enumerate(order):
+            self._rank[self._batch_index[name]] = k
+        if self.config.drop_budget > 0:
+            self._prune(snap, live)
+
+    def _deadlines(self, b: int) -> list[float]:
+        reqs = {int(self.rmlq.request[self.rmlq.slot[f]]) for f in self._live_flows[b]}
+        return [d for r in sorted(reqs) if not math.isnan(d := self._request_deadline[r])]
+
+    def _prune(self, snap: Snapshot, live: list[int]) -> None:
+        """Algorithm 1 on the live flows' remaining bytes (no coordinator).
+
+        Load of a request on a link: sum over its live flows of remaining x
+        weight; a batch's compute: the largest ``downstream`` among its live
+        flows (the time still needed after its transfers, counted without
+        overlap, as the worst case asks); link bandwidth: capacity. Requests
+        pruned earlier stay pruned (sticky: they are doomed, and moving them
+        back and forth would reorder their messages); each run prunes at most
+        ``drop_budget`` more.
+        """
+        remaining = {f: r for f, r in zip(snap.flows, snap.remaining)}
+        batches = []
+        for b in live:
+            loads: dict[int, dict[str, float]] = {}
+            compute = 0.0
+            for f in self._live_flows[b]:
+                r = int(self.rmlq.request[self.rmlq.slot[f]])
+                if self._pruned[r] or math.isnan(self._request_deadline[r]) or f not in remaining:
+                    continue
+                load = loads.setdefault(r, {})
+                for link, w in zip(f.links.tolist(), f.weights.tolist()):
+                    key = f"{link:08d}"
+                    load[key] = load.get(key, 0.0) + float(remaining[f]) * w
+                compute = max(compute, f.downstream)
+            if loads:
+                reqs = tuple(InterRequest(self._request_names[r], self._request_deadline[r], ld) for r, ld in loads.items())
+                batches.append(InterBatch(self._batch_names[b], compute, reqs))
+        if not batches:
+            return
+        ports = {f"{i:08d}": float(c) for i, c in enumerate(snap.capacity)}
+        result = schedule(InterProblem(ports=ports, batches=tuple(batches), now=snap.now, drop_budget=self.config.drop_budget))
+        for name in result.pruned:
+            self._pruned[self._request_index[name]] = True
