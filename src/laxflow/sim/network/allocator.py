@@ -32,6 +32,8 @@ import numpy as np
 # Shares within this relative distance are treated as equal, so links that
 # tie in exact arithmetic freeze in the same round despite rounding.
 REL_EPS = 1e-12
+# A link with less than this fraction of its capacity left is saturated.
+SATURATED_REL_EPS = 1e-12
 
 
 @dataclass
@@ -83,6 +85,14 @@ def water_fill(
         rates[0] = max(0.0, min(share, cap[0]))
         np.subtract.at(residual, link, weight * rates[0])
         np.maximum(residual, 0.0, out=residual)
+        return rates
+    if link.size * 4 < num_links:
+        # Few entries on a big fabric: work on the level's own links so each
+        # round costs O(entries), not O(links).
+        used_links, local = np.unique(link, return_inverse=True)
+        sub = residual[used_links]
+        rates = water_fill(sub, local.reshape(-1), weight, counts, cap)
+        residual[used_links] = sub
         return rates
     alive = np.arange(k)  # original index of every unfrozen flow
     flow_cap = cap.astype(np.float64, copy=True)
@@ -143,7 +153,7 @@ def allocate(
         kept = np.flatnonzero(level < from_level)
         rates[kept] = prev_rate[kept]
         residual -= usage.link_load(np.where(level < from_level, prev_rate, 0.0), capacity.size)
-        np.maximum(residual, 0.0, out=residual)
+        _snap_saturated(residual, capacity)
         first = int(np.searchsorted(sorted_level, from_level, side="left"))
     else:
         first = 0
@@ -166,4 +176,11 @@ def allocate(
     entry_edges = np.concatenate([[0], np.cumsum(ocounts)])[flow_edges]
     for a, b, ea, eb in zip(flow_edges[:-1], flow_edges[1:], entry_edges[:-1], entry_edges[1:]):
         rates[order[a:b]] = water_fill(residual, elink[ea:eb], eweight[ea:eb], ocounts[a:b], ocap[a:b])
+        _snap_saturated(residual, capacity)
     return rates
+
+
+def _snap_saturated(residual: np.ndarray, capacity: np.ndarray) -> None:
+    """Zero what rounding leaves on a saturated link, so lower levels get 0
+    there rather than a rate of 1e-16 that never finishes."""
+    residual[residual <= capacity * SATURATED_REL_EPS] = 0.0

@@ -142,7 +142,8 @@ class FluidNetwork:
         return 0.0 if i is None else float(self._rate[i])
 
     def remaining_of(self, flow: Flow) -> float:
-        """Bytes ``flow`` still has to send as of the last event."""
+        """Bytes ``flow`` still has to send at ``queue.now``."""
+        self._advance(self.queue.now)
         self._compact()
         if self._pos is None:
             self._pos = {id(f): i for i, f in enumerate(self._flows)}

@@ -1,0 +1,84 @@
+"""Baseline policies fs, sjf, edf: their levels, and Table 1 through the engine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from laxflow.policy import Flow, Snapshot, Stage, create_policy
+from laxflow.policy.edf import EarliestDeadlineFirst
+from laxflow.policy.fair_sharing import FairSharing
+from laxflow.policy.sjf import ShortestJobFirst
+from laxflow.sim.events import Priority
+from laxflow.sim.network import FluidNetwork, Topology
+
+
+def snapshot(flows: list[Flow], now: float = 0.0) -> Snapshot:
+    n = len(flows)
+    return Snapshot(now=now, flows=flows, remaining=np.array([f.size for f in flows]), capacity=np.ones(1), link_load=np.zeros(1))
+
+
+def flow(id: str, size: float = 1.0, **kw) -> Flow:
+    return Flow.on_path(id, size, [0], **kw)
+
+
+def test_registry_names():
+    assert isinstance(create_policy("fs"), FairSharing)
+    assert isinstance(create_policy("sjf"), ShortestJobFirst)
+    assert isinstance(create_policy("edf"), EarliestDeadlineFirst)
+    assert isinstance(create_policy("laxflow.policy.sjf:ShortestJobFirst"), ShortestJobFirst)
+
+
+def test_fs_puts_everything_in_one_level():
+    d = create_policy("fs").decide(snapshot([flow("a"), flow("b", 5.0)]))
+    assert list(d.level) == [0, 0] and d.cap is None
+
+
+def test_sjf_orders_by_size_then_arrival_then_id():
+    flows = [flow("z", 3.0), flow("b", 2.0, arrival=1.0), flow("a", 2.0, arrival=1.0), flow("c", 2.0, arrival=0.5)]
+    level = create_policy("sjf").decide(snapshot(flows)).level
+    # c (2, 0.5) < a (2, 1, "a") < b (2, 1, "b") < z (3)
+    assert list(level) == [3, 2, 1, 0]
+
+
+def test_sjf_uses_total_size_not_remaining():
+    flows = [flow("big", 10.0), flow("small", 2.0)]
+    snap = snapshot(flows)
+    snap.remaining = np.array([0.5, 2.0])
+    assert list(create_policy("sjf").decide(snap).level) == [1, 0]
+
+
+def test_edf_explicit_deadlines_first_then_the_rest_share_the_lowest_level():
+    flows = [
+        flow("reuse", stage=Stage.REUSE, deadline=1.0),  # implicit: stage 1
+        flow("late", stage=Stage.P2D, deadline=9.0),
+        flow("coll", stage=Stage.COLLECTIVE, deadline=2.0),  # implicit: stage 2
+        flow("early", stage=Stage.P2D, deadline=5.0, downstream=1.0),  # due 4
+        flow("nodl", stage=Stage.P2D),  # no deadline
+        flow("tie", stage=Stage.P2D, deadline=4.0, arrival=1.0),  # due 4, later arrival
+    ]
+    level = create_policy("edf").decide(snapshot(flows)).level
+    assert dict(zip((f.id for f in flows), level.tolist())) == {
+        "early": 0, "tie": 1, "late": 2, "reuse": 3, "coll": 3, "nodl": 3,
+    }  # fmt: skip
+
+
+def run_table1(policy: str) -> dict[str, float]:
+    net = FluidNetwork(Topology.from_links(["L"], [1.0]), create_policy(policy))
+    flows = [
+        flow("A", 2.0, stage=Stage.REUSE, deadline=18.0, downstream=9.0),
+        flow("B", 4.0, stage=Stage.COLLECTIVE, deadline=12.0, downstream=6.0),
+        flow("C", 3.0, stage=Stage.P2D, deadline=7.0),
+    ]
+    for f in flows:
+        net.queue.push(0.0, Priority.ARRIVAL, net.add_flow, f)
+    net.run()
+    return {f.id: f.finish for f in flows}
+
+
+@pytest.mark.parametrize(
+    "policy, expect",
+    [("fs", {"A": 6.0, "B": 9.0, "C": 8.0}), ("sjf", {"A": 2.0, "B": 9.0, "C": 5.0}), ("edf", {"A": 7.0, "B": 9.0, "C": 3.0})],
+)
+def test_table1(policy, expect):
+    assert run_table1(policy) == expect

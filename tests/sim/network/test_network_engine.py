@@ -1,0 +1,284 @@
+"""The fluid engine: exact completion times, byte conservation, event order,
+timers, reschedules, flow groups and link load."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from laxflow.policy import Decision, Flow, FlowPolicy, Snapshot, Stage, create_policy
+from laxflow.sim.events import EventQueue, Priority
+from laxflow.sim.network import FluidNetwork, Topology, big_switch, leaf_spine
+
+
+def one_link(capacity: float = 1.0) -> Topology:
+    return Topology.from_links(["L"], [capacity])
+
+
+def schedule(net: FluidNetwork, flows: list[Flow]) -> None:
+    for f in flows:
+        net.queue.push(f.arrival, Priority.ARRIVAL, net.add_flow, f)
+
+
+class Recorder(FlowPolicy):
+    """Fair sharing that records every decision (time, ids) it is asked for."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, list[str]]] = []
+        self.completed: list[tuple[float, str]] = []
+
+    def decide(self, snap: Snapshot) -> Decision:
+        self.calls.append((snap.now, [f.id for f in snap.flows]))
+        return Decision(level=np.zeros(len(snap.flows), dtype=np.int64))
+
+    def on_complete(self, flow: Flow, now: float) -> None:
+        self.completed.append((now, flow.id))
+
+
+def test_fair_share_completion_times_are_exact():
+    net = FluidNetwork(one_link(), create_policy("fs"))
+    flows = [Flow.on_path(i, s, [0]) for i, s in (("A", 2.0), ("B", 4.0), ("C", 3.0))]
+    schedule(net, flows)
+    net.run()
+    assert [f.finish for f in flows] == [6.0, 9.0, 8.0]
+    assert net.live == []
+
+
+def test_late_arrival_shares_from_its_arrival():
+    # A (size 4) alone for 1 s at rate 2, then A and B (size 1) at 1 each.
+    net = FluidNetwork(one_link(2.0), create_policy("fs"))
+    a = Flow.on_path("A", 4.0, [0])
+    b = Flow.on_path("B", 1.0, [0], arrival=1.0)
+    schedule(net, [a, b])
+    net.run()
+    assert b.finish == pytest.approx(2.0)
+    assert a.finish == pytest.approx(2.5)
+
+
+def test_rate_cap_sets_finish_time():
+    class Capped(FlowPolicy):
+        def decide(self, snap):
+            return Decision(level=np.zeros(len(snap.flows), dtype=np.int64), cap=np.full(len(snap.flows), 0.25))
+
+    net = FluidNetwork(one_link(), Capped())
+    f = Flow.on_path("A", 1.0, [0])
+    schedule(net, [f])
+    net.run()
+    assert f.finish == pytest.approx(4.0)
+    assert f.cap == 0.25 and f.level == 0
+
+
+def test_strict_priority_across_levels_in_the_engine():
+    net = FluidNetwork(one_link(), create_policy("sjf"))
+    flows = [Flow.on_path("big", 3.0, [0]), Flow.on_path("small", 1.0, [0])]
+    schedule(net, flows)
+    net.run(until=0.5)
+    assert net.rate_of(flows[1]) == 1.0 and net.rate_of(flows[0]) == 0.0
+    assert flows[1].level == 0 and flows[0].level == 1
+    net.run()
+    assert flows[1].finish == 1.0 and flows[0].finish == 4.0
+
+
+def random_leaf_spine_run(seed: int, policy: str = "fs", record: bool = False):
+    topo = leaf_spine(32, 8, 10.0, oversubscription=2.0, num_spines=2)
+    rng = np.random.default_rng(seed)
+    net = FluidNetwork(topo, create_policy(policy))
+    flows = []
+    for i in range(60):
+        s, d = (int(x) for x in rng.choice(32, 2, replace=False))
+        stage = Stage(rng.choice([s.value for s in Stage]))
+        flows.append(
+            Flow.on_path(f"f{i}", float(rng.uniform(1, 30)), topo.path(s, d), arrival=float(rng.uniform(0, 4)), stage=stage)
+        )
+    schedule(net, flows)
+    samples: list[tuple[float, dict[str, float]]] = []
+    if record:
+        while len(net.queue):
+            net.queue.step()
+            samples.append((net.queue.now, {f.id: net.rate_of(f) for f in flows}))
+    else:
+        net.run()
+    return net, flows, samples
+
+
+def test_bytes_equal_the_integral_of_rate():
+    net, flows, samples = random_leaf_spine_run(1, record=True)
+    delivered = {f.id: 0.0 for f in flows}
+    # Rates are constant between consecutive events; the rate seen after the
+    # last event at time t holds until the next event time.
+    for (t0, rates), (t1, _) in zip(samples, samples[1:]):
+        for fid, r in rates.items():
+            delivered[fid] += r * (t1 - t0)
+    for f in flows:
+        assert f.finish is not None
+        assert delivered[f.id] == pytest.approx(f.size, rel=1e-9)
+    by_stage = {s: sum(f.size for f in flows if f.stage is s) for s in Stage}
+    for s in Stage:
+        assert net.bytes_delivered_by_stage[s] == pytest.approx(by_stage[s], rel=1e-12)
+
+
+def test_runs_are_deterministic():
+    _, a, _ = random_leaf_spine_run(5, "edf")
+    _, b, _ = random_leaf_spine_run(5, "edf")
+    assert [f.finish for f in a] == [f.finish for f in b]
+
+
+def test_links_never_exceed_capacity():
+    topo = leaf_spine(32, 8, 10.0, oversubscription=4.0, num_spines=2)
+    rng = np.random.default_rng(2)
+    net = FluidNetwork(topo, create_policy("sjf"))
+    flows = [Flow.on_path(f"f{i}", 5.0, topo.path(*(int(x) for x in rng.choice(32, 2, replace=False)))) for i in range(80)]
+    schedule(net, flows)
+    while len(net.queue):
+        net.queue.step()
+        load = np.zeros(topo.num_links)
+        for f in net.live:
+            load[f.links] += net.rate_of(f)
+        assert np.all(load <= topo.capacity * (1 + 1e-9))
+
+
+def test_flow_group_equals_its_expanded_point_to_point_flows():
+    n, per_pair = 4, 3.0
+    topo = big_switch(n, 2.0)
+    traffic = {(s, d): per_pair for s in range(n) for d in range(n) if s != d}
+    links, weights, total = topo.usage(traffic)
+    group = Flow(id="a2a", size=total, links=links, weights=weights, stage=Stage.COLLECTIVE)
+    net = FluidNetwork(topo, create_policy("fs"))
+    schedule(net, [group])
+    net.run()
+    expanded = [Flow.on_path(f"{s}-{d}", b, topo.path(s, d)) for (s, d), b in traffic.items()]
+    net2 = FluidNetwork(topo, create_policy("fs"))
+    schedule(net2, expanded)
+    net2.run()
+    # Each port carries 3 pairs of 3 bytes at 2 bytes/s: 4.5 s either way.
+    assert group.finish == pytest.approx(4.5)
+    for f in expanded:
+        assert f.finish == pytest.approx(group.finish)
+    assert net.bytes_delivered_by_stage[Stage.COLLECTIVE] == pytest.approx(total)
+
+
+def test_same_time_completions_complete_together_before_the_recompute():
+    policy = Recorder()
+    net = FluidNetwork(one_link(), policy)
+    seen: list[tuple[str, float]] = []
+    flows = [Flow.on_path("A", 1.0, [0]), Flow.on_path("B", 1.0, [0]), Flow.on_path("C", 3.0, [0])]
+    for f in flows:
+        net.queue.push(0.0, Priority.ARRIVAL, net.add_flow, f, lambda fl: seen.append((fl.id, net.queue.now)))
+    net.run()
+    # A and B finish at 3 (rate 1/3 each) in one event, in admission order.
+    assert seen == [("A", 3.0), ("B", 3.0), ("C", 5.0)]
+    assert policy.completed == [(3.0, "A"), (3.0, "B"), (5.0, "C")]
+    # One decision per timestamp: at 0 (three arrivals), at 3, and none at 5
+    # (the network is empty).
+    assert [t for t, _ in policy.calls] == [0.0, 3.0]
+    assert policy.calls[0][1] == ["A", "B", "C"]
+
+
+def test_arrival_at_a_completion_time_sees_the_freed_capacity():
+    policy = Recorder()
+    net = FluidNetwork(one_link(), policy)
+    a = Flow.on_path("A", 1.0, [0])
+    b = Flow.on_path("B", 1.0, [0], arrival=1.0)
+    schedule(net, [a, b])
+    net.run(until=1.0)
+    # A completed at 1 (COMPLETION runs before ARRIVAL), B alone gets the link.
+    assert a.finish == 1.0
+    assert net.rate_of(b) == 1.0
+    assert policy.calls[-1] == (1.0, ["B"])
+
+
+def test_callback_can_add_a_flow_at_the_completion_time():
+    net = FluidNetwork(one_link(), create_policy("fs"))
+    follow = Flow.on_path("next", 2.0, [0])
+    first = Flow.on_path("first", 1.0, [0])
+    net.queue.push(0.0, Priority.ARRIVAL, net.add_flow, first, lambda fl: net.add_flow(follow))
+    net.run()
+    assert follow.arrival == 1.0 and follow.finish == 3.0
+
+
+def test_policy_timer_changes_levels_at_its_time():
+    class Flip(FlowPolicy):
+        """Favours A until t=1, then B."""
+
+        def decide(self, snap):
+            ids = [f.id for f in snap.flows]
+            favour = "A" if snap.now < 1.0 else "B"
+            return Decision(level=np.array([0 if i == favour else 1 for i in ids]), timers=(1.0,))
+
+    net = FluidNetwork(one_link(), Flip())
+    a, b = Flow.on_path("A", 2.0, [0]), Flow.on_path("B", 1.0, [0])
+    schedule(net, [a, b])
+    net.run()
+    # A runs 0..1, B runs 1..2, A finishes its last byte 2..3.
+    assert b.finish == 2.0 and a.finish == 3.0
+
+
+def test_reschedule_asks_the_policy_again():
+    class ByLayer(FlowPolicy):
+        def decide(self, snap):
+            return Decision(level=np.array([0 if f.current_layer == f.layer else 1 for f in snap.flows]))
+
+    net = FluidNetwork(one_link(), ByLayer())
+    a = Flow.on_path("A", 2.0, [0], layer=1, current_layer=0)
+    b = Flow.on_path("B", 2.0, [0], layer=0, current_layer=0)
+    schedule(net, [a, b])
+
+    def layer_boundary():
+        a.current_layer = 1
+        b.current_layer = 1
+        net.reschedule()
+
+    net.queue.push(1.0, Priority.COMPUTE, layer_boundary)
+    net.run()
+    # B alone 0..1 (1 byte left), then A is promoted: A 1..3, B 3..4.
+    assert a.finish == 3.0 and b.finish == 4.0
+    assert a.level == 0 and b.level == 1
+
+
+def test_link_load_is_an_ewma_of_utilisation():
+    class Loads(FlowPolicy):
+        def __init__(self):
+            self.loads = []
+
+        def decide(self, snap):
+            self.loads.append((snap.now, float(snap.link_load[0])))
+            return Decision(level=np.zeros(len(snap.flows), dtype=np.int64), cap=np.full(len(snap.flows), 0.5))
+
+    policy = Loads()
+    net = FluidNetwork(one_link(), policy, load_window=2.0)
+    schedule(net, [Flow.on_path("A", 10.0, [0])])
+    net.queue.push(4.0, Priority.COMPUTE, net.reschedule)
+    net.run(until=4.0)
+    # Utilisation 0.5 (the cap) since t=0.
+    assert policy.loads == [(0.0, 0.0), (4.0, pytest.approx(0.5 * (1 - math.exp(-2.0))))]
+
+
+def test_bad_decisions_and_double_add_are_errors():
+    class Wrong(FlowPolicy):
+        def decide(self, snap):
+            return Decision(level=np.zeros(len(snap.flows) + 1, dtype=np.int64))
+
+    net = FluidNetwork(one_link(), Wrong())
+    schedule(net, [Flow.on_path("A", 1.0, [0])])
+    with pytest.raises(ValueError, match="shape"):
+        net.run()
+    net = FluidNetwork(one_link(), create_policy("fs"))
+    f = Flow.on_path("A", 1.0, [0])
+    net.add_flow(f)
+    with pytest.raises(ValueError, match="already added"):
+        net.add_flow(f)
+    with pytest.raises(ValueError, match="out of range"):
+        net.add_flow(Flow.on_path("B", 1.0, [3]))
+
+
+def test_shared_queue_with_owner_events():
+    queue = EventQueue()
+    net = FluidNetwork(big_switch(2, 1.0), create_policy("fs"), queue)
+    log = []
+    f = Flow.on_path("A", 2.0, big_switch(2, 1.0).path(0, 1))
+    queue.push(0.5, Priority.ARRIVAL, net.add_flow, f, lambda fl: log.append(("done", queue.now)))
+    queue.push(1.0, Priority.COMPUTE, lambda: log.append(("compute", queue.now, net.remaining_of(f))))
+    net.run()
+    assert log == [("compute", 1.0, 1.5), ("done", 2.5)]
