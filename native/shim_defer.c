@@ -58,6 +58,7 @@ struct lxf_open_msg {
     uint64_t bytes_posted;
     int posted_any;
     int closed;             /* no more WRs of it will come on this QP */
+    int submitted;          /* the daemon was told: it gets the completion too */
 };
 
 struct lxf_qp_state {
@@ -217,7 +218,8 @@ static struct lxf_open_msg *open_msg_find(struct lxf_qp_state *qs, uint64_t msg_
 
 static void retire_message(struct lxf_qp_state *qs, struct lxf_open_msg *om)
 {
-    lxf_emit(LXF_EV_COMPLETION, om->tag.msg_id, &om->tag, qs->qp_num);
+    if (om->submitted)
+        lxf_emit(LXF_EV_COMPLETION, om->tag.msg_id, &om->tag, qs->qp_num);
     qs->om_head++;
 }
 
@@ -241,6 +243,7 @@ static void begin_message(struct lxf_qp_state *qs, const struct lxf_tag_value *t
     struct lxf_open_msg *om = &qs->msgs[qs->om_tail++ & (LXF_OPEN_MSGS - 1)];
     memset(om, 0, sizeof(*om));
     om->tag = *tag;
+    om->submitted = live;
     if (live)
         lxf_emit(LXF_EV_SUBMIT, tag->msg_id, tag, qs->qp_num);
 }

@@ -1,0 +1,264 @@
+/*
+ * verbs_client.c -- a verbs user as NCCL or Mooncake is one, for tests/native.
+ *
+ *   verbs_client MODE NQPS NCHAINS NPHASES [--wait] [--sig-all]
+ *
+ * MODE direct: calls ibv_* as a program linked with -libverbs (Mooncake).
+ * MODE dlopen: dlopen("libibverbs.so.1") and dlvsym(h, name, "IBVERBS_1.1")
+ *              for every entry point (NCCL's ibvwrap).
+ * One thread per QP (NQPS threads posting concurrently).  Each thread posts
+ * NPHASES phases of NCHAINS chains: chains of 1-3 WRs, SEND / WRITE / WRITE
+ * with immediate, 1-3 SGEs into a fixed buffer, some inline (from a stack
+ * buffer overwritten right after the post returns), every 4th WR signaled.
+ * ibv_post_send and ibv_poll_cq are the header's inline calls through
+ * ctx->ops, as in both libraries.
+ *
+ * Protocol on stdout/stdin (for the test driving it as the daemon would):
+ *   prints "QPS pid qpnum..." and "PLAN qp phase bytes" lines, then
+ *   with --wait reads a line before each phase; prints "POSTED phase" after
+ *   each; finally polls until every signaled WR completed (or 30 s) and
+ *   prints "DONE completions=N errors=E".
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct api {
+    struct ibv_device **(*get_device_list)(int *);
+    struct ibv_context *(*open_device)(struct ibv_device *);
+    int (*close_device)(struct ibv_context *);
+    struct ibv_pd *(*alloc_pd)(struct ibv_context *);
+    struct ibv_cq *(*create_cq)(struct ibv_context *, int, void *, struct ibv_comp_channel *, int);
+    struct ibv_qp *(*create_qp)(struct ibv_pd *, struct ibv_qp_init_attr *);
+    int (*modify_qp)(struct ibv_qp *, struct ibv_qp_attr *, int);
+    int (*destroy_qp)(struct ibv_qp *);
+};
+
+static struct api A;
+static int g_nqps, g_nchains, g_nphases, g_wait, g_sig_all;
+static struct ibv_qp **g_qp;
+static struct ibv_cq **g_cq;
+static unsigned char g_buf[8][4096];
+static pthread_barrier_t g_start, g_end;
+static int g_expected[8];
+
+static void *must(void *p, const char *what)
+{
+    if (!p) {
+        fprintf(stderr, "verbs_client: %s failed\n", what);
+        exit(2);
+    }
+    return p;
+}
+
+static void load_api(const char *mode)
+{
+    if (strcmp(mode, "direct") == 0) {
+        A.get_device_list = ibv_get_device_list;
+        A.open_device = ibv_open_device;
+        A.close_device = ibv_close_device;
+        A.alloc_pd = ibv_alloc_pd;
+        A.create_cq = ibv_create_cq;
+        A.create_qp = ibv_create_qp;
+        A.modify_qp = ibv_modify_qp;
+        A.destroy_qp = ibv_destroy_qp;
+        return;
+    }
+    void *h = must(dlopen("libibverbs.so.1", RTLD_NOW), "dlopen(libibverbs.so.1)");
+    /* What NCCL's ibvwrap does: one versioned lookup per entry point. */
+#define SYM(field, name) A.field = must(dlvsym(h, name, "IBVERBS_1.1"), "dlvsym(" name ")")
+    SYM(get_device_list, "ibv_get_device_list");
+    SYM(open_device, "ibv_open_device");
+    SYM(close_device, "ibv_close_device");
+    SYM(alloc_pd, "ibv_alloc_pd");
+    SYM(create_cq, "ibv_create_cq");
+    SYM(create_qp, "ibv_create_qp");
+    SYM(modify_qp, "ibv_modify_qp");
+    SYM(destroy_qp, "ibv_destroy_qp");
+    printf("HANDLE shim=%d\n", dlsym(h, "laxflow_shim_active") != NULL);
+}
+
+/* Deterministic plan of thread t, phase p, chain c, WR k. */
+static int chain_len(int t, int p, int c) { return 1 + (t + p + c) % 3; }
+static int wr_nsge(int t, int c, int k) { return 1 + (t + c + k) % 3; }
+static int wr_inline(int t, int c, int k) { return (t + c * 3 + k) % 5 == 0; }
+static unsigned sge_len(int c, int k, int i) { return 8 + ((c * 7 + k * 3 + i * 5) % 24); }
+
+static unsigned long long phase_bytes(int t, int p)
+{
+    unsigned long long b = 0;
+    for (int c = 0; c < g_nchains; c++)
+        for (int k = 0; k < chain_len(t, p, c); k++)
+            for (int i = 0; i < wr_nsge(t, c, k); i++)
+                b += sge_len(c, k, i);
+    return b;
+}
+
+static void *poster(void *arg)
+{
+    int t = (int)(long)arg;
+    unsigned long long seq = 0;
+    int n_wr_total = 0;
+    for (int p = 0; p < g_nphases; p++) {
+        pthread_barrier_wait(&g_start);
+        for (int c = 0; c < g_nchains; c++) {
+            struct ibv_send_wr wrs[3];
+            struct ibv_sge sges[3][3];
+            unsigned char inl[3][96];
+            int n = chain_len(t, p, c);
+            memset(wrs, 0, sizeof wrs);
+            for (int k = 0; k < n; k++) {
+                struct ibv_send_wr *w = &wrs[k];
+                int inline_ = wr_inline(t, c, k);
+                unsigned off = 0;
+                w->wr_id = ((unsigned long long)t << 32) | seq++;
+                w->num_sge = wr_nsge(t, c, k);
+                w->sg_list = sges[k];
+                for (int i = 0; i < w->num_sge; i++) {
+                    unsigned len = sge_len(c, k, i);
+                    if (inline_) {
+                        for (unsigned j = 0; j < len; j++)
+                            inl[k][off + j] = (unsigned char)(seq * 31 + j + i);
+                        sges[k][i].addr = (uintptr_t)&inl[k][off];
+                        sges[k][i].lkey = 0;
+                    } else {
+                        sges[k][i].addr = (uintptr_t)&g_buf[t][(c * 97 + k * 13 + i * 331) % 3000];
+                        sges[k][i].lkey = 0x1000 + t;
+                    }
+                    sges[k][i].length = len;
+                    off += len;
+                }
+                switch ((c + k) % 4) {
+                case 0: w->opcode = IBV_WR_SEND; break;
+                case 1: w->opcode = IBV_WR_RDMA_WRITE; break;
+                case 2: w->opcode = IBV_WR_RDMA_WRITE_WITH_IMM; w->imm_data = (uint32_t)seq; break;
+                default: w->opcode = IBV_WR_SEND_WITH_IMM; w->imm_data = (uint32_t)(seq * 3); break;
+                }
+                w->wr.rdma.remote_addr = 0x7f0000000000ULL + seq * 4096;
+                w->wr.rdma.rkey = 0x2000 + t;
+                n_wr_total++;
+                int last = p == g_nphases - 1 && c == g_nchains - 1 && k == n - 1;
+                w->send_flags = (inline_ ? IBV_SEND_INLINE : 0) |
+                                ((n_wr_total % 4 == 0 || last) ? IBV_SEND_SIGNALED : 0);
+                if (g_sig_all || (w->send_flags & IBV_SEND_SIGNALED))
+                    g_expected[t]++;
+                w->next = k + 1 < n ? &wrs[k + 1] : NULL;
+            }
+            struct ibv_send_wr *bad = NULL;
+            int rc = ibv_post_send(g_qp[t], wrs, &bad);
+            if (rc)
+                fprintf(stderr, "post_send rc=%d\n", rc);
+            /* Inline data may be reused once post_send returns. */
+            memset(inl, 0xEE, sizeof inl);
+        }
+        pthread_barrier_wait(&g_end);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 5) {
+        fprintf(stderr, "usage: verbs_client direct|dlopen NQPS NCHAINS NPHASES [--wait] [--sig-all]\n");
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    g_nqps = atoi(argv[2]);
+    g_nchains = atoi(argv[3]);
+    g_nphases = atoi(argv[4]);
+    for (int i = 5; i < argc; i++) {
+        g_wait |= strcmp(argv[i], "--wait") == 0;
+        g_sig_all |= strcmp(argv[i], "--sig-all") == 0;
+    }
+    if (g_nqps < 1 || g_nqps > 8)
+        return 2;
+    load_api(argv[1]);
+    for (int t = 0; t < 8; t++)
+        for (int i = 0; i < 4096; i++)
+            g_buf[t][i] = (unsigned char)(t * 41 + i * 7);
+
+    int ndev = 0;
+    struct ibv_device **devs = must(A.get_device_list(&ndev), "ibv_get_device_list");
+    if (ndev < 1)
+        must(NULL, "a device");
+    struct ibv_context *ctx = must(A.open_device(devs[0]), "ibv_open_device");
+    struct ibv_pd *pd = must(A.alloc_pd(ctx), "ibv_alloc_pd");
+    g_qp = calloc(g_nqps, sizeof(*g_qp));
+    g_cq = calloc(g_nqps, sizeof(*g_cq));
+    printf("QPS %d", (int)getpid());
+    for (int t = 0; t < g_nqps; t++) {
+        g_cq[t] = must(A.create_cq(ctx, 4096, NULL, NULL, 0), "ibv_create_cq");
+        struct ibv_qp_init_attr ia = {.send_cq = g_cq[t], .recv_cq = g_cq[t], .qp_type = IBV_QPT_RC,
+                                      .sq_sig_all = g_sig_all, .cap = {.max_send_wr = 1024, .max_send_sge = 3}};
+        g_qp[t] = must(A.create_qp(pd, &ia), "ibv_create_qp");
+        printf(" %u", g_qp[t]->qp_num);
+    }
+    printf("\n");
+    for (int t = 0; t < g_nqps; t++)
+        for (int p = 0; p < g_nphases; p++)
+            printf("PLAN %u %d %llu\n", g_qp[t]->qp_num, p, phase_bytes(t, p));
+
+    char line[64];
+    if (g_wait && !fgets(line, sizeof line, stdin))
+        return 2;
+    /* RTR with a global route: traffic class 0x15 = DSCP 5, ECN 01. */
+    for (int t = 0; t < g_nqps; t++) {
+        struct ibv_qp_attr at = {.qp_state = IBV_QPS_RTR};
+        at.ah_attr.is_global = 1;
+        at.ah_attr.grh.traffic_class = 0x15;
+        at.ah_attr.grh.hop_limit = 64;
+        at.ah_attr.port_num = 1;
+        if (A.modify_qp(g_qp[t], &at, IBV_QP_STATE | IBV_QP_AV))
+            must(NULL, "ibv_modify_qp");
+        if (at.ah_attr.grh.traffic_class != 0x15)
+            must(NULL, "ibv_modify_qp left the caller's attr alone");
+    }
+
+    pthread_barrier_init(&g_start, NULL, g_nqps + 1);
+    pthread_barrier_init(&g_end, NULL, g_nqps + 1);
+    pthread_t th[8];
+    for (int t = 0; t < g_nqps; t++)
+        pthread_create(&th[t], NULL, poster, (void *)(long)t);
+    for (int p = 0; p < g_nphases; p++) {
+        if (g_wait && p > 0 && !fgets(line, sizeof line, stdin))
+            return 2;
+        pthread_barrier_wait(&g_start);
+        pthread_barrier_wait(&g_end);
+        printf("POSTED %d\n", p);
+    }
+    for (int t = 0; t < g_nqps; t++)
+        pthread_join(th[t], NULL);
+
+    int completions = 0, errors = 0, expected = 0;
+    for (int t = 0; t < g_nqps; t++)
+        expected += g_expected[t];
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (completions + errors < expected) {
+        for (int t = 0; t < g_nqps; t++) {
+            struct ibv_wc wc[16];
+            int n = ibv_poll_cq(g_cq[t], 16, wc);
+            for (int i = 0; i < n; i++) {
+                if (wc[i].status == IBV_WC_SUCCESS)
+                    completions++;
+                else
+                    errors++;
+            }
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - t0.tv_sec > 30)
+            break;
+        usleep(100);
+    }
+    printf("DONE completions=%d errors=%d expected=%d\n", completions, errors, expected);
+    for (int t = 0; t < g_nqps; t++)
+        A.destroy_qp(g_qp[t]);
+    A.close_device(ctx);
+    return completions + errors == expected ? 0 : 3;
+}

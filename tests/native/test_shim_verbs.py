@@ -1,0 +1,280 @@
+"""The shim under real programs: both verbs call paths, deferral, fail-open.
+
+Each test runs c/verbs_client.c (one poster thread per QP) against the fake
+libibverbs, without the shim for a reference and with it, and compares what
+the fake device received.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import Client, client_env, log_by_qp, post_count, run_client
+
+from laxflow.protocol.shm import EventKind, Gate, Segment, Stage
+
+MODES = ["direct", "dlopen"]
+
+
+def reference(native_bin, tmp_path, args) -> dict[str, list[str]]:
+    log = tmp_path / "reference.log"
+    proc = run_client(native_bin, args, client_env(native_bin, log))
+    assert proc.returncode == 0, proc.stderr
+    return log_by_qp(log)
+
+
+def drain(seg: Segment, kind: int):
+    events = seg.drain_events()
+    return events[events["kind"] == kind]
+
+
+def tag_all(seg: Segment, pid: int, qps: list[int], plan, phase: int, dscp: int = -1) -> dict[int, int]:
+    """Tag each QP with a new message of this phase; returns qp -> msg_id."""
+    return {
+        qp: seg.tag_qp(pid, qp, request_id=1000 + qp, stage=Stage.P2D, layer=phase,
+                       bytes=plan[qp, phase], dscp=dscp)
+        for qp in qps
+    }
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fail_open_without_daemon_is_byte_identical(native_bin, shim_lib, tmp_path, mode):
+    args = [mode, "1", "40", "2"]  # one QP: the whole log is deterministic
+    ref_log, shim_log = tmp_path / "ref.log", tmp_path / "shim.log"
+    ref = run_client(native_bin, args, client_env(native_bin, ref_log))
+    under = run_client(native_bin, args, client_env(native_bin, shim_log, shim=shim_lib))
+    assert ref.returncode == under.returncode == 0, under.stderr
+    assert shim_log.read_bytes() == ref_log.read_bytes()
+    strip = lambda out: [l for l in out.splitlines() if not l.startswith(("QPS", "HANDLE"))]  # noqa: E731
+    assert strip(under.stdout) == strip(ref.stdout)
+    assert "CLOSE ops-not-restored" not in shim_log.read_text()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gated_chains_deferred_then_posted_identical(native_bin, shim_lib, tmp_path, daemon, mode):
+    """4 threads post concurrently on 4 QPs whose gates are closed: nothing
+    reaches the device; once the gates open every chain is posted exactly once,
+    byte-identical and in per-QP order, and the daemon sees one submit and one
+    completion per message."""
+    args = [mode, "4", "60", "1"]
+    ref = reference(native_bin, tmp_path, args)
+    log = tmp_path / "shim.log"
+    client = Client(native_bin, [*args, "--wait"], client_env(native_bin, log, shim_lib, daemon.name))
+    if mode == "dlopen":
+        assert client.expect("HANDLE") == "HANDLE shim=1"
+    pid, qps = client.qps()
+    plan = client.plan(4, 1)
+    msgs = tag_all(daemon.seg, pid, qps, plan, 0)
+    client.send()
+    client.expect("POSTED 0")
+    total = sum(len(v) for v in ref.values())
+    assert post_count(log) == 0
+    assert daemon.seg.counters()["wr_deferred"] == total
+    submits = drain(daemon.seg, EventKind.SUBMIT)
+    assert sorted(submits["msg_id"].tolist()) == sorted(msgs.values())
+    assert {int(e["handle"]): int(e["bytes"]) for e in submits} == {qp: plan[qp, 0] for qp in qps}
+    for msg in msgs.values():
+        daemon.seg.set_permit(msg, Gate.OPEN)
+    assert client.wait() == 0, client.proc.stderr.read()
+    assert log_by_qp(log) == ref
+    counters = daemon.seg.counters()
+    assert counters["wr_released"] == total and counters["wr_failopen"] == 0
+    completions = drain(daemon.seg, EventKind.COMPLETION)
+    assert sorted(completions["msg_id"].tolist()) == sorted(msgs.values())
+    assert "CLOSE ops-not-restored" not in log.read_text()
+
+
+def test_later_messages_wait_behind_earlier_ones(native_bin, shim_lib, tmp_path, daemon):
+    """Three messages per QP, gates opened newest first: per-QP FIFO order
+    means nothing moves until the oldest opens."""
+    args = ["direct", "4", "20", "3"]
+    ref = reference(native_bin, tmp_path, args)
+    log = tmp_path / "shim.log"
+    client = Client(native_bin, [*args, "--wait"], client_env(native_bin, log, shim_lib, daemon.name))
+    pid, qps = client.qps()
+    plan = client.plan(4, 3)
+    phases = []
+    for phase in range(3):
+        phases.append(tag_all(daemon.seg, pid, qps, plan, phase))
+        client.send()
+        client.expect(f"POSTED {phase}")
+    for phase in (2, 1):
+        for msg in phases[phase].values():
+            daemon.seg.set_permit(msg, Gate.OPEN)
+    time.sleep(0.05)
+    assert post_count(log) == 0
+    for msg in phases[0].values():
+        daemon.seg.set_permit(msg, Gate.OPEN)
+    assert client.wait() == 0
+    assert log_by_qp(log) == ref
+    completions = drain(daemon.seg, EventKind.COMPLETION)
+    assert len(completions) == 12 and len(set(completions["msg_id"].tolist())) == 12
+
+
+def test_signal_all_qp_tracks_completions(native_bin, shim_lib, tmp_path, daemon):
+    args = ["direct", "2", "30", "1", "--sig-all"]
+    ref = reference(native_bin, tmp_path, args)
+    log = tmp_path / "shim.log"
+    client = Client(native_bin, [*args, "--wait"], client_env(native_bin, log, shim_lib, daemon.name))
+    pid, qps = client.qps()
+    plan = client.plan(2, 1)
+    msgs = tag_all(daemon.seg, pid, qps, plan, 0)
+    client.send()
+    client.expect("POSTED 0")
+    for msg in msgs.values():
+        daemon.seg.set_permit(msg, Gate.OPEN)
+    assert client.wait() == 0
+    assert log_by_qp(log) == ref
+    assert sorted(drain(daemon.seg, EventKind.COMPLETION)["msg_id"].tolist()) == sorted(msgs.values())
+
+
+def test_open_gate_posts_at_once(native_bin, shim_lib, tmp_path, daemon):
+    args = ["direct", "2", "20", "1"]
+    ref = reference(native_bin, tmp_path, args)
+    log = tmp_path / "shim.log"
+    client = Client(native_bin, [*args, "--wait"], client_env(native_bin, log, shim_lib, daemon.name))
+    pid, qps = client.qps()
+    plan = client.plan(2, 1)
+    for msg in tag_all(daemon.seg, pid, qps, plan, 0).values():
+        daemon.seg.set_permit(msg, Gate.OPEN)
+    client.send()
+    assert client.wait() == 0
+    assert log_by_qp(log) == ref
+    assert daemon.seg.counters()["wr_deferred"] == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_modify_qp_traffic_class(native_bin, shim_lib, tmp_path, daemon, mode):
+    # static rule: LAXFLOW_DSCP, no daemon
+    log = tmp_path / "static.log"
+    proc = run_client(native_bin, [mode, "2", "1", "1"], client_env(native_bin, log, shim_lib, LAXFLOW_DSCP="46"))
+    assert proc.returncode == 0, proc.stderr
+    modifies = [l for l in log.read_text().splitlines() if l.startswith("MODIFY")]
+    # client asks for 0x15 (DSCP 5, ECN 01): DSCP rewritten, ECN kept
+    assert modifies and all(l.endswith(f"traffic_class={46 << 2 | 1}") for l in modifies)
+    # per-QP class from the flow tag, in daemon mode
+    log = tmp_path / "tagged.log"
+    client = Client(native_bin, [mode, "2", "1", "1", "--wait"], client_env(native_bin, log, shim_lib, daemon.name))
+    pid, qps = client.qps()
+    client.plan(2, 1)
+    daemon.seg.tag_qp(pid, qps[0], request_id=1, stage=Stage.COLLECTIVE, layer=0, dscp=26)
+    client.send()
+    client.expect("POSTED 0")
+    daemon.seg.set_permit(daemon.seg.read_tag(pid, 1, qps[0]).msg_id, Gate.OPEN)
+    assert client.wait() == 0
+    tc = {l.split()[1]: l.split()[-1] for l in log.read_text().splitlines() if l.startswith("MODIFY")}
+    assert tc == {f"qp={qps[0]}": f"traffic_class={26 << 2 | 1}", f"qp={qps[1]}": "traffic_class=21"}
+
+
+def test_version_mismatch_and_stale_heartbeat_pass_through(native_bin, shim_lib, tmp_path, daemon):
+    args = ["direct", "2", "20", "1", "--wait"]
+    for case in ("stale", "version"):
+        log = tmp_path / f"{case}.log"
+        if case == "stale":
+            daemon.stop_heartbeat()
+            daemon.seg.raw.header.heartbeat_ns = 1
+        else:
+            daemon.seg.raw.header.version = 99
+        client = Client(native_bin, args, client_env(native_bin, log, shim_lib, daemon.name))
+        pid, qps = client.qps()
+        plan = client.plan(2, 1)
+        tag_all(daemon.seg, pid, qps, plan, 0)  # closed gates, which must not matter
+        client.send()
+        assert client.wait() == 0
+        assert post_count(log) > 0
+    assert daemon.seg.counters()["wr_deferred"] == 0
+    assert len(daemon.seg.drain_events()) == 0
+
+
+DAEMON = """
+import sys, time
+from laxflow.protocol.shm import Segment
+seg = Segment.create(sys.argv[1])
+print("ready", flush=True)
+while True:
+    seg.heartbeat()
+    time.sleep(0.002)
+"""
+
+
+def test_killed_daemon_releases_every_deferred_wr(native_bin, shim_lib, tmp_path):
+    """SIGKILL the segment's owner mid-stream: within the heartbeat timeout
+    the shim posts every deferred WR, in order, none lost."""
+    name = f"/lxf-test-kill-{os.getpid()}"
+    Segment.unlink_name(name)
+    owner = subprocess.Popen([sys.executable, "-c", DAEMON, name], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout.readline().strip() == "ready"
+        seg = Segment.attach(name)
+        args = ["direct", "4", "40", "1"]
+        ref = reference(native_bin, tmp_path, args)
+        log = tmp_path / "shim.log"
+        env = client_env(native_bin, log, shim_lib, name, LAXFLOW_STALE_MS="300")
+        client = Client(native_bin, [*args, "--wait"], env)
+        pid, qps = client.qps()
+        plan = client.plan(4, 1)
+        tag_all(seg, pid, qps, plan, 0)
+        client.send()
+        client.expect("POSTED 0")
+        assert post_count(log) == 0
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+        t0 = time.monotonic()
+        client.expect("DONE", timeout=30)
+        released_after = time.monotonic() - t0
+        assert client.wait() == 0
+        assert log_by_qp(log) == ref
+        total = sum(len(v) for v in ref.values())
+        assert seg.counters()["wr_failopen"] == total
+        print(f"released {total} WRs {released_after * 1000:.0f} ms after the kill (stale after 300 ms)")
+        seg.close()
+    finally:
+        owner.kill()
+        owner.wait()
+        Segment.unlink_name(name)
+
+
+def test_refused_release_becomes_error_completion(native_bin, shim_lib, tmp_path, daemon):
+    # wr_id 3 of thread 0 is its 4th WR, signaled; the fake refuses it.
+    log = tmp_path / "shim.log"
+    env = client_env(native_bin, log, shim_lib, daemon.name, FAKEVERBS_FAIL_WRID="3")
+    client = Client(native_bin, ["direct", "1", "10", "1", "--wait"], env)
+    pid, qps = client.qps()
+    plan = client.plan(1, 1)
+    msgs = tag_all(daemon.seg, pid, qps, plan, 0)
+    client.send()
+    client.expect("POSTED 0")
+    daemon.seg.set_permit(msgs[qps[0]], Gate.OPEN)
+    done = client.expect("DONE")
+    assert client.wait() == 0
+    assert "errors=1" in done
+    assert daemon.seg.counters()["wr_post_errors"] >= 1
+
+
+def test_commands_release_and_pass_through(native_bin, shim_lib, tmp_path, daemon):
+    log = tmp_path / "shim.log"
+    client = Client(native_bin, ["direct", "2", "20", "2", "--wait"], client_env(native_bin, log, shim_lib, daemon.name))
+    pid, qps = client.qps()
+    plan = client.plan(2, 2)
+    tag_all(daemon.seg, pid, qps, plan, 0)
+    client.send()
+    client.expect("POSTED 0")
+    assert post_count(log) == 0
+    assert pid in daemon.seg.proc_pids()
+    assert daemon.seg.send_command(pid, 2)  # RELEASE_ALL
+    deadline = time.monotonic() + 10
+    while daemon.seg.counters()["wr_released"] < daemon.seg.counters()["wr_deferred"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert post_count(log) == daemon.seg.counters()["wr_deferred"] > 0
+    assert daemon.seg.send_command(pid, 3)  # PASS_THROUGH: new closed gates no longer hold
+    time.sleep(0.05)
+    tag_all(daemon.seg, pid, qps, plan, 1)
+    client.send()
+    client.expect("POSTED 1")
+    assert client.wait() == 0
+    assert daemon.seg.counters()["wr_deferred"] == daemon.seg.counters()["wr_released"]
