@@ -10,3 +10,6 @@ app = typer.Typer(help="Compare scheduling policies in simulation.", no_args_is_
 from laxflow.sim import flows_cli  # noqa: E402
 
 flows_cli.register(app)
+from laxflow.sim import serve_cli  # noqa: E402
+
+serve_cli.register(app)

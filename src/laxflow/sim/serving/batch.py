@@ -1,0 +1,225 @@
+"""One prefill batch, run layer by layer on its unit, issuing the three stages of traffic.
+
+Created and started by the simulator when a prefill unit forms a batch; from
+then on driven only by events on the shared queue (compute segments ending,
+flows completing). It tells the simulator when its compute ends and when a
+request's last P2D byte lands.
+
+Per layer j:
+
+1. Stage 1 (reuse): the KV of layer j for the prefix cached on another unit
+   is fetched by a flow group with target layer j, issued at batch start (or
+   ``reuse_lookahead`` layers ahead). Layer j does not start until every
+   reuse group of layer j has landed: that wait is a stall.
+2. Stage 2 (collective): each blocking collective of the layer plan is one
+   flow group over the unit's GPUs (inter-node pairs only; intra-node pairs
+   take their NVSwitch time in parallel); compute resumes when both are done.
+3. Stage 3 (p2d): when layer j's compute ends, each request's layer-j KV (its
+   whole context) goes to its decode unit as one flow, without blocking the
+   next layer.
+
+At every layer boundary and when compute ends, the request fields of the
+batch's live flows (``current_layer``, ``compute_done``) are updated first
+and the network is asked to reschedule.
+
+Flow deadlines: every flow carries its request's absolute TTFT deadline
+(batch-wide flows the tightest of the batch, and the id of that request).
+``downstream`` is the compute still needed after the flow lands: for a P2D
+flow 0 (nothing runs after the KV lands; each layer's KV only has to be there
+by the deadline), for a reuse flow of layer j the compute of layers j..L-1,
+for a collective the rest of its layer and the layers after it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from laxflow.policy.flow import Flow, Stage
+from laxflow.sim.events import Priority
+from laxflow.sim.serving.cluster import Pattern, Unit
+from laxflow.sim.serving.plan import LayerPlan
+from laxflow.sim.serving.request_state import RequestState
+
+if TYPE_CHECKING:
+    from laxflow.sim.serving.simulator import ServingSimulator
+
+
+class BatchRun:
+    """The layer-by-layer execution of one prefill batch."""
+
+    def __init__(self, sim: "ServingSimulator", batch_id: int, unit: Unit, states: Sequence[RequestState], plan: LayerPlan):
+        self.sim = sim
+        self.id = batch_id
+        self.unit = unit
+        self.states = list(states)
+        self.plan = plan
+        self.num_layers = sim.runner.num_layers
+        self.layer = 0
+        self.tag = f"b{batch_id}"
+        urgent = min(self.states, key=lambda s: (s.deadline, s.index))
+        self.deadline = urgent.deadline
+        self.urgent_request = urgent.id
+        self.flows: dict[int, Flow] = {}  # live flows of this batch, by id(flow)
+        self.start = sim.queue.now
+        self.compute_end: float | None = None
+        self.stall = 0.0  # s waiting for reuse (stage 1) before a layer
+        self.cct: list[float] = []  # s per layer, stage-2 collectives (dispatch + combine, ...)
+        self._pending_reuse = [0] * self.num_layers
+        self._reuse_issued = 0  # layers whose reuse groups are issued
+        self._reuse_groups: list[tuple[Unit, float, Pattern]] = []  # (holder, bytes per layer, pattern)
+        self._stall_since: float | None = None
+        self._seg = 0
+        self._coll_pending = 0
+        self._coll_start = 0.0
+        self._layer_cct = 0.0
+
+    # -- start --------------------------------------------------------------------
+
+    def begin(self) -> None:
+        now = self.sim.queue.now
+        runner, cluster = self.sim.runner, self.sim.cluster
+        kv = runner.kv_transfer_bytes_per_token_per_layer
+        by_holder: dict[int, list[RequestState]] = {}
+        for s in self.states:
+            s.batch, s.batch_start = self.id, now
+            if s.route.remote_tokens > 0 and s.route.holder is not None:
+                by_holder.setdefault(s.route.holder, []).append(s)
+        for h in sorted(by_holder):
+            holder = cluster.prefill_units[h]
+            traffic: dict[tuple[int, int], float] = {}
+            for s in by_holder[h]:
+                part = cluster.transfer_traffic(runner.kv_gpus(holder, s.index), runner.kv_gpus(self.unit, s.index),
+                                                s.route.remote_tokens * kv)
+                for pair, b in part.items():
+                    traffic[pair] = traffic.get(pair, 0.0) + b
+            pattern = cluster.pattern(traffic)  # payload 1 = this holder's whole layer
+            payload = sum(s.route.remote_tokens for s in by_holder[h])
+            for s in by_holder[h]:
+                s.add_bytes("reuse", pattern.net_bytes * s.route.remote_tokens / payload * self.num_layers)
+            self._reuse_groups.append((holder, 1.0, pattern))
+        ahead = self.sim.config.reuse_lookahead
+        self._issue_reuse_until(self.num_layers if ahead is None else min(self.num_layers, ahead))
+        self._begin_layer(0)
+
+    def _issue_reuse_until(self, layers: int) -> None:
+        while self._reuse_issued < layers:
+            j = self._reuse_issued
+            self._reuse_issued += 1
+            downstream = (self.num_layers - j) * self.plan.compute
+            for holder, nbytes, pattern in self._reuse_groups:
+                done = self._transfer(f"{self.tag}.L{j}.reuse.{holder.name}", Stage.REUSE, nbytes, pattern, j,
+                                      self.deadline, downstream, self.urgent_request, self._reuse_done, j)
+                self._pending_reuse[j] += done
+
+    # -- layers ---------------------------------------------------------------------
+
+    def _begin_layer(self, j: int) -> None:
+        self.layer = j
+        for f in self.flows.values():
+            f.current_layer = j
+        ahead = self.sim.config.reuse_lookahead
+        if ahead is not None:
+            self._issue_reuse_until(min(self.num_layers, j + ahead))
+        self.sim.network.reschedule()
+        self._layer_cct = 0.0
+        if self._pending_reuse[j] > 0:
+            self._stall_since = self.sim.queue.now
+            return
+        self._run_segment(0)
+
+    def _reuse_done(self, j: int) -> None:
+        self._pending_reuse[j] -= 1
+        if self._pending_reuse[j] == 0 and j == self.layer and self._stall_since is not None:
+            self.stall += self.sim.queue.now - self._stall_since
+            self._stall_since = None
+            self._run_segment(0)
+
+    def _run_segment(self, k: int) -> None:
+        queue = self.sim.queue
+        segments = self.plan.segments
+        while k < len(segments):
+            seg = segments[k]
+            self._seg = k
+            if seg.kind == "compute":
+                queue.push(queue.now + seg.seconds, Priority.COMPUTE, self._run_segment, k + 1)
+                return
+            downstream = self.plan.compute_after(k) + (self.num_layers - 1 - self.layer) * self.plan.compute
+            self._coll_start = queue.now
+            self._coll_pending = self._transfer(
+                f"{self.tag}.L{self.layer}.{seg.name}", Stage.COLLECTIVE, seg.per_gpu_bytes, seg.pattern, self.layer,
+                self.deadline, downstream, self.urgent_request, self._collective_part_done, k,
+            )
+            for s in self.states:
+                s.add_bytes("collective", seg.network_bytes / len(self.states))
+            if self._coll_pending:
+                return
+            k += 1
+        self._layer_done()
+
+    def _collective_part_done(self, k: int) -> None:
+        self._coll_pending -= 1
+        if self._coll_pending == 0:
+            self._layer_cct += self.sim.queue.now - self._coll_start
+            self._run_segment(k + 1)
+
+    def _layer_done(self) -> None:
+        j = self.layer
+        self.cct.append(self._layer_cct)
+        runner, cluster = self.sim.runner, self.sim.cluster
+        kv = runner.kv_transfer_bytes_per_token_per_layer
+        for s in self.states:
+            nbytes = s.input_tokens * kv
+            decode = cluster.decode_units[s.route.decode]
+            pattern = cluster.transfer(runner.kv_gpus(self.unit, s.index), runner.kv_gpus(decode, s.index))
+            s.add_bytes("p2d", nbytes * pattern.net_bytes)
+            s.p2d_pending += self._transfer(f"{s.id}.L{j}.p2d", Stage.P2D, nbytes, pattern, j, s.deadline, 0.0, s.id,
+                                            self._p2d_done, s)
+        if j + 1 < self.num_layers:
+            self._begin_layer(j + 1)
+            return
+        now = self.sim.queue.now
+        self.compute_end = now
+        for f in self.flows.values():
+            f.compute_done = True
+        for s in self.states:
+            s.compute_end = now
+            s.stall = self.stall + sum(self.cct)
+        self.sim.network.reschedule()
+        self.sim.batch_compute_done(self)
+        for s in self.states:
+            if s.p2d_pending == 0:
+                self.sim.request_done(s, now)
+
+    def _p2d_done(self, state: RequestState) -> None:
+        state.p2d_pending -= 1
+        if state.p2d_pending == 0 and state.compute_end is not None:
+            self.sim.request_done(state, self.sim.queue.now)
+
+    # -- flows ------------------------------------------------------------------------
+
+    def _transfer(self, fid: str, stage: Stage, payload: float, pattern: Pattern, layer: int, deadline: float,
+                  downstream: float, request: str, then, arg) -> int:
+        """Issue a transfer's network flow and NVSwitch part; returns how many parts call ``then(arg)``."""
+        parts = 0
+        net = payload * pattern.net_bytes
+        if net > 0:
+            flow = Flow(
+                id=fid, size=net, links=pattern.links, weights=pattern.weights, stage=stage, request=request,
+                batch=self.tag, deadline=deadline, downstream=downstream, layer=layer, current_layer=self.layer,
+                compute_done=self.compute_end is not None,
+            )
+            self.flows[id(flow)] = flow
+
+            def landed(f: Flow, then=then, arg=arg) -> None:
+                self.flows.pop(id(f), None)
+                then(arg)
+
+            self.sim.network.add_flow(flow, landed)
+            parts += 1
+        intra = payload * pattern.intra_bytes / self.sim.cluster.config.nvswitch_bytes_per_s
+        # The network part cannot land sooner than at its idle bottleneck rate,
+        # so an NVSwitch part no longer than that never decides: skip its event.
+        if intra > 0 and (net <= 0 or intra > net / pattern.bottleneck):
+            self.sim.queue.push(self.sim.queue.now + intra, Priority.COMPUTE, then, arg)
+            parts += 1
+        return parts

@@ -1,0 +1,159 @@
+"""The cluster: servers, GPUs, NICs, the network topology, and unit placement.
+
+Built once per simulation by :class:`~laxflow.sim.serving.simulator.ServingSimulator`.
+GPU g has NIC g; server s holds GPUs ``s*G .. s*G+G-1``. Prefill units take
+consecutive GPUs of the prefill servers, decode units those of the decode
+servers. Traffic between two GPUs of the same server rides the intra-node
+fabric (NVSwitch), which is not shared with the network: it never becomes a
+flow, only a transfer time at NVSwitch speed.
+
+Every transfer shape the simulator issues (a collective inside a unit, a KV
+move from one unit to another) is turned into a :class:`Pattern` once and
+cached: the normalized sparse usage vector of its network part plus how
+many network bytes and how much per-GPU NVSwitch traffic one unit of payload
+makes. A flow of any size then reuses the same usage arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from laxflow.errors import UserError
+from laxflow.sim.network import Topology, big_switch, leaf_spine, mfs_testbed
+from laxflow.sim.serving.config import ClusterConfig
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A model replica: a prefill or decode unit on consecutive GPUs."""
+
+    index: int
+    kind: str  # "prefill" or "decode"
+    gpus: tuple[int, ...]  # GPU (= NIC) numbers
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind[0]}{self.index}"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """How one unit of payload of a transfer shape loads the fabric.
+
+    For payload x (bytes, in the shape's own unit: per GPU for a collective,
+    in total for a unit-to-unit move) the network flow group moves
+    ``x * net_bytes`` bytes with usage ``(links, weights)``, and the busiest
+    GPU sends ``x * intra_bytes`` bytes over NVSwitch.
+    """
+
+    links: np.ndarray
+    weights: np.ndarray
+    net_bytes: float
+    intra_bytes: float
+    bottleneck: float  # bytes/s of the whole group alone on an idle network (inf if no network part)
+
+
+class Cluster:
+    """Topology plus placement; answers transfer patterns (cached)."""
+
+    def __init__(self, config: ClusterConfig, prefill_unit_gpus: int, decode_unit_gpus: int | None = None) -> None:
+        config.validate()
+        self.config = config
+        g = config.gpus_per_server
+        self.num_gpus = config.servers * g
+        cap = config.nic_bytes_per_s
+        if config.topology == "fat-tree":
+            self.topology: Topology = leaf_spine(self.num_gpus, min(config.nics_per_leaf, self.num_gpus), cap, config.oversubscription)
+        elif config.topology == "big-switch":
+            self.topology = big_switch(self.num_gpus, cap)
+        else:
+            self.topology = mfs_testbed(config.servers, g, cap)
+        prefill_gpus = config.prefill_servers * g
+        decode_gpus = self.num_gpus - prefill_gpus
+        d_size = decode_unit_gpus or config.decode_unit_gpus or prefill_unit_gpus
+        if prefill_unit_gpus > prefill_gpus:
+            raise UserError(
+                f"cluster: a prefill unit needs {prefill_unit_gpus} GPUs but the {config.prefill_servers} prefill "
+                f"servers have {prefill_gpus}; raise --servers"
+            )
+        if d_size > decode_gpus:
+            raise UserError(f"cluster: a decode unit needs {d_size} GPUs but the decode servers have {decode_gpus}; raise --servers")
+        self.prefill_units = [
+            Unit(i, "prefill", tuple(range(i * prefill_unit_gpus, (i + 1) * prefill_unit_gpus)))
+            for i in range(prefill_gpus // prefill_unit_gpus)
+        ]
+        self.decode_units = [
+            Unit(i, "decode", tuple(range(prefill_gpus + i * d_size, prefill_gpus + (i + 1) * d_size)))
+            for i in range(decode_gpus // d_size)
+        ]
+        self._patterns: dict[tuple, Pattern] = {}
+
+    @property
+    def prefill_gpus(self) -> int:
+        return sum(len(u.gpus) for u in self.prefill_units)
+
+    def server_of(self, gpu: int) -> int:
+        return gpu // self.config.gpus_per_server
+
+    # -- patterns ------------------------------------------------------------------
+
+    def collective(self, unit: Unit, kind: str, groups: Sequence[Sequence[int]]) -> Pattern:
+        """A collective among the unit's GPUs, per GPU payload 1 byte (cached).
+
+        ``kind`` is ``"uniform"`` (each GPU spreads its bytes evenly over all
+        members of its group, itself included: uniform MoE routing, where the
+        share a GPU keeps never leaves it) or ``"ring"`` (each GPU sends its
+        bytes to the next member: ring attention, ring all-reduce). ``groups``
+        are positions in ``unit.gpus``.
+        """
+        key = ("coll", unit.kind, unit.index, kind, tuple(map(tuple, groups)))
+        if key not in self._patterns:
+            traffic: dict[tuple[int, int], float] = {}
+            for group in groups:
+                members = [unit.gpus[i] for i in group]
+                n = len(members)
+                if n < 2:
+                    continue
+                for a, src in enumerate(members):
+                    if kind == "ring":
+                        peers = [(members[(a + 1) % n], 1.0)]
+                    else:
+                        peers = [(dst, 1.0 / n) for dst in members if dst != src]
+                    for dst, share in peers:
+                        traffic[(src, dst)] = traffic.get((src, dst), 0.0) + share
+            self._patterns[key] = self.pattern(traffic)
+        return self._patterns[key]
+
+    def transfer(self, src: Sequence[int], dst: Sequence[int]) -> Pattern:
+        """KV sharded evenly over GPUs ``src``, GPU k to GPU ``dst[k mod |dst|]``; total payload 1 byte (cached)."""
+        key = ("move", tuple(src), tuple(dst))
+        if key not in self._patterns:
+            self._patterns[key] = self.pattern(self.transfer_traffic(src, dst, 1.0))
+        return self._patterns[key]
+
+    @staticmethod
+    def transfer_traffic(src: Sequence[int], dst: Sequence[int], payload: float) -> dict[tuple[int, int], float]:
+        m = len(src)
+        traffic: dict[tuple[int, int], float] = {}
+        for k, s in enumerate(src):
+            d = dst[k % len(dst)]
+            traffic[(s, d)] = traffic.get((s, d), 0.0) + payload / m
+        return traffic
+
+    def pattern(self, traffic: dict[tuple[int, int], float]) -> Pattern:
+        """The pattern of a src->dst byte matrix (GPU numbers): network part and NVSwitch part."""
+        net = {p: b for p, b in traffic.items() if self.server_of(p[0]) != self.server_of(p[1]) and b > 0}
+        intra: dict[int, float] = {}
+        for (s, d), b in traffic.items():
+            if s != d and self.server_of(s) == self.server_of(d):
+                intra[s] = intra.get(s, 0.0) + b
+        intra_bytes = max(intra.values(), default=0.0)
+        if not net:
+            empty = np.zeros(0, dtype=np.int64)
+            return Pattern(empty, np.zeros(0), 0.0, intra_bytes, float("inf"))
+        links, weights, total = self.topology.usage(net)
+        bottleneck = float(np.min(self.topology.capacity[links] / weights))
+        return Pattern(links, weights, total, intra_bytes, bottleneck)

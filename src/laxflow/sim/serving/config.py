@@ -1,0 +1,128 @@
+"""Typed configuration of one serving simulation.
+
+Built by the CLI (``laxflow sim serve``), by presets (:mod:`.experiment`) and
+by tests; validated once here, with messages that name the field and what was
+expected. Nothing downstream re-checks or clamps a value.
+
+Units: bandwidths in Gbit/s (as a user says them), times in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from laxflow.errors import UserError
+
+TOPOLOGIES = ("fat-tree", "big-switch", "testbed")
+
+
+@dataclass
+class ClusterConfig:
+    """Servers, GPUs, NICs and the fabric between them.
+
+    One NIC per GPU (NIC i belongs to GPU i). The first ``prefill_servers``
+    servers hold prefill units, the rest decode units (paper default: 1:1).
+    ``gpus_per_server``, ``nic_gbps`` and ``nvswitch_gbps`` left at None take
+    the model deployment's node (``laxflow.sim.models.Deployment``).
+    """
+
+    servers: int = 256
+    gpus_per_server: int | None = None
+    nic_gbps: float | None = None  # per NIC
+    topology: str = "fat-tree"  # one of TOPOLOGIES
+    nics_per_leaf: int = 32  # fat-tree only: NICs under one leaf switch
+    oversubscription: float = 1.0  # fat-tree only: 1.0 is a 1:1 (non-blocking) fat-tree
+    prefill_fraction: float = 0.5  # share of servers that run prefill
+    nvswitch_gbps: float | None = None  # per GPU intra-node fabric (NVSwitch: 900 GB/s = 7200), not shared with the network
+    decode_unit_gpus: int | None = None  # GPUs per decode unit; None: as many as a prefill unit
+
+    def resolve(self, gpus_per_server: int, nic_gbps: float, nvswitch_gbps: float) -> "ClusterConfig":
+        """A copy with the unset node fields taken from the deployment."""
+        return replace(
+            self,
+            gpus_per_server=self.gpus_per_server or gpus_per_server,
+            nic_gbps=self.nic_gbps or nic_gbps,
+            nvswitch_gbps=self.nvswitch_gbps or nvswitch_gbps,
+        )
+
+    def validate(self) -> None:
+        _positive_int("servers", self.servers)
+        _positive_int("nics_per_leaf", self.nics_per_leaf)
+        for name in ("gpus_per_server", "nic_gbps", "nvswitch_gbps"):
+            if getattr(self, name) is not None:
+                (_positive_int if name == "gpus_per_server" else _positive_float)(name, getattr(self, name))
+        _positive_float("oversubscription", self.oversubscription)
+        if self.topology not in TOPOLOGIES:
+            raise UserError(f"cluster.topology: unknown {self.topology!r} (expected one of {', '.join(TOPOLOGIES)})")
+        if not 0.0 < self.prefill_fraction < 1.0:
+            raise UserError(f"cluster.prefill_fraction: expected a number in (0, 1), got {self.prefill_fraction!r}")
+        if self.servers < 2:
+            raise UserError(f"cluster.servers: need at least 2 (one prefill, one decode), got {self.servers}")
+        if self.decode_unit_gpus is not None:
+            _positive_int("decode_unit_gpus", self.decode_unit_gpus)
+
+    @property
+    def prefill_servers(self) -> int:
+        return min(self.servers - 1, max(1, round(self.servers * self.prefill_fraction)))
+
+    @property
+    def nic_bytes_per_s(self) -> float:
+        return self.nic_gbps * 1e9 / 8
+
+    @property
+    def nvswitch_bytes_per_s(self) -> float:
+        return self.nvswitch_gbps * 1e9 / 8
+
+
+@dataclass
+class ServingConfig:
+    """Everything one run of the serving simulator needs besides the requests and the policy."""
+
+    model: str = "mixtral-8x22b"
+    deployment: str | None = None  # None: the model's paper deployment
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    token_budget: int = 8192  # max new (computed) tokens per prefill batch
+    local_scheduler: str = "fcfs"  # prefill unit's batch former (see prefill_unit.LOCAL_SCHEDULERS)
+    slo_scale: float = 3.0  # SLO = slo_scale x the request's TTFT alone on the idle cluster
+    warmup: int = 512  # first requests (by arrival) left out of the metrics
+    # Stage 1: issue the reuse fetch of layer j at batch start (None: every
+    # layer at once, as the MFS paper describes) or at most this many layers
+    # ahead of the layer computing now.
+    reuse_lookahead: int | None = None
+    cache_blocks_per_unit: int = 1 << 16  # prefix-cache capacity of one prefill unit (LRU), in blocks
+    router_overlap_weight: float = 1.0  # weight of non-cached prefix blocks against queued blocks (Dynamo's default)
+    decode_seconds_per_token: float = 0.03  # how long a request holds its decode unit per output token (decode load)
+
+    def validate(self) -> None:
+        self.cluster.validate()
+        _positive_int("token_budget", self.token_budget)
+        _positive_float("slo_scale", self.slo_scale)
+        _positive_int("cache_blocks_per_unit", self.cache_blocks_per_unit)
+        if self.warmup < 0 or int(self.warmup) != self.warmup:
+            raise UserError(f"warmup: expected an integer >= 0, got {self.warmup!r}")
+        if self.reuse_lookahead is not None:
+            _positive_int("reuse_lookahead", self.reuse_lookahead)
+        if self.router_overlap_weight < 0:
+            raise UserError(f"router_overlap_weight: expected >= 0, got {self.router_overlap_weight!r}")
+        if self.decode_seconds_per_token < 0:
+            raise UserError(f"decode_seconds_per_token: expected >= 0, got {self.decode_seconds_per_token!r}")
+        from laxflow.sim.serving.prefill_unit import local_scheduler_names
+
+        if self.local_scheduler not in local_scheduler_names():
+            raise UserError(
+                f"local_scheduler: unknown {self.local_scheduler!r} (expected one of {', '.join(local_scheduler_names())})"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"{name}: expected a positive integer, got {value!r}")
+
+
+def _positive_float(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
+        raise UserError(f"{name}: expected a positive number, got {value!r}")

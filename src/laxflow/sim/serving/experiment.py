@@ -1,0 +1,229 @@
+"""Experiments: every policy on the same workload, rate sweeps, and the paper's presets.
+
+Called by ``laxflow sim serve`` / ``laxflow sim sweep`` (:mod:`laxflow.sim.serve_cli`),
+by ``bench/sim.py`` and by tests. One :class:`RunSpec` is one simulation (a
+policy at a rate); it is plain data, so runs go to worker processes
+(``concurrent.futures``) or to a Ray cluster unchanged. Every run of one
+experiment rebuilds the same workload from the same seed, so policies are
+compared on identical requests.
+
+Rate: requests/s per prefill GPU (the paper's "per-GPU request rate"); the
+cluster-wide arrival rate is that times the prefill GPUs actually used by
+prefill units.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
+
+from laxflow.errors import UserError
+from laxflow.sim.serving.config import ClusterConfig, ServingConfig
+
+ALL_POLICIES = ("fs", "sjf", "edf", "karuna", "mfs")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One simulation: a serving config, a workload, a rate, a policy."""
+
+    config: ServingConfig
+    workload: str
+    rate: float  # requests/s per prefill GPU
+    policy: str
+    requests: int  # measured requests (warm-up comes on top)
+    seed: int = 0
+    trace: str | None = None
+    trace_format: str | None = None
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named experiment (the paper's figures, the demo). Flags given on the command line override it."""
+
+    name: str
+    description: str
+    model: str
+    workload: str
+    rates: tuple[float, ...]  # the sweep; ``serve`` uses the last (highest) one
+    servers: int = 256
+    topology: str = "fat-tree"
+    deployment: str | None = None
+    policies: tuple[str, ...] = ALL_POLICIES
+    requests: int = 1024
+    warmup: int = 512
+    slo_scale: float = 3.0
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def config(self) -> ServingConfig:
+        return ServingConfig(
+            model=self.model,
+            deployment=self.deployment,
+            cluster=ClusterConfig(servers=self.servers, topology=self.topology),
+            slo_scale=self.slo_scale,
+            warmup=self.warmup,
+        )
+
+
+_MOE = {"mixtral": "mixtral-8x22b", "dbrx": "dbrx", "qwen-coder": "qwen3-coder", "grok": "grok-2"}
+
+
+def _presets() -> dict[str, Preset]:
+    out = [
+        Preset("demo", "small cluster (8 servers x 8 A100, 4 Mixtral-8x7B EP8 prefill units), QwenA conversation, "
+               "all five policies", "mixtral-8x7b", "qwen-conv", rates=(1.0, 2.0, 3.0, 4.0), servers=8,
+               requests=240, warmup=80),
+        Preset("testbed-qwenA", "Fig. 9: testbed, Mixtral-8x7B TP1 EP8 on RTX 3090, 16 prefill GPUs, 50 Gbps/GPU, "
+               "QwenA-Conv at 1 req/s/GPU", "mixtral-8x7b", "qwen-conv", rates=(1.0,), servers=8, topology="testbed",
+               deployment="testbed-mixtral-8x7b", policies=("fs", "mfs")),
+        Preset("testbed-qwenB", "Fig. 9: testbed, as testbed-qwenA with QwenB-Agent", "mixtral-8x7b", "qwen-agent",
+               rates=(1.0,), servers=8, topology="testbed", deployment="testbed-mixtral-8x7b", policies=("fs", "mfs")),
+        Preset("fig12-conv", "Fig. 12a: Llama3-8B TP4 SP4, Mooncake conversation", "llama3-8b", "mooncake-conv",
+               rates=(0.1, 0.2, 0.3, 0.4, 0.5)),
+        Preset("fig12-agent", "Fig. 12b: Llama3-8B TP4 SP4, Mooncake agent", "llama3-8b", "mooncake-agent",
+               rates=(0.1, 0.2, 0.3, 0.4, 0.5)),
+        Preset("fig13", "Fig. 13: DBRX, QwenA conversation, rate 0.7: CCT and earliness breakdown", "dbrx",
+               "qwen-conv", rates=(0.7,)),
+    ]
+    for short, model in _MOE.items():
+        out.append(Preset(f"fig10-{short}", f"Fig. 10: {model}, QwenA conversation", model, "qwen-conv",
+                          rates=(0.3, 0.5, 0.7, 0.9, 1.1)))
+        out.append(Preset(f"fig11-{short}", f"Fig. 11: {model}, QwenB agent", model, "qwen-agent",
+                          rates=(0.3, 0.5, 0.7, 0.9, 1.1)))
+    return {p.name: p for p in out}
+
+
+PRESETS: dict[str, Preset] = _presets()
+
+
+def get_preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise UserError(f"--preset: unknown {name!r} (expected one of {', '.join(PRESETS)})") from None
+
+
+# -- running -------------------------------------------------------------------
+
+
+def prefill_gpus(config: ServingConfig) -> int:
+    """GPUs that prefill units occupy (the denominator of the per-GPU rate)."""
+    from laxflow.sim.serving.plan import ModelRunner
+
+    dep = ModelRunner(config.model, config.deployment).deployment
+    gps = config.cluster.gpus_per_server or int(dep.gpus_per_node)
+    units = (config.cluster.prefill_servers * gps) // int(dep.gpus)
+    if units < 1:
+        raise UserError(
+            f"--servers: {config.cluster.servers} servers leave {config.cluster.prefill_servers * gps} prefill GPUs, "
+            f"fewer than one {dep.name} unit ({dep.gpus} GPUs)"
+        )
+    return units * int(dep.gpus)
+
+
+def build_workload(spec: RunSpec) -> list[Any]:
+    """The requests of one run (identical for every policy of an experiment)."""
+    from laxflow.sim import workload
+
+    total = spec.config.warmup + spec.requests
+    rate = spec.rate * prefill_gpus(spec.config)
+    if spec.trace:
+        reqs = workload.load_trace(spec.trace, spec.trace_format)
+        reqs = sorted(reqs, key=lambda r: r.arrival)[:total]
+        if spec.rate > 0:
+            reqs = workload.with_poisson_arrivals(reqs, rate, spec.seed)
+        return reqs
+    return workload.generate(spec.workload, rate, total, spec.seed)
+
+
+def run_one(spec: RunSpec, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Simulate one run and summarize it (a top-level function: it crosses process boundaries)."""
+    from laxflow.sim.serving.metrics import summarize
+    from laxflow.sim.serving.simulator import ServingSimulator
+
+    requests = build_workload(spec)
+    result = ServingSimulator(spec.config, requests, spec.policy, progress=progress).run()
+    row = summarize(result, spec.rate)
+    row["ttft_samples"] = [s.ttft for s in result.measured]
+    row["slo_samples"] = [s.slo for s in result.measured]
+    return row
+
+
+def check_policies(names: Sequence[str]) -> None:
+    from laxflow.policy.registry import policy_class
+
+    for name in names:
+        try:
+            policy_class(name)
+        except ValueError as exc:
+            raise UserError(f"--policies: {exc}") from None
+
+
+def run_all(
+    specs: Sequence[RunSpec],
+    jobs: int = 1,
+    ray_address: str | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    on_done: Callable[[RunSpec, dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run every spec; rows come back in ``specs`` order.
+
+    ``jobs`` > 1 runs them in that many local processes; ``ray_address``
+    (e.g. ``auto`` or ``ray://head:10001``) sends them to a Ray cluster.
+    ``on_progress(n)`` counts finished requests (in-process) or runs'
+    requests at once (workers); ``on_done`` is called as each run finishes.
+    """
+    if ray_address:
+        return _run_ray(specs, ray_address, on_progress, on_done)
+    rows: list[dict[str, Any] | None] = [None] * len(specs)
+    if jobs <= 1 or len(specs) == 1:
+        for i, spec in enumerate(specs):
+            rows[i] = run_one(spec, on_progress)
+            if on_done:
+                on_done(spec, rows[i])
+        return rows  # type: ignore[return-value]
+    with ProcessPoolExecutor(max_workers=min(jobs, len(specs))) as pool:
+        futures = {pool.submit(run_one, spec): i for i, spec in enumerate(specs)}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            rows[i] = fut.result()
+            if on_progress:
+                on_progress(specs[i].requests + specs[i].config.warmup)
+            if on_done:
+                on_done(specs[i], rows[i])
+    return rows  # type: ignore[return-value]
+
+
+def _run_ray(specs, address, on_progress, on_done) -> list[dict[str, Any]]:
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--ray: the 'ray' package is not installed (pip install 'laxflow[ray]')") from None
+    if not ray.is_initialized():
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+    remote = ray.remote(run_one)
+    refs = [remote.remote(spec) for spec in specs]
+    index = {ref: i for i, ref in enumerate(refs)}
+    rows: list[dict[str, Any] | None] = [None] * len(specs)
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        i = index[done[0]]
+        rows[i] = ray.get(done[0])
+        if on_progress:
+            on_progress(specs[i].requests + specs[i].config.warmup)
+        if on_done:
+            on_done(specs[i], rows[i])
+    return rows  # type: ignore[return-value]
+
+
+def default_jobs() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+def with_overrides(config: ServingConfig, **cluster: Any) -> ServingConfig:
+    """``config`` with some cluster fields replaced (the CLI's --servers, --topology)."""
+    return replace(config, cluster=replace(config.cluster, **{k: v for k, v in cluster.items() if v is not None}))

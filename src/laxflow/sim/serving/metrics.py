@@ -1,0 +1,88 @@
+"""Metrics of one run, over the measured (non-warm-up) requests.
+
+Called by :mod:`.experiment` after each run. All times in seconds.
+
+* SLO attainment: share of measured requests whose TTFT <= SLO.
+* TTFT mean / p50 / p90 / p99.
+* CCT: per layer of a batch, the time its stage-2 collectives took (MoE
+  dispatch + combine, as the paper aggregates them), averaged over the layers
+  of batches that hold at least one measured request.
+* Non-overlapped communication: per request, the time its batch's GPUs
+  waited on the network (reuse stalls before layers plus the collectives).
+* Earliness: deadline - finish (negative: a miss); also the mean over the
+  requests that met their deadline (the paper's "non-negative earliness").
+* Bytes per stage attributed to the measured requests, and the network's
+  delivered bytes per stage for the whole run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from laxflow.sim.serving.simulator import SimResult
+
+CONTRACT_KEYS = (
+    "policy",
+    "rate",
+    "slo_attainment",
+    "ttft_mean",
+    "ttft_p90",
+    "ttft_p99",
+    "cct_mean",
+    "earliness_mean",
+    "requests",
+)
+
+
+def summarize(result: SimResult, rate: float) -> dict[str, Any]:
+    """Every metric of one run, as a flat dict (the contract keys first)."""
+    measured = result.measured
+    ttft = np.array([s.ttft for s in measured], dtype=float)
+    slo = np.array([s.slo for s in measured], dtype=float)
+    early = np.array([s.deadline - s.finish for s in measured], dtype=float)
+    met = ttft <= slo * (1 + 1e-12)
+    measured_batches = {s.batch for s in measured}
+    cct = [c for b in result.batches if b.id in measured_batches for c in b.cct]
+    stages = ("reuse", "collective", "p2d")
+    bytes_by_stage = {st: float(sum(s.bytes.get(st, 0.0) for s in measured)) for st in stages}
+    out: dict[str, Any] = {
+        "policy": result.policy,
+        "rate": rate,
+        "slo_attainment": float(met.mean()),
+        "ttft_mean": float(ttft.mean()),
+        "ttft_p90": float(np.percentile(ttft, 90)),
+        "ttft_p99": float(np.percentile(ttft, 99)),
+        "cct_mean": float(np.mean(cct)) if cct else 0.0,
+        "earliness_mean": float(early.mean()),
+        "requests": len(measured),
+        # beyond the JSON contract: tables, sweeps, the README comparison
+        "ttft_p50": float(np.percentile(ttft, 50)),
+        "slo_mean": float(slo.mean()),
+        "earliness_nonneg_mean": float(early[early >= 0].mean()) if np.any(early >= 0) else 0.0,
+        "nonoverlap_mean": float(np.mean([s.stall for s in measured])),
+        "bytes_by_stage": bytes_by_stage,
+        "network_bytes_by_stage": dict(result.stage_bytes_delivered),
+        "batches": len(result.batches),
+        "wall_s": result.wall_s,
+        "sim_time": result.sim_time,
+        "network_events": result.network_events,
+    }
+    return out
+
+
+def contract_view(row: dict[str, Any]) -> dict[str, Any]:
+    """The ``--json`` result object: exactly the contract keys."""
+    return {k: row[k] for k in CONTRACT_KEYS}
+
+
+def goodput(rows: list[dict[str, Any]], threshold: float = 0.9) -> dict[str, float | None]:
+    """Per policy, the largest swept rate whose attainment is >= ``threshold`` (None if none is)."""
+    best: dict[str, float | None] = {}
+    for row in rows:
+        p = row["policy"]
+        best.setdefault(p, None)
+        if row["slo_attainment"] >= threshold and (best[p] is None or row["rate"] > best[p]):
+            best[p] = row["rate"]
+    return best

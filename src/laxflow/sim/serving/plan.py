@@ -1,0 +1,124 @@
+"""What one layer of one prefill batch does: compute segments and blocking collectives.
+
+The only module of the serving simulator that reads the model and compute
+model (:mod:`laxflow.sim.models`). Called by the simulator when a batch
+starts (one plan per batch: layers are identical, so one plan serves all of
+them) and by :mod:`.slo` for a request alone.
+
+A layer is a sequence of segments run back to back on the unit's GPUs:
+
+* sequence parallelism: the SP exchange (ring attention's KV ring) blocks
+  attention, so it comes first;
+* the attention side of the layer (QKV, attention, output projection,
+  router, a dense or shared MLP);
+* expert parallelism: MoE dispatch, the routed experts, MoE combine;
+* tensor parallelism only where a TP group spans servers: a ring all-reduce
+  after the layer (inside a server TP rides NVSwitch and is not simulated).
+
+Placement follows ``laxflow.sim.models``: routing is uniform over all the
+unit's GPUs (dispatch/combine are one all-to-all over the unit), SP rings
+join the GPUs of an attention group with the same TP rank, TP groups are
+contiguous. A request's KV lives on one attention group (``tp x sp`` GPUs,
+each KV head's shard on its TP rank, tokens split over SP ranks); we put
+request i on attention group ``i mod attn_dp`` of its units, so stage-1 and
+stage-3 flows move between those GPUs only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from laxflow.sim.serving.cluster import Cluster, Pattern, Unit
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One step of a layer: compute for ``seconds``, or a collective of ``per_gpu_bytes``."""
+
+    kind: str  # "compute" or "collective"
+    seconds: float = 0.0
+    name: str = ""  # collective: "ep-dispatch", "ep-combine", "sp", "tp"
+    pattern: Pattern | None = None
+    per_gpu_bytes: float = 0.0
+
+    @property
+    def network_bytes(self) -> float:
+        return self.per_gpu_bytes * self.pattern.net_bytes if self.pattern is not None else 0.0
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    segments: tuple[Segment, ...]
+    compute: float  # s, compute of one layer (all compute segments)
+
+    def compute_after(self, k: int) -> float:
+        """Compute left in the layer after segment ``k``."""
+        return sum(s.seconds for s in self.segments[k + 1 :] if s.kind == "compute")
+
+
+class ModelRunner:
+    """The model and deployment of every unit, as the simulator needs them."""
+
+    def __init__(self, model_name: str, deployment_name: str | None) -> None:
+        from laxflow.sim import models
+
+        self._models = models
+        self.model = models.get_model(model_name)
+        self.deployment = models.get_deployment(deployment_name or model_name)
+        if self.deployment.model != self.model.name:
+            from laxflow.errors import UserError
+
+            raise UserError(
+                f"deployment {self.deployment.name!r} is for model {self.deployment.model!r}, not {self.model.name!r}"
+            )
+        d = self.deployment
+        self.num_layers = int(self.model.num_layers)
+        self.tp, self.ep, self.sp = int(d.tp), int(d.ep), int(d.sp)
+        self.attn_dp = int(d.attn_dp)
+        # What moving one token's KV of one layer puts on the wire: every TP
+        # rank's shard (heads are replicated when tp > num_kv_heads).
+        self.kv_transfer_bytes_per_token_per_layer = float(d.kv_shard_bytes_per_token_per_layer(self.model) * self.tp)
+
+    @property
+    def unit_gpus(self) -> int:
+        return int(self.deployment.gpus)
+
+    def describe(self) -> dict[str, Any]:
+        d = self.deployment
+        return {"model": self.model.name, "deployment": d.name, "tp": d.tp, "ep": d.ep, "sp": d.sp, "gpus": d.gpus,
+                "gpu": d.gpu.name}
+
+    def kv_gpus(self, unit: Unit, request_index: int) -> tuple[int, ...]:
+        """The GPUs of ``unit`` that hold request ``request_index``'s KV (its attention group)."""
+        size = self.tp * self.sp
+        group = request_index % max(1, len(unit.gpus) // size)
+        return unit.gpus[group * size : (group + 1) * size]
+
+    def plan(self, cluster: Cluster, unit: Unit, new_tokens: Sequence[int], context_tokens: Sequence[int]) -> LayerPlan:
+        """The layer plan of a batch: ``new_tokens[i]`` computed, attending to ``context_tokens[i]`` (reuse + new)."""
+        m, d = self._models, self.deployment
+        t = m.layer_compute_breakdown(self.model, d, list(new_tokens), list(context_tokens))
+        traffic = m.collective_bytes_per_layer(self.model, d, int(sum(new_tokens)), int(sum(context_tokens)))
+        gpus = len(unit.gpus)
+        segs: list[Segment] = []
+        if self.sp > 1 and traffic.sp_bytes > 0:
+            size = self.tp * self.sp
+            groups = [[a * size + r * self.tp + k for r in range(self.sp)] for a in range(gpus // size) for k in range(self.tp)]
+            segs.append(self._coll(cluster, unit, "sp", "ring", groups, traffic.sp_bytes))
+        if self.ep > 1 and traffic.ep_dispatch_bytes + traffic.ep_combine_bytes > 0:
+            everyone = [list(range(gpus))]
+            segs.append(Segment("compute", t.total - t.experts))
+            segs.append(self._coll(cluster, unit, "ep-dispatch", "uniform", everyone, traffic.ep_dispatch_bytes))
+            segs.append(Segment("compute", t.experts))
+            segs.append(self._coll(cluster, unit, "ep-combine", "uniform", everyone, traffic.ep_combine_bytes))
+        else:
+            segs.append(Segment("compute", t.total))
+        if self.tp > cluster.config.gpus_per_server and traffic.tp_bytes > 0:
+            groups = [list(range(i, i + self.tp)) for i in range(0, gpus - self.tp + 1, self.tp)]
+            segs.append(self._coll(cluster, unit, "tp", "ring", groups, traffic.tp_bytes))
+        segs = [s for s in segs if not (s.kind == "compute" and s.seconds <= 0)]
+        return LayerPlan(tuple(segs), float(t.total))
+
+    def _coll(self, cluster: Cluster, unit: Unit, name: str, kind: str, groups: list[list[int]], nbytes: float) -> Segment:
+        return Segment("collective", name=name, pattern=cluster.collective(unit, kind, groups), per_gpu_bytes=float(nbytes))

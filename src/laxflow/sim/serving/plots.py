@@ -1,0 +1,64 @@
+"""PNG plots of ``laxflow sim serve`` and ``laxflow sim sweep`` (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from laxflow.errors import UserError
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    except OSError as exc:
+        raise UserError(f"--plot: cannot write {str(path)!r}: {exc.strerror}") from None
+
+
+def plot_serve(rows: list[dict[str, Any]], meta: dict[str, Any], path: Path) -> None:
+    """SLO attainment per policy (bars) and each policy's TTFT CDF normalized by its SLO."""
+    import numpy as np
+
+    plt = _pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    names = [r["policy"] for r in rows]
+    ax1.bar(names, [r["slo_attainment"] for r in rows], color="tab:blue")
+    ax1.set_ylim(0, 1)
+    ax1.set_ylabel("TTFT SLO attainment")
+    ax1.set_title(f"{meta['model']} / {meta.get('workload') or 'trace'} @ {meta['rate']:g} req/s/GPU")
+    for r in rows:
+        x = np.sort(np.asarray(r["ttft_samples"]) / np.asarray(r["slo_samples"]))
+        ax2.plot(x, np.arange(1, x.size + 1) / x.size, label=r["policy"])
+    ax2.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax2.set_xlabel("TTFT / SLO")
+    ax2.set_ylabel("CDF of requests")
+    ax2.legend()
+    _save(fig, path)
+    plt.close(fig)
+
+
+def plot_sweep(rows: list[dict[str, Any]], meta: dict[str, Any], path: Path) -> None:
+    """SLO attainment against rate, one line per policy."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in dict.fromkeys(r["policy"] for r in rows):
+        pts = sorted((r["rate"], r["slo_attainment"]) for r in rows if r["policy"] == name)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+    ax.axhline(0.9, color="grey", linestyle="--", linewidth=1)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("request rate (req/s per prefill GPU)")
+    ax.set_ylabel("TTFT SLO attainment")
+    ax.set_title(f"{meta['model']} / {meta.get('workload') or 'trace'}")
+    ax.legend()
+    _save(fig, path)
+    plt.close(fig)

@@ -1,0 +1,183 @@
+"""The serving simulator: disaggregated prefill/decode units coupled with the fluid network.
+
+One :class:`ServingSimulator` runs one workload under one flow policy. Its
+events and the network's share one :class:`~laxflow.sim.events.EventQueue`
+(the one event order), so compute and communication interleave exactly and
+a run is deterministic for a given workload.
+
+Who calls what: :meth:`run` walks the request arrivals (one ARRIVAL event at a
+time); each arrival is routed (:mod:`.router`), given its SLO (:mod:`.slo`)
+and queued on its prefill unit; an idle unit asks its local scheduler for a
+batch and starts a :class:`~laxflow.sim.serving.batch.BatchRun`, which calls
+back :meth:`batch_compute_done` and :meth:`request_done`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from laxflow.errors import UserError
+from laxflow.policy.base import FlowPolicy
+from laxflow.policy.flow import Stage
+from laxflow.sim.events import EventQueue, Priority
+from laxflow.sim.network import FluidNetwork
+from laxflow.sim.serving.batch import BatchRun
+from laxflow.sim.serving.cluster import Cluster
+from laxflow.sim.serving.config import ServingConfig
+from laxflow.sim.serving.plan import ModelRunner
+from laxflow.sim.serving.prefill_unit import PrefillUnit, create_local_scheduler
+from laxflow.sim.serving.request_state import RequestState
+from laxflow.sim.serving.router import GlobalRouter, PrefixCaches
+from laxflow.sim.serving.slo import SloModel
+
+
+@dataclass
+class SimResult:
+    """What one run leaves behind: every request's state, every batch, and the network's counters."""
+
+    policy: str
+    states: list[RequestState]
+    batches: list[BatchRun]
+    warmup: int
+    stage_bytes_delivered: dict[str, float]
+    wall_s: float
+    sim_time: float
+    network_events: int
+    cache_evictions: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def measured(self) -> list[RequestState]:
+        return [s for s in self.states if s.index >= self.warmup]
+
+
+class ServingSimulator:
+    """One workload, one policy, one cluster."""
+
+    def __init__(
+        self,
+        config: ServingConfig,
+        requests: Sequence[Any],
+        policy: str | FlowPolicy,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        config.validate()
+        if not requests:
+            raise UserError("workload: no requests to simulate")
+        self.config = config
+        self.requests = sorted(requests, key=lambda r: (float(r.arrival), str(r.id)))
+        if isinstance(policy, str):
+            from laxflow.policy.registry import create_policy
+
+            try:
+                self.policy = create_policy(policy)
+            except ValueError as exc:
+                raise UserError(str(exc)) from None
+            self.policy_name = policy
+        else:
+            self.policy = policy
+            self.policy_name = type(policy).name or type(policy).__name__
+        self.runner = ModelRunner(config.model, config.deployment)
+        dep = self.runner.deployment
+        self.cluster_config = config.cluster.resolve(
+            int(dep.gpus_per_node), float(dep.nic_gbps), float(dep.intra_node_gbps or 7200.0)
+        )
+        self.cluster = Cluster(self.cluster_config, self.runner.unit_gpus)
+        self.queue = EventQueue()
+        self.network = FluidNetwork(self.cluster.topology, self.policy, self.queue)
+        self.caches = PrefixCaches(len(self.cluster.prefill_units), config.cache_blocks_per_unit)
+        self.router = GlobalRouter(
+            len(self.cluster.prefill_units), len(self.cluster.decode_units), self.caches, config.router_overlap_weight
+        )
+        self.slo = SloModel(self.runner, self.cluster, config.slo_scale)
+        self.units = [
+            PrefillUnit(u.index, create_local_scheduler(config.local_scheduler, config.token_budget))
+            for u in self.cluster.prefill_units
+        ]
+        self.decode_tokens = [0.0] * len(self.cluster.decode_units)
+        self.states: list[RequestState] = []
+        self.batches: list[BatchRun] = []
+        self.done = 0
+        self._progress = progress
+
+    # -- run ---------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        """Simulate every request to its last P2D byte; returns the result."""
+        t0 = time.perf_counter()
+        self.queue.push(float(self.requests[0].arrival), Priority.ARRIVAL, self._arrive, 0)
+        self.queue.run()
+        if self.done != len(self.requests):
+            raise RuntimeError(f"simulation ended with {len(self.requests) - self.done} requests unfinished")
+        return SimResult(
+            policy=self.policy_name,
+            states=self.states,
+            batches=self.batches,
+            warmup=min(self.config.warmup, len(self.requests) - 1),
+            stage_bytes_delivered={s.value: b for s, b in self.network.bytes_delivered_by_stage.items()},
+            wall_s=time.perf_counter() - t0,
+            sim_time=self.queue.now,
+            network_events=self.network.events,
+            cache_evictions=self.caches.evicted,
+        )
+
+    # -- events ------------------------------------------------------------------
+
+    def _arrive(self, i: int) -> None:
+        req = self.requests[i]
+        if i + 1 < len(self.requests):
+            self.queue.push(float(self.requests[i + 1].arrival), Priority.ARRIVAL, self._arrive, i + 1)
+        block = int(req.block_size)
+        route = self.router.route(
+            list(req.block_hashes), block, int(req.input_tokens),
+            [u.queued_tokens for u in self.units], self.decode_tokens,
+        )
+        prefill = self.cluster.prefill_units[route.prefill]
+        decode = self.cluster.decode_units[route.decode]
+        idle = self.slo.idle_ttft(int(req.input_tokens), route.reused_tokens, prefill, decode, i)
+        state = RequestState(req, i, route, self.slo.slo(idle), idle)
+        self.states.append(state)
+        self.decode_tokens[route.decode] += int(req.input_tokens)
+        if route.local_tokens:
+            self.caches.touch(route.prefill, list(req.block_hashes)[: route.local_tokens // block])
+        unit = self.units[route.prefill]
+        unit.enqueue(state)
+        self._start_batch(unit)
+
+    def _start_batch(self, unit: PrefillUnit) -> None:
+        chosen = unit.next_batch(self.queue.now)
+        if not chosen:
+            return
+        spec = self.cluster.prefill_units[unit.index]
+        plan = self.runner.plan(
+            self.cluster, spec, [max(1, s.new_tokens) for s in chosen], [s.route.reused_tokens + max(1, s.new_tokens) for s in chosen]
+        )
+        batch = BatchRun(self, len(self.batches), spec, chosen, plan)
+        self.batches.append(batch)
+        batch.begin()
+
+    def batch_compute_done(self, batch: BatchRun) -> None:
+        """Called by a batch when its last layer's compute ends: cache its prompts, free the unit."""
+        for s in batch.states:
+            self.caches.insert(batch.unit.index, list(s.request.block_hashes))
+        unit = self.units[batch.unit.index]
+        unit.batch_done(batch.states)
+        self._start_batch(unit)
+
+    def request_done(self, state: RequestState, now: float) -> None:
+        """Called when a request's last P2D byte lands: its TTFT ends; it decodes, then leaves its decode unit."""
+        state.finish = now
+        self.done += 1
+        hold = int(getattr(state.request, "output_tokens", 0) or 0) * self.config.decode_seconds_per_token
+        self.queue.push(now + hold, Priority.TIMER, self._leave_decode, state)
+        if self._progress is not None:
+            self._progress(1)
+
+    def _leave_decode(self, state: RequestState) -> None:
+        self.decode_tokens[state.route.decode] -= state.input_tokens
+
+
+def stage_names() -> list[str]:
+    return [s.value for s in Stage]
