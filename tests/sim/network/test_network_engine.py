@@ -282,3 +282,19 @@ def test_shared_queue_with_owner_events():
     queue.push(1.0, Priority.COMPUTE, lambda: log.append(("compute", queue.now, net.remaining_of(f))))
     net.run()
     assert log == [("compute", 1.0, 1.5), ("done", 2.5)]
+
+
+def test_callbacks_may_inspect_the_network_during_same_time_completions():
+    net = FluidNetwork(one_link(), create_policy("fs"))
+    seen = []
+
+    def look(fl):
+        seen.append((fl.id, [f.id for f in net.live], net.rate_of(fl)))
+
+    flows = [Flow.on_path(i, 1.0, [0]) for i in "ABC"] + [Flow.on_path("D", 5.0, [0])]
+    for f in flows:
+        net.queue.push(0.0, Priority.ARRIVAL, net.add_flow, f, look)
+    net.run()
+    assert [s[0] for s in seen] == ["A", "B", "C", "D"]
+    assert seen[0] == ("A", ["D"], 0.0)  # the finished flows are gone from live at once
+    assert [f.finish for f in flows] == [4.0, 4.0, 4.0, 8.0]

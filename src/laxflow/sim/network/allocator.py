@@ -89,9 +89,13 @@ def water_fill(
     if link.size * 4 < num_links:
         # Few entries on a big fabric: work on the level's own links so each
         # round costs O(entries), not O(links).
-        used_links, local = np.unique(link, return_inverse=True)
+        mark = np.zeros(num_links, dtype=bool)
+        mark[link] = True
+        used_links = np.flatnonzero(mark)
+        remap = np.empty(num_links, dtype=np.int64)
+        remap[used_links] = np.arange(used_links.size)
         sub = residual[used_links]
-        rates = water_fill(sub, local.reshape(-1), weight, counts, cap)
+        rates = water_fill(sub, remap[link], weight, counts, cap)
         residual[used_links] = sub
         return rates
     alive = np.arange(k)  # original index of every unfrozen flow
@@ -175,12 +179,18 @@ def allocate(
     flow_edges = np.concatenate([[0], bounds, [order.size]])
     entry_edges = np.concatenate([[0], np.cumsum(ocounts)])[flow_edges]
     for a, b, ea, eb in zip(flow_edges[:-1], flow_edges[1:], entry_edges[:-1], entry_edges[1:]):
-        rates[order[a:b]] = water_fill(residual, elink[ea:eb], eweight[ea:eb], ocounts[a:b], ocap[a:b])
-        _snap_saturated(residual, capacity)
+        level_links = elink[ea:eb]
+        rates[order[a:b]] = water_fill(residual, level_links, eweight[ea:eb], ocounts[a:b], ocap[a:b])
+        _snap_saturated(residual, capacity, level_links)
     return rates
 
 
-def _snap_saturated(residual: np.ndarray, capacity: np.ndarray) -> None:
-    """Zero what rounding leaves on a saturated link, so lower levels get 0
-    there rather than a rate of 1e-16 that never finishes."""
-    residual[residual <= capacity * SATURATED_REL_EPS] = 0.0
+def _snap_saturated(residual: np.ndarray, capacity: np.ndarray, links: np.ndarray | None = None) -> None:
+    """Zero what rounding leaves on a saturated link (of ``links``, default
+    all), so lower levels get 0 there rather than a rate of 1e-16 that never
+    finishes."""
+    if links is None:
+        residual[residual <= capacity * SATURATED_REL_EPS] = 0.0
+        return
+    left = residual[links]
+    residual[links[left <= capacity[links] * SATURATED_REL_EPS]] = 0.0

@@ -208,11 +208,13 @@ class FluidNetwork:
         if low is not None and low >= 0:
             self._removed_min_level = low if self._removed_min_level is None else min(self._removed_min_level, low)
         self._link_util = self._usage.link_load(self._rate, self.capacity.size) / self.capacity
-        for i in finished:
-            flow = self._flows[i]
+        # Callbacks may look at the network (live, rate_of), which compacts
+        # the arrays: take the flows out first.
+        done_flows = [(self._flows[i], self._callbacks[i]) for i in finished.tolist()]
+        for flow, _ in done_flows:
             flow.finish = now
+        for flow, callback in done_flows:
             self.policy.on_complete(flow, now)
-            callback = self._callbacks[i]
             if callback is not None:
                 callback(flow)
         self._schedule_recompute()
@@ -254,7 +256,7 @@ class FluidNetwork:
     def _snapshot(self, now: float) -> Snapshot:
         snap = Snapshot(
             now=now,
-            flows=self._flows,
+            flows=list(self._flows),  # a copy: the engine edits its list in place
             remaining=self._remaining.copy(),
             capacity=self.capacity,
             link_load=np.clip(self.link_load, 0.0, 1.0),
@@ -330,9 +332,11 @@ class FluidNetwork:
         if not self._dead.any():
             return
         keep = ~self._dead
-        idx = np.flatnonzero(keep)
-        self._flows = [self._flows[i] for i in idx]
-        self._callbacks = [self._callbacks[i] for i in idx]
+        # Usually one or two flows leave: deleting them is cheaper than
+        # rebuilding the lists.
+        for i in np.flatnonzero(self._dead)[::-1].tolist():
+            del self._flows[i]
+            del self._callbacks[i]
         for name in ("_remaining", "_rate", "_level", "_cap", "_size", "_arrival", "_stage", "_dead"):
             setattr(self, name, getattr(self, name)[keep])
         u = self._usage
