@@ -206,7 +206,6 @@ struct lxf_flow_tag {
 
 struct lxf_segment {
     struct lxf_header header;
-    uint64_t header_pad[2];
     struct lxf_counters counters;
     struct lxf_event_ring events;
     struct lxf_proc procs[LXF_MAX_PROCS];

@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from conftest import Client, client_env, log_by_qp, post_count, run_client
+from shimtest import Client, client_env, log_by_qp, post_count, run_client
 
 from laxflow.protocol.shm import EventKind, Gate, Segment, Stage
 

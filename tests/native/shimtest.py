@@ -1,0 +1,140 @@
+"""Helpers of the native-shim tests: gcc, the daemon stand-in, the verbs client.
+
+Everything is real: the fake verbs provider is a shared library with the
+soname libibverbs.so.1 that programs load through LD_LIBRARY_PATH (see
+c/fake_verbs.c), the shim is the installed liblaxflow_shim.so under
+LD_PRELOAD, and the "daemon" is a real shared-memory segment with a heartbeat
+thread, driven through laxflow.protocol.shm as the node daemon drives it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import subprocess
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from laxflow.protocol.shm import Segment
+
+C_DIR = Path(__file__).parent / "c"
+_names = itertools.count()
+
+
+def gcc(out: Path, *args: str) -> Path:
+    """Compile with gcc; a failure shows the compiler's message."""
+    proc = subprocess.run(["gcc", *args, "-o", str(out)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AssertionError(f"gcc {' '.join(args)} failed:\n{proc.stderr}")
+    return out
+
+
+@dataclass(frozen=True)
+class NativeBin:
+    fakelib_dir: Path   # holds the fake libibverbs.so.1
+    verbs_client: Path  # c/verbs_client.c, linked with -libverbs
+
+
+class Daemon:
+    """The node daemon's side of the segment, with a heartbeat thread."""
+
+    def __init__(self, stale_ns: int) -> None:
+        self.name = f"/lxf-test-{os.getpid()}-{next(_names)}"
+        Segment.unlink_name(self.name)
+        self.seg = Segment.create(self.name, stale_ns=stale_ns)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.is_set():
+            self.seg.heartbeat()
+            time.sleep(0.005)
+
+    def stop_heartbeat(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def close(self) -> None:
+        self.stop_heartbeat()
+        self.seg.close()
+
+
+def client_env(native_bin: NativeBin, log: Path | None, shim: Path | None = None,
+               shm_name: str | None = None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAXFLOW_", "FAKEVERBS_", "LD_PRELOAD"))}
+    env["LD_LIBRARY_PATH"] = str(native_bin.fakelib_dir)
+    if log is not None:
+        env["FAKEVERBS_LOG"] = str(log)
+    if shim is not None:
+        env["LD_PRELOAD"] = str(shim)
+    env["LAXFLOW_SHM_NAME"] = shm_name or f"/lxf-absent-{os.getpid()}"
+    env.update(extra)
+    return env
+
+
+class Client:
+    """A running verbs_client, read line by line."""
+
+    def __init__(self, native_bin: NativeBin, args: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen([str(native_bin.verbs_client), *args], env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.out: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.out.append(line)
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put("")  # EOF
+
+    def expect(self, prefix: str, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            if line.startswith(prefix):
+                return line
+            if line == "" and self.proc.poll() is not None:
+                raise AssertionError(f"client ended before {prefix!r}: {self.proc.stderr.read()}")
+
+    def send(self, line: str = "go") -> None:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def qps(self) -> tuple[int, list[int]]:
+        fields = self.expect("QPS ").split()
+        return int(fields[1]), [int(x) for x in fields[2:]]
+
+    def plan(self, nqps: int, nphases: int) -> dict[tuple[int, int], int]:
+        plan = {}
+        for _ in range(nqps * nphases):
+            _, qp, phase, nbytes = self.expect("PLAN ").split()
+            plan[int(qp), int(phase)] = int(nbytes)
+        return plan
+
+    def wait(self, timeout: float = 60.0) -> int:
+        return self.proc.wait(timeout=timeout)
+
+
+def run_client(native_bin: NativeBin, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([str(native_bin.verbs_client), *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def log_by_qp(log: Path) -> dict[str, list[str]]:
+    """POST lines of a fake-verbs log grouped per QP, in posting order."""
+    per_qp: dict[str, list[str]] = defaultdict(list)
+    for line in log.read_text().splitlines():
+        if line.startswith("POST "):
+            per_qp[line.split()[1]].append(line)
+    return dict(per_qp)
+
+
+def post_count(log: Path) -> int:
+    if not log.exists():
+        return 0
+    return sum(1 for line in log.read_text().splitlines() if line.startswith("POST "))

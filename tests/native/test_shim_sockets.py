@@ -1,0 +1,176 @@
+"""TCP tagging by the shim: DSCP on the wire (scapy on loopback), accept, thread tags."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+scapy_all = pytest.importorskip("scapy.all")
+from scapy.all import IP, TCP, AsyncSniffer  # noqa: E402
+
+LAXFLOW = shutil.which("laxflow") or str(Path(sys.executable).parent / "laxflow")
+
+CLIENT = """
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"x" * 3000)
+s.close()
+"""
+
+SERVER = """
+import socket
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(1)
+print(ls.getsockname()[1], flush=True)
+c, _ = ls.accept()
+c.sendall(b"hello" * 600)
+c.close()
+"""
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="capturing on lo needs root")
+
+
+def plain_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("LAXFLOW_", "LD_PRELOAD"))}
+
+
+def capture(port: int, action) -> list:
+    """Packets to or from port on lo while action() runs."""
+    ready = threading.Event()
+    sniffer = AsyncSniffer(
+        iface="lo",
+        lfilter=lambda p: TCP in p and port in (p[TCP].sport, p[TCP].dport),
+        started_callback=ready.set,
+        store=True,
+    )
+    sniffer.start()
+    assert ready.wait(5), "sniffer did not start"
+    time.sleep(0.05)
+    action()
+    time.sleep(0.3)
+    sniffer.stop()
+    return list(sniffer.results)
+
+
+def serve_once() -> tuple[int, threading.Thread]:
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+
+    def run() -> None:
+        conn, _ = ls.accept()
+        while conn.recv(65536):
+            pass
+        conn.close()
+        ls.close()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return ls.getsockname()[1], t
+
+
+def client_dscps(prefix: list[str]) -> set[int]:
+    port, server = serve_once()
+    cmd = [*prefix, sys.executable, "-c", CLIENT, str(port)]
+    packets = capture(port, lambda: subprocess.run(cmd, env=plain_env(), check=True, timeout=60))
+    server.join(5)
+    from_client = [p for p in packets if p[TCP].dport == port]
+    assert any(p[TCP].flags.S for p in from_client), "no SYN captured"
+    assert sum(len(p[TCP].payload) for p in from_client) >= 3000
+    return {p[IP].tos >> 2 for p in from_client}
+
+
+@needs_root
+def test_laxflow_run_dscp_marks_every_client_packet():
+    assert client_dscps([LAXFLOW, "run", "--dscp", "46", "--"]) == {46}  # SYN included
+    assert client_dscps([]) == {0}
+
+
+@needs_root
+def test_accepted_connection_is_marked():
+    server = subprocess.Popen([LAXFLOW, "run", "--dscp", "10", "--", sys.executable, "-c", SERVER],
+                              env=plain_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+
+        def talk() -> None:
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                while s.recv(65536):
+                    pass
+
+        packets = capture(port, talk)
+    finally:
+        server.wait(30)
+    data = [p for p in packets if p[TCP].sport == port and len(p[TCP].payload)]
+    assert data and {p[IP].tos >> 2 for p in data} == {10}
+
+
+THREAD_TAG = """
+import ctypes, socket, sys
+shim = ctypes.CDLL(sys.argv[1])
+shim.laxflow_shim_set_tag.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int]
+ls = socket.socket(); ls.bind(("127.0.0.1", 0)); ls.listen(4)
+def tos_of_connect():
+    s = socket.create_connection(ls.getsockname())
+    c, _ = ls.accept()
+    tos = (s.getsockopt(socket.IPPROTO_IP, socket.IP_TOS), c.getsockopt(socket.IPPROTO_IP, socket.IP_TOS))
+    s.close(); c.close()
+    return tos
+print("untagged", *tos_of_connect())
+assert shim.laxflow_shim_set_tag(7, 3, 12, 34) == 0
+print("tagged", *tos_of_connect())
+assert shim.laxflow_shim_set_tag(7, 3, 12, 64) == -1
+shim.laxflow_shim_clear_tag()
+print("cleared", *tos_of_connect())
+"""
+
+
+def test_thread_tag_sets_tos_on_connect_and_accept(shim_lib):
+    env = plain_env()
+    env["LD_PRELOAD"] = str(shim_lib)
+    env["LAXFLOW_SHM_NAME"] = f"/lxf-absent-{os.getpid()}"
+    out = subprocess.run([sys.executable, "-c", THREAD_TAG, str(shim_lib)], env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    # the listener and both ends run on the tagging thread
+    assert out.splitlines() == ["untagged 0 0", f"tagged {34 << 2} {34 << 2}", "cleared 0 0"]
+    env["LAXFLOW_DSCP"] = "8"
+    out = subprocess.run([sys.executable, "-c", THREAD_TAG, str(shim_lib)], env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.splitlines() == [f"untagged {8 << 2} {8 << 2}", f"tagged {34 << 2} {34 << 2}", f"cleared {8 << 2} {8 << 2}"]
+
+
+ECHO = """
+import socket, threading
+ls = socket.socket(); ls.bind(("127.0.0.1", 0)); ls.listen(1)
+def serve():
+    c, _ = ls.accept()
+    while (b := c.recv(4096)):
+        c.sendall(b[::-1])
+    c.close()
+threading.Thread(target=serve).start()
+s = socket.create_connection(ls.getsockname())
+for i in range(50):
+    s.sendall(str(i * 7919).encode())
+    print(s.recv(4096).decode())
+s.close()
+"""
+
+
+def test_socket_program_without_daemon_behaves_identically(shim_lib):
+    run = lambda env: subprocess.run([sys.executable, "-c", ECHO], env=env, capture_output=True,  # noqa: E731
+                                     timeout=60, check=True)
+    ref = run(plain_env())
+    env = plain_env()
+    env["LD_PRELOAD"] = str(shim_lib)
+    env["LAXFLOW_SHM_NAME"] = f"/lxf-absent-{os.getpid()}"
+    under = run(env)
+    assert (under.stdout, under.stderr) == (ref.stdout, ref.stderr)
