@@ -188,9 +188,11 @@ def parse_problem(data: Any) -> InterProblem:
     """Validate a decoded ``laxflow policy inter`` file; UserError on the first problem."""
     if not isinstance(data, dict):
         raise UserError("inter input: expected a JSON object with 'ports' and 'batches'")
-    unknown = set(data) - {"now", "drop_budget", "ports", "batches"}
+    unknown = set(data) - {"description", "now", "drop_budget", "ports", "batches"}
     if unknown:
-        raise UserError(f"inter input: unknown key {sorted(unknown)[0]!r} (expected now, drop_budget, ports, batches)")
+        raise UserError(
+            f"inter input: unknown key {sorted(unknown)[0]!r} (expected description, now, drop_budget, ports, batches)"
+        )
     now = _number(data.get("now", 0.0), "'now'")
     budget = data.get("drop_budget", 0)
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:

@@ -166,6 +166,11 @@ class MfsPolicy(FlowPolicy):
         return int(queue_of(self.rmlq.urgency[[s]], self.rmlq.explicit[[s]],
                             self._pruned[self.rmlq.request[[s]]], self.config.levels)[0])  # fmt: skip
 
+    def rmlq_level(self, flow: Flow) -> int:
+        """RMLQ level of a live flow as promotion left it (pruning not applied)."""
+        s = self.rmlq.slot[flow]
+        return int(queue_of(self.rmlq.urgency[[s]], self.rmlq.explicit[[s]], np.zeros(1, bool), self.config.levels)[0])
+
     def dscp(self, flow: Flow) -> int:
         """DSCP codepoint for a live flow's packets."""
         return self.config.dscp_map.dscp(self.queue_level(flow))
