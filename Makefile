@@ -38,6 +38,7 @@ apt:
 
 bench: install
 	$(PY) bench/network.py --json
+	$(PY) bench/shim.py --json
 
 clean:
 	rm -rf build dist src/*.egg-info
