@@ -2,10 +2,13 @@
 
 Prints ``{"recompute_ms_5000": ..., "recompute_ms_20000": ..., "events_per_s": ...}``:
 
-* ``recompute_ms_N``: one full rate allocation (all four levels, from
-  scratch) with N live point-to-point flows between random NICs of a
-  2,048-NIC leaf-spine (32 NICs per leaf, 32 spines, 2:1 oversubscribed),
-  median of several runs.
+* ``recompute_ms_N``: one full recompute of the engine with N live
+  point-to-point flows between random NICs of a 2,048-NIC leaf-spine (32 NICs
+  per leaf, 32 spines, 2:1 oversubscribed) and 4 levels: snapshot, policy
+  decision (every flow moves to another level, so no level's rates can be
+  reused), allocation of all levels, write-back into the Flow objects and
+  the next completion. Median of several. ``allocate_ms_N`` is the
+  allocation alone (``laxflow.sim.network.allocate``).
 * ``events_per_s``: event throughput of a whole fluid run with about 100k
   events (Poisson flow arrivals on the same fabric, a 4-level policy, a few
   hundred live flows), counting every event the queue ran.
@@ -49,7 +52,39 @@ def random_usage(topo, n: int, rng: np.random.Generator) -> Usage:
     return Usage(ptr.astype(np.int64), link, np.ones(link.size))
 
 
+class RotatingLevels(FlowPolicy):
+    """Every call moves every flow to the next of 4 levels: nothing is reusable."""
+
+    name = "bench-rotating"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def decide(self, snap: Snapshot) -> Decision:
+        self.calls += 1
+        base = np.arange(len(snap.flows), dtype=np.int64)
+        return Decision(level=(base + self.calls) % LEVELS)
+
+
 def recompute_ms(topo, n: int, repeats: int, rng: np.random.Generator) -> float:
+    net = FluidNetwork(topo, RotatingLevels())
+    src = rng.integers(0, NICS, n)
+    dst = (src + rng.integers(1, NICS, n)) % NICS
+    pair, link = topo.route_many(src, dst)
+    ptr = np.searchsorted(pair, np.arange(n + 1))
+    for i in range(n):
+        net.add_flow(Flow.on_path(f"f{i}", 1e9, link[ptr[i] : ptr[i + 1]]))
+    net.run(until=0.0)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        net.reschedule()
+        net.run(until=0.0)
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def allocate_ms(topo, n: int, repeats: int, rng: np.random.Generator) -> float:
     usage = random_usage(topo, n, rng)
     level = rng.integers(0, LEVELS, n)
     cap = np.full(n, np.inf)
@@ -90,6 +125,8 @@ def main() -> None:
     result = {
         "recompute_ms_5000": round(recompute_ms(topo, 5000, 21, rng), 3),
         "recompute_ms_20000": round(recompute_ms(topo, 20000, 7, rng), 3),
+        "allocate_ms_5000": round(allocate_ms(topo, 5000, 21, rng), 3),
+        "allocate_ms_20000": round(allocate_ms(topo, 20000, 7, rng), 3),
     }
     rate, events = events_per_s(topo, args.events, rng)
     result["events_per_s"] = round(rate, 1)

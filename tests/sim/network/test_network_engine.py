@@ -298,3 +298,13 @@ def test_callbacks_may_inspect_the_network_during_same_time_completions():
     assert [s[0] for s in seen] == ["A", "B", "C", "D"]
     assert seen[0] == ("A", ["D"], 0.0)  # the finished flows are gone from live at once
     assert [f.finish for f in flows] == [4.0, 4.0, 4.0, 8.0]
+
+
+def test_a_live_flow_cannot_be_added_again():
+    net = FluidNetwork(one_link(), create_policy("fs"))
+    f = Flow.on_path("A", 4.0, [0])
+    net.add_flow(f)
+    net.run(until=1.0)
+    assert f in net.live
+    with pytest.raises(ValueError, match="already added"):
+        net.add_flow(f)

@@ -98,6 +98,7 @@ class FluidNetwork:
         self._completion_gen = 0
         self._timers: set[float] = set()
         self._pos: dict[int, int] | None = None
+        self._members: set[int] = set()  # id() of live and pending flows
 
     # -- owner API --------------------------------------------------------------
 
@@ -119,13 +120,14 @@ class FluidNetwork:
         byte is delivered.
         """
         now = self.queue.now
-        if flow.finish is not None or any(flow is f for f, *_ in self._pending):
+        if flow.finish is not None or id(flow) in self._members:
             raise ValueError(f"flow {flow.id!r} was already added")
         links, weights = _merge_links(flow, self.topology.num_links)
         if flow.arrival < now:
             flow.arrival = now
         self._advance(now)
         self._pending.append((flow, on_complete, links, weights))
+        self._members.add(id(flow))
         self._schedule_recompute()
 
     def reschedule(self) -> None:
@@ -213,6 +215,7 @@ class FluidNetwork:
         done_flows = [(self._flows[i], self._callbacks[i]) for i in finished.tolist()]
         for flow, _ in done_flows:
             flow.finish = now
+            self._members.discard(id(flow))
         for flow, callback in done_flows:
             self.policy.on_complete(flow, now)
             if callback is not None:
@@ -311,11 +314,12 @@ class FluidNetwork:
 
     def _write_back(self, level: np.ndarray, cap: np.ndarray) -> None:
         """Write levels and caps into the Flow objects (only those that changed)."""
-        old = self._level
-        for i in np.flatnonzero((old != level) | (self._cap != cap)):
-            flow = self._flows[i]
-            flow.level = int(level[i])
-            flow.cap = float(cap[i])
+        changed = np.flatnonzero((self._level != level) | (self._cap != cap))
+        flows = self._flows
+        for i, lev, c in zip(changed.tolist(), level[changed].tolist(), cap[changed].tolist()):
+            flow = flows[i]
+            flow.level = lev
+            flow.cap = c
 
     def _schedule_completion(self) -> None:
         self._completion_gen += 1
