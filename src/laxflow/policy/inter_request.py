@@ -76,91 +76,65 @@ class InterResult:
 
 
 def schedule(problem: InterProblem) -> InterResult:
-    """Run Algorithm 1 on ``problem`` (already validated)."""
+    """Run Algorithm 1 on ``problem`` (already validated).
+
+    Each batch touches a handful of ports, so the loop runs on Python floats
+    and dicts (cheaper than NumPy calls on tiny arrays); the candidate scan of
+    pruning, at most ``drop_budget`` times, is vectorized over all loads.
+    """
     port_ids = sorted(problem.ports)
     port_index = {p: i for i, p in enumerate(port_ids)}
-    num_ports = len(port_ids)
-    bw = np.array([problem.ports[p] for p in port_ids], dtype=float)
+    bw = [float(problem.ports[p]) for p in port_ids]
     reds = {b.id: robust_effective_deadline(r.deadline for r in b.requests) for b in problem.batches}
     order = sorted(problem.batches, key=lambda b: (reds[b.id].red, b.id))
 
-    # Requests are numbered in id order, so "smallest index" is "smallest id".
-    req_ids = sorted(r.id for b in problem.batches for r in b.requests)
-    req_index = {r: i for i, r in enumerate(req_ids)}
-    req_batch = np.empty(len(req_ids), dtype=np.int64)
-    # Flat sparse loads, one entry per (request, port) with a positive load.
-    f_req: list[int] = []
-    f_port: list[int] = []
-    f_load: list[float] = []
-    for pos, b in enumerate(order):
-        for r in b.requests:
-            ri = req_index[r.id]
-            req_batch[ri] = pos
-            for p, v in r.load.items():
-                if v > 0:
-                    f_req.append(ri)
-                    f_port.append(port_index[p])
-                    f_load.append(float(v))
-    e_req = np.array(f_req, dtype=np.int64)
-    e_port = np.array(f_port, dtype=np.int64)
-    e_load = np.array(f_load, dtype=float)
-    # Every batch's L_i at once: unique (batch position, port) keys, summed;
-    # keys sort batch-major, so batch k owns one contiguous slice.
-    key = req_batch[e_req] * num_ports + e_port
-    ukey, inv = np.unique(key, return_inverse=True)
-    usum = np.bincount(inv, weights=e_load, minlength=ukey.size)
-    bounds = np.searchsorted(ukey // num_ports, np.arange(len(order) + 1))
-
-    in_pool = np.zeros(len(req_ids), dtype=bool)
-    S = np.zeros(num_ports)
+    S = [0.0] * len(port_ids)  # load of admitted batches per port
     smax, smax_idx = 0.0, 0  # max_u S(u)/bw(u) and its smallest port index
+    pool = _Pool(order, port_index)
     pruned: list[str] = []
     finish: dict[str, float] = {}
 
+    def bottleneck(L: dict[int, float]) -> tuple[float, int]:
+        val, idx = smax, smax_idx
+        for u, load in L.items():
+            ratio = (S[u] + load) / bw[u]
+            if ratio > val or (ratio == val and u < idx):
+                val, idx = ratio, u
+        return val, idx
+
     for pos, batch in enumerate(order):
-        lo, hi = bounds[pos], bounds[pos + 1]
-        supp = ukey[lo:hi] % num_ports
-        L = usum[lo:hi].copy()
-        in_pool[[req_index[r.id] for r in batch.requests]] = True
-
-        def bottleneck() -> tuple[float, int]:
-            val, idx = smax, smax_idx
-            if supp.size:
-                ratio = (S[supp] + L) / bw[supp]
-                k = int(np.argmax(ratio))
-                if ratio[k] > val or (ratio[k] == val and supp[k] < idx):
-                    val, idx = float(ratio[k]), int(supp[k])
-            return val, idx
-
+        L: dict[int, float] = {}  # L_i, summed in request order
+        for r in batch.requests:
+            for p, v in r.load.items():
+                if v > 0:
+                    u = port_index[p]
+                    L[u] = L.get(u, 0.0) + v
+        pool.admit(len(batch.requests))
         deadline = reds[batch.id].loose_min
-        comm, u_star = bottleneck()
+        comm, u_star = bottleneck(L)
         est = problem.now + batch.compute + comm
-        while est > deadline and len(pruned) < problem.drop_budget and in_pool.any():
-            r_star = _heaviest(u_star, in_pool, e_req, e_port, e_load)
-            if r_star < 0:
+        while est > deadline and len(pruned) < problem.drop_budget and pool.size:
+            r_star = pool.heaviest(u_star, pos)
+            if r_star is None:
                 break
-            pruned.append(req_ids[r_star])
-            in_pool[r_star] = False
-            mine = e_req == r_star
-            rp, rl = e_port[mine], e_load[mine]
-            if req_batch[r_star] == pos:
-                L[np.searchsorted(supp, rp)] -= rl
-                np.maximum(L, 0.0, out=L)  # float dust from subtracting
-            else:
-                np.subtract.at(S, rp, rl)
-                np.maximum(S, 0.0, out=S)
-                ratio_all = S / bw
-                smax_idx = int(np.argmax(ratio_all))
-                smax = float(ratio_all[smax_idx])
-            comm, u_star = bottleneck()
+            pruned.append(r_star.id)
+            target = L if pool.batch_of(r_star) == pos else S
+            for p, v in r_star.load.items():
+                if v > 0:
+                    u = port_index[p]
+                    target[u] = max(target[u] - v, 0.0)  # max: float dust
+            if target is S:
+                ratios = [x / b for x, b in zip(S, bw)]
+                smax = max(ratios)
+                smax_idx = ratios.index(smax)
+            comm, u_star = bottleneck(L)
             est = problem.now + batch.compute + comm
         finish[batch.id] = est
-        if supp.size:
-            S[supp] += L
-            ratio = S[supp] / bw[supp]
-            k = int(np.argmax(ratio))
-            if ratio[k] > smax or (ratio[k] == smax and supp[k] < smax_idx):
-                smax, smax_idx = float(ratio[k]), int(supp[k])
+        for u, load in L.items():
+            S[u] += load
+            ratio = S[u] / bw[u]
+            if ratio > smax or (ratio == smax and u < smax_idx):
+                smax, smax_idx = ratio, u
 
     return InterResult(
         order=[b.id for b in order],
@@ -170,15 +144,58 @@ def schedule(problem: InterProblem) -> InterResult:
     )
 
 
-def _heaviest(port: int, in_pool: np.ndarray, e_req: np.ndarray, e_port: np.ndarray, e_load: np.ndarray) -> int:
-    """Index of the pooled request with the largest load on ``port`` (ties:
-    smallest index, i.e. smallest id), or -1 when none loads it."""
-    mask = (e_port == port) & in_pool[e_req]
-    if not mask.any():
-        return -1
-    loads, reqs = e_load[mask], e_req[mask]
-    top = loads.max()
-    return int(reqs[loads == top].min())
+class _Pool:
+    """Algorithm 1's candidate pool P: requests of admitted batches, not pruned.
+
+    The flat (request, port, load) arrays behind :meth:`heaviest` are built on
+    the first prune only; most runs never need them.
+    """
+
+    def __init__(self, order: list[InterBatch], port_index: dict[str, int]) -> None:
+        self._order = order
+        self._port_index = port_index
+        self._admitted = 0
+        self._pruned = 0
+        self._flat: tuple[np.ndarray, ...] | None = None
+
+    @property
+    def size(self) -> int:
+        return self._admitted - self._pruned
+
+    def admit(self, count: int) -> None:
+        self._admitted += count
+
+    def batch_of(self, request: InterRequest) -> int:
+        assert self._flat is not None
+        return int(self._batch_pos[self._index[request.id]])
+
+    def heaviest(self, port: int, pos: int) -> InterRequest | None:
+        """The pooled request (batches at positions <= ``pos``) with the
+        largest load on ``port``, ties to the smallest id; None if none loads it."""
+        if self._flat is None:
+            self._build()
+        e_req, e_port, e_load = self._flat  # type: ignore[misc]
+        mask = (e_port == port) & (self._batch_pos[e_req] <= pos) & ~self._gone[e_req]
+        if not mask.any():
+            return None
+        loads, reqs = e_load[mask], e_req[mask]
+        best = int(reqs[loads == loads.max()].min())  # requests are numbered in id order
+        self._gone[best] = True
+        self._pruned += 1
+        return self._requests[best]
+
+    def _build(self) -> None:
+        reqs = sorted((r for b in self._order for r in b.requests), key=lambda r: r.id)
+        self._requests = reqs
+        self._index = {r.id: i for i, r in enumerate(reqs)}
+        where = {r.id: pos for pos, b in enumerate(self._order) for r in b.requests}
+        self._batch_pos = np.array([where[r.id] for r in reqs], dtype=np.int64)
+        self._gone = np.zeros(len(reqs), dtype=bool)
+        rows = [(i, self._port_index[p], v) for i, r in enumerate(reqs) for p, v in r.load.items() if v > 0]
+        e_req = np.array([x[0] for x in rows], dtype=np.int64)
+        e_port = np.array([x[1] for x in rows], dtype=np.int64)
+        e_load = np.array([x[2] for x in rows], dtype=float)
+        self._flat = (e_req, e_port, e_load)
 
 
 # ---------------------------------------------------------------- input file

@@ -1,0 +1,108 @@
+"""Speed of the MFS policy core (not a test; quote with the machine it ran on).
+
+* ``mfs_decision_ms_10000``: one ``MfsPolicy.decide`` over 10,000 live flows
+  (2,500 requests in 500 batches, all four flows of every request on random
+  2-4 link paths of a 2,048-link network) at a layer boundary of every
+  request, so every flow is re-evaluated for promotion. Median of 7, after
+  the admission decision (reported separately in the text output).
+* ``inter_ms_1000x2048``: Algorithm 1 (RED sort, feasibility, pruning with a
+  budget of 16) over 1,000 batches of 1-8 requests, each loading 2-8 of 2,048
+  ports. Median of 7.
+
+Targets: <= 20 ms each. ``python bench/policy.py --json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+from laxflow.policy import Flow, Snapshot, Stage
+from laxflow.policy.inter_request import InterBatch, InterProblem, InterRequest, schedule
+from laxflow.policy.mfs import MfsPolicy
+
+LINKS = 2048
+
+
+def _flows(rng: np.random.Generator) -> list[Flow]:
+    flows = []
+    stages = [Stage.REUSE, Stage.COLLECTIVE, Stage.P2D, Stage.P2D]
+    for r in range(2500):
+        deadline = float(rng.uniform(0.5, 5.0))
+        for k, stage in enumerate(stages):
+            path = rng.choice(LINKS, size=int(rng.integers(2, 5)), replace=False)
+            flows.append(Flow.on_path(
+                f"r{r}f{k}", float(rng.uniform(1e6, 1e8)), path, stage=stage, request=f"r{r}", batch=f"b{r // 5}",
+                deadline=deadline, layer=int(rng.integers(0, 60)), current_layer=0,
+            ))  # fmt: skip
+    return flows
+
+
+def bench_decision(repeats: int = 7) -> tuple[float, float]:
+    rng = np.random.default_rng(1)
+    flows = _flows(rng)
+    capacity = np.full(LINKS, 25e9)
+    policy = MfsPolicy()
+    remaining = np.array([f.size for f in flows])
+
+    def snap(now: float) -> Snapshot:
+        return Snapshot(now=now, flows=flows, remaining=remaining, capacity=capacity, link_load=rng.uniform(0, 0.9, LINKS))
+
+    t0 = time.perf_counter()
+    policy.decide(snap(0.0))
+    admission = time.perf_counter() - t0
+    times = []
+    for step in range(1, repeats + 1):
+        for f in flows:
+            f.current_layer = step
+        remaining *= 0.95
+        s = snap(step * 1e-3)
+        t0 = time.perf_counter()
+        policy.decide(s)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3, admission * 1e3
+
+
+def bench_inter(repeats: int = 7) -> float:
+    rng = np.random.default_rng(2)
+    ports = {f"port{i:04d}": 25e9 for i in range(LINKS)}
+    names = list(ports)
+    batches = []
+    rid = 0
+    for b in range(1000):
+        reqs = []
+        for _ in range(int(rng.integers(1, 9))):
+            chosen = rng.choice(LINKS, size=int(rng.integers(2, 9)), replace=False)
+            load = {names[i]: float(rng.uniform(1e6, 1e9)) for i in chosen}
+            reqs.append(InterRequest(f"r{rid}", float(rng.uniform(0.5, 20.0)), load))
+            rid += 1
+        batches.append(InterBatch(f"b{b}", float(rng.uniform(0.01, 0.2)), tuple(reqs)))
+    problem = InterProblem(ports=ports, batches=tuple(batches), now=0.0, drop_budget=16)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        schedule(problem)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    args = parser.parse_args()
+    decision, admission = bench_decision()
+    inter = bench_inter()
+    if args.json:
+        print(json.dumps({"mfs_decision_ms_10000": round(decision, 3), "inter_ms_1000x2048": round(inter, 3)}))
+    else:
+        print(f"mfs decision, 10,000 live flows (all at a layer boundary): {decision:.2f} ms (target <= 20)")
+        print(f"mfs admission decision, 10,000 new flows:                 {admission:.2f} ms")
+        print(f"Algorithm 1, 1,000 batches on 2,048 ports:                 {inter:.2f} ms (target <= 20)")
+
+
+if __name__ == "__main__":
+    main()
