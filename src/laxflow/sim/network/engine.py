@@ -58,7 +58,9 @@ class FluidNetwork:
 
     One instance per simulated network, driven by the owner's event loop on
     one thread. The owner shares ``queue`` (it pushes its own events onto it)
-    and either calls :meth:`run` or steps the queue itself.
+    and either calls :meth:`run` or steps the queue itself. ``load_window``
+    (seconds, default 10 ms: a few layers of a prefill) is the time constant
+    of ``Snapshot.link_load``.
     """
 
     def __init__(
@@ -116,8 +118,9 @@ class FluidNetwork:
         """Admit ``flow`` now; rates are recomputed at this timestamp.
 
         Called by the owner at ``queue.now`` (from any event handler). The flow
-        must not be live already; ``on_complete(flow)`` runs when its last
-        byte is delivered.
+        must not be live already; ``flow.arrival`` is set to now if it is
+        earlier. ``on_complete(flow)`` runs when its last byte is delivered
+        (at COMPLETION priority, after ``policy.on_complete``).
         """
         now = self.queue.now
         if flow.finish is not None or id(flow) in self._members:
@@ -150,7 +153,9 @@ class FluidNetwork:
         if self._pos is None:
             self._pos = {id(f): i for i, f in enumerate(self._flows)}
         i = self._pos.get(id(flow))
-        return 0.0 if i is None else float(self._remaining[i])
+        if i is not None:
+            return float(self._remaining[i])
+        return float(flow.size) if id(flow) in self._members else 0.0  # pending: nothing sent yet
 
     def run(self, until: float = float("inf")) -> int:
         """Run the shared queue until ``until``; returns how many events ran."""
@@ -209,7 +214,8 @@ class FluidNetwork:
         low = int(levels.min()) if levels.size else None
         if low is not None and low >= 0:
             self._removed_min_level = low if self._removed_min_level is None else min(self._removed_min_level, low)
-        self._link_util = self._usage.link_load(self._rate, self.capacity.size) / self.capacity
+        # (Link utilisation is refreshed by the recompute at this same time,
+        # before any time passes.)
         # Callbacks may look at the network (live, rate_of), which compacts
         # the arrays: take the flows out first.
         done_flows = [(self._flows[i], self._callbacks[i]) for i in finished.tolist()]
