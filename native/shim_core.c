@@ -137,11 +137,11 @@ void lxf_count(uint64_t *counter, uint64_t n)
         __atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
 }
 
-void lxf_emit(uint32_t kind, uint64_t msg_id, const struct lxf_tag_value *tag, uint64_t handle)
+int lxf_emit(uint32_t kind, uint64_t msg_id, const struct lxf_tag_value *tag, uint64_t handle)
 {
     struct lxf_segment *seg = lxf_segment();
     if (!seg)
-        return;
+        return -1;
     struct lxf_event ev = {
         .kind = kind,
         .pid = g_pid,
@@ -153,7 +153,7 @@ void lxf_emit(uint32_t kind, uint64_t msg_id, const struct lxf_tag_value *tag, u
         .layer = tag ? tag->layer : 0,
         .handle = handle,
     };
-    lxf_event_push(seg, &ev);
+    return lxf_event_push(seg, &ev);
 }
 
 /* ------------------------------------------------------------------ fork */

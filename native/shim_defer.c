@@ -44,6 +44,7 @@ struct lxf_chain {
     struct lxf_chain *next;
     uint64_t msg_id;
     uint32_t n_wr;
+    int ungated;            /* queued only to keep order: goes when it reaches the head */
     struct ibv_send_wr *wr;
 };
 
@@ -243,9 +244,9 @@ static void begin_message(struct lxf_qp_state *qs, const struct lxf_tag_value *t
     struct lxf_open_msg *om = &qs->msgs[qs->om_tail++ & (LXF_OPEN_MSGS - 1)];
     memset(om, 0, sizeof(*om));
     om->tag = *tag;
-    om->submitted = live;
-    if (live)
-        lxf_emit(LXF_EV_SUBMIT, tag->msg_id, tag, qs->qp_num);
+    /* A message the daemon never heard of would never get a permit: if the
+     * submit cannot be pushed (ring full), the message goes ungated. */
+    om->submitted = live && lxf_emit(LXF_EV_SUBMIT, tag->msg_id, tag, qs->qp_num) == 0;
 }
 
 static uint64_t wr_bytes(const struct ibv_send_wr *w)
@@ -318,6 +319,7 @@ static struct lxf_chain *chain_copy(const struct ibv_send_wr *wr, uint64_t msg_i
     c->next = NULL;
     c->msg_id = msg_id;
     c->n_wr = (uint32_t)n_wr;
+    c->ungated = 0;
     c->wr = wrs;
     size_t k = 0;
     for (const struct ibv_send_wr *w = wr; w; w = w->next, k++) {
@@ -411,7 +413,7 @@ static void post_head(struct lxf_qp_state *qs, lxf_post_send_fn real, int failop
 
 static void release_locked(struct lxf_qp_state *qs, lxf_post_send_fn real, int all)
 {
-    while (qs->head && (all || gate_open(qs->head->msg_id)))
+    while (qs->head && (all || qs->head->ungated || gate_open(qs->head->msg_id)))
         post_head(qs, real, all);
 }
 
@@ -433,7 +435,9 @@ int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_qp *qp, struct ibv_send_wr *
         begin_message(qs, tagged ? &tag : NULL, live);
     if (qs->head)
         release_locked(qs, real, !live);
-    if (!qs->head && (!live || gate_open(msg))) {
+    struct lxf_open_msg *om = msg ? open_msg_find(qs, msg) : NULL;
+    int gated = live && om && om->submitted && !gate_open(msg);
+    if (!qs->head && !gated) {
         rc = post_locked(qs, real, wr, bad_wr, msg);
     } else {
         struct lxf_chain *c = chain_copy(wr, msg);
@@ -444,6 +448,7 @@ int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_qp *qp, struct ibv_send_wr *
             release_locked(qs, real, 1);
             rc = post_locked(qs, real, wr, bad_wr, msg);
         } else {
+            c->ungated = !gated;
             if (qs->tail)
                 qs->tail->next = c;
             else

@@ -70,7 +70,8 @@ int lxf_daemon_live(void);                 /* segment attached, heartbeat fresh 
 int lxf_gating(void);                      /* segment attached and gating not switched off */
 void lxf_set_pass_through(int on);         /* LXF_CMD_PASS_THROUGH / LXF_CMD_ENFORCE */
 void lxf_count(uint64_t *counter, uint64_t n); /* counter in the segment, if attached */
-void lxf_emit(uint32_t kind, uint64_t msg_id, const struct lxf_tag_value *tag, uint64_t handle);
+/* Push an event; 0, or -1 when unattached or the ring is full (counted). */
+int lxf_emit(uint32_t kind, uint64_t msg_id, const struct lxf_tag_value *tag, uint64_t handle);
 
 /* shim_verbs.c */
 lxf_post_send_fn lxf_real_post_send(struct ibv_context *ctx);

@@ -1,12 +1,12 @@
 /*
  * verbs_client.c -- a verbs user as NCCL or Mooncake is one, for tests/native.
  *
- *   verbs_client MODE NQPS NCHAINS NPHASES [--wait] [--sig-all]
+ *   verbs_client MODE NQPS NCHAINS NPHASES [--wait] [--sig-all] [--tpq K]
  *
  * MODE direct: calls ibv_* as a program linked with -libverbs (Mooncake).
  * MODE dlopen: dlopen("libibverbs.so.1") and dlvsym(h, name, "IBVERBS_1.1")
  *              for every entry point (NCCL's ibvwrap).
- * One thread per QP (NQPS threads posting concurrently).  Each thread posts
+ * K threads per QP (default 1; NQPS * K <= 8 threads posting concurrently).  Each thread posts
  * NPHASES phases of NCHAINS chains: chains of 1-3 WRs, SEND / WRITE / WRITE
  * with immediate, 1-3 SGEs into a fixed buffer, some inline (from a stack
  * buffer overwritten right after the post returns), every 4th WR signaled.
@@ -41,7 +41,7 @@ struct api {
 };
 
 static struct api A;
-static int g_nqps, g_nchains, g_nphases, g_wait, g_sig_all;
+static int g_nqps, g_nchains, g_nphases, g_wait, g_sig_all, g_tpq = 1, g_nthreads;
 static struct ibv_qp **g_qp;
 static struct ibv_cq **g_cq;
 static unsigned char g_buf[8][4096];
@@ -151,7 +151,7 @@ static void *poster(void *arg)
                 w->next = k + 1 < n ? &wrs[k + 1] : NULL;
             }
             struct ibv_send_wr *bad = NULL;
-            int rc = ibv_post_send(g_qp[t], wrs, &bad);
+            int rc = ibv_post_send(g_qp[t % g_nqps], wrs, &bad);
             if (rc)
                 fprintf(stderr, "post_send rc=%d\n", rc);
             /* Inline data may be reused once post_send returns. */
@@ -175,8 +175,11 @@ int main(int argc, char **argv)
     for (int i = 5; i < argc; i++) {
         g_wait |= strcmp(argv[i], "--wait") == 0;
         g_sig_all |= strcmp(argv[i], "--sig-all") == 0;
+        if (strcmp(argv[i], "--tpq") == 0 && i + 1 < argc)
+            g_tpq = atoi(argv[++i]);
     }
-    if (g_nqps < 1 || g_nqps > 8)
+    g_nthreads = g_nqps * g_tpq;
+    if (g_nqps < 1 || g_tpq < 1 || g_nthreads > 8)
         return 2;
     load_api(argv[1]);
     for (int t = 0; t < 8; t++)
@@ -200,9 +203,13 @@ int main(int argc, char **argv)
         printf(" %u", g_qp[t]->qp_num);
     }
     printf("\n");
-    for (int t = 0; t < g_nqps; t++)
-        for (int p = 0; p < g_nphases; p++)
-            printf("PLAN %u %d %llu\n", g_qp[t]->qp_num, p, phase_bytes(t, p));
+    for (int q = 0; q < g_nqps; q++)
+        for (int p = 0; p < g_nphases; p++) {
+            unsigned long long b = 0;
+            for (int t = q; t < g_nthreads; t += g_nqps)
+                b += phase_bytes(t, p);
+            printf("PLAN %u %d %llu\n", g_qp[q]->qp_num, p, b);
+        }
 
     char line[64];
     if (g_wait && !fgets(line, sizeof line, stdin))
@@ -220,10 +227,10 @@ int main(int argc, char **argv)
             must(NULL, "ibv_modify_qp left the caller's attr alone");
     }
 
-    pthread_barrier_init(&g_start, NULL, g_nqps + 1);
-    pthread_barrier_init(&g_end, NULL, g_nqps + 1);
+    pthread_barrier_init(&g_start, NULL, g_nthreads + 1);
+    pthread_barrier_init(&g_end, NULL, g_nthreads + 1);
     pthread_t th[8];
-    for (int t = 0; t < g_nqps; t++)
+    for (int t = 0; t < g_nthreads; t++)
         pthread_create(&th[t], NULL, poster, (void *)(long)t);
     for (int p = 0; p < g_nphases; p++) {
         if (g_wait && p > 0 && !fgets(line, sizeof line, stdin))
@@ -232,11 +239,11 @@ int main(int argc, char **argv)
         pthread_barrier_wait(&g_end);
         printf("POSTED %d\n", p);
     }
-    for (int t = 0; t < g_nqps; t++)
+    for (int t = 0; t < g_nthreads; t++)
         pthread_join(th[t], NULL);
 
     int completions = 0, errors = 0, expected = 0;
-    for (int t = 0; t < g_nqps; t++)
+    for (int t = 0; t < g_nthreads; t++)
         expected += g_expected[t];
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
