@@ -419,10 +419,11 @@ static void release_locked(struct lxf_qp_state *qs, lxf_post_send_fn real, int a
 
 /* ------------------------------------------------------------- post path */
 
-int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_qp *qp, struct ibv_send_wr *wr,
-                struct ibv_send_wr **bad_wr, lxf_post_send_fn real)
+/* Called by wrap_post_send for every post on a QP with state, on the
+ * application's posting thread. */
+int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr,
+                lxf_post_send_fn real)
 {
-    (void)qp;
     struct lxf_segment *seg = lxf_segment();
     struct lxf_tag_value tag;
     int tagged = seg && lxf_tag_read(seg, lxf_self_pid(), LXF_TAG_QP, qs->qp_num, &tag) && tag.msg_id;

@@ -82,8 +82,8 @@ struct lxf_qp_state;
 struct lxf_qp_state *lxf_qp_find(struct ibv_context *ctx, uint32_t qp_num);
 struct lxf_qp_state *lxf_qp_claim(struct ibv_qp *qp);
 void lxf_qp_set_sig_all(struct ibv_qp *qp);
-int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_qp *qp, struct ibv_send_wr *wr,
-                struct ibv_send_wr **bad_wr, lxf_post_send_fn real);
+int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr,
+                lxf_post_send_fn real);
 void lxf_qp_on_completions(struct ibv_cq *cq, struct ibv_wc *wc, int n);
 int lxf_take_injected(struct ibv_cq *cq, int max, struct ibv_wc *wc);
 void lxf_qp_forget(struct ibv_qp *qp);

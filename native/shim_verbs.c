@@ -82,7 +82,7 @@ static int wrap_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
             return real(qp, wr, bad_wr);
     }
     lxf_in_shim++;
-    int rc = lxf_qp_post(qs, qp, wr, bad_wr, real);
+    int rc = lxf_qp_post(qs, wr, bad_wr, real);
     lxf_in_shim--;
     return rc;
 }

@@ -99,3 +99,4 @@ def test_heartbeat_staleness(segment):
     assert lib.lxf_segment_live(segment.raw, now + 60_000_000, 100_000_000)
     segment.raw.header.heartbeat_ns = 0
     assert not segment.live()
+    assert lib.LXF_DEFAULT_STALE_NS == 100_000_000  # the default: 100 ms

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections import deque
@@ -164,6 +165,17 @@ def test_commands_reach_one_process(segment):
     assert segment.counters()["cmds_dropped"] == 1
     lib.lxf_proc_release(proc)
     assert pid not in segment.proc_pids()
+
+
+def test_dead_processes_are_released(segment):
+    child = subprocess.Popen(["sleep", "0"])
+    child.wait()
+    lib.lxf_proc_claim(segment.raw, child.pid)
+    lib.lxf_proc_claim(segment.raw, os.getpid())
+    segment.tag_qp(child.pid, 300, request_id=1, stage=3, layer=0)
+    assert segment.release_dead_procs() == [child.pid]
+    assert segment.proc_pids() == [os.getpid()]
+    assert segment.read_tag(child.pid, TagKind.QP, 300) is None
 
 
 def test_message_ids_are_unique_and_nonzero(segment):

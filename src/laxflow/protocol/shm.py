@@ -260,6 +260,27 @@ class Segment:
         """Pids of processes whose shim has attached."""
         return [p.pid for p in self._seg.procs if p.pid]
 
+    def release_dead_procs(self) -> list[int]:
+        """Free the slots and tags of attached processes that have exited.
+
+        Called periodically by the daemon: a process killed outright never
+        runs the shim's destructor that frees its slot.
+        """
+        dead = []
+        for proc in self._seg.procs:
+            pid = proc.pid
+            if not pid:
+                continue
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                lib.lxf_proc_release(ffi.addressof(proc))
+                self.clear_pid_tags(pid)
+                dead.append(pid)
+            except PermissionError:
+                pass  # alive, another user's
+        return dead
+
     def send_command(self, pid: int, kind: int, msg_id: int = 0, arg: int = 0, value: int = 0) -> bool:
         """Queue a command for one attached process; False if it is not attached or its ring is full."""
         proc = lib.lxf_proc_find(self._seg, pid)
