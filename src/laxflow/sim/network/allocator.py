@@ -21,6 +21,12 @@ crosses had share >= r, and removing r*w from residual and w from weight
 leaves their share >= what it was. So shares never fall, and a local minimum
 now is the level at which global progressive filling would freeze that link.
 A per-flow cap is a virtual link crossed by that flow alone.
+
+The link x flow weights are kept as flat (link, weight) entries grouped by
+flow rather than as a scipy.sparse matrix: each round needs a weighted sum
+per link (``np.bincount``), a minimum per flow (``np.minimum.reduceat``) and
+then drops the frozen flows' entries, which flat arrays do in one pass each
+while a CSR/CSC matrix would have to be rebuilt every round.
 """
 
 from __future__ import annotations
@@ -100,23 +106,31 @@ def water_fill(
         return rates
     alive = np.arange(k)  # original index of every unfrozen flow
     flow_cap = cap.astype(np.float64, copy=True)
-    while alive.size:
+    capped = bool(np.isfinite(flow_cap).any())
+    np.maximum(residual, 0.0, out=residual)
+    share = np.empty(num_links)  # read only at links that carry an unfrozen flow
+    while True:
         starts = np.zeros(alive.size, dtype=np.int64)
         np.cumsum(counts[:-1], out=starts[1:])
         load = np.bincount(link, weights=weight, minlength=num_links)
-        used = load > 0
-        share = np.full(num_links, np.inf)
-        share[used] = np.maximum(residual[used], 0.0) / load[used]
+        np.divide(residual, load, out=share, where=load > 0)
         entry_share = share[link]
-        best = np.minimum(np.minimum.reduceat(entry_share, starts), flow_cap)
+        best = np.minimum.reduceat(entry_share, starts)
+        if capped:
+            np.minimum(best, flow_cap, out=best)
         # A link is a local minimum unless some flow on it can go no faster
         # than a strictly smaller share elsewhere (or its cap).
         entry_best = np.repeat(best, counts)
-        lower = entry_best < entry_share * (1.0 - REL_EPS)
         blocked = np.zeros(num_links, dtype=bool)
-        blocked[link[lower]] = True
-        at_min = ~blocked[link]
-        freeze = np.logical_or.reduceat(at_min, starts) | (flow_cap <= best * (1.0 + REL_EPS))
+        blocked[link[entry_best < entry_share * (1.0 - REL_EPS)]] = True
+        freeze = np.logical_or.reduceat(~blocked[link], starts)
+        if capped:
+            freeze |= flow_cap <= best * (1.0 + REL_EPS)
+        if freeze.all():
+            rates[alive] = best
+            residual -= np.bincount(link, weights=weight * entry_best, minlength=num_links)
+            np.maximum(residual, 0.0, out=residual)
+            break
         rates[alive[freeze]] = best[freeze]
         entry_freeze = np.repeat(freeze, counts)
         residual -= np.bincount(
@@ -125,7 +139,8 @@ def water_fill(
         np.maximum(residual, 0.0, out=residual)
         keep = ~entry_freeze
         link, weight = link[keep], weight[keep]
-        counts, alive, flow_cap = counts[~freeze], alive[~freeze], flow_cap[~freeze]
+        thaw = ~freeze
+        counts, alive, flow_cap = counts[thaw], alive[thaw], flow_cap[thaw]
     return rates
 
 
