@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,13 +175,14 @@ struct lxf_qp_state *lxf_qp_claim(struct ibv_qp *qp)
         uint32_t h = qp_hash(qp->context, qp->qp_num);
         for (uint32_t i = 0; i < LXF_MAX_QPS && !qs; i++) {
             struct lxf_qp_state *c = &g_qps[(h + i) & (LXF_MAX_QPS - 1)];
-            if (c->state != 1)
+            if (__atomic_load_n(&c->state, __ATOMIC_RELAXED) != 1)
                 qs = c;
         }
         if (qs) {
-            uint32_t was = qs->state;
-            memset(qs, 0, sizeof(*qs));
-            qs->state = was; /* lookups keep probing past it until published */
+            /* Everything but state, which lock-free lookups read: a freed
+             * slot must stay "freed" (probe on), never look "never used". */
+            size_t keep = offsetof(struct lxf_qp_state, qp_num);
+            memset((char *)qs + keep, 0, sizeof(*qs) - keep);
             qs->ctx = qp->context;
             qs->qp_num = qp->qp_num;
             qs->qp = qp;
@@ -387,7 +389,8 @@ int lxf_take_injected(struct ibv_cq *cq, int max, struct ibv_wc *wc)
 static void post_head(struct lxf_qp_state *qs, lxf_post_send_fn real, int failopen)
 {
     struct lxf_chain *c = qs->head;
-    qs->head = c->next;
+    /* head is peeked without the lock by lxf_release_ready_all */
+    __atomic_store_n(&qs->head, c->next, __ATOMIC_RELAXED);
     if (!qs->head)
         qs->tail = NULL;
     struct ibv_send_wr *bad = NULL;
@@ -453,7 +456,7 @@ int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_send_wr *wr, struct ibv_send
             if (qs->tail)
                 qs->tail->next = c;
             else
-                qs->head = c;
+                __atomic_store_n(&qs->head, c, __ATOMIC_RELAXED);
             qs->tail = c;
             qs->n_deferred += c->n_wr;
             __atomic_fetch_add(&lxf_n_deferred, c->n_wr, __ATOMIC_RELAXED);
@@ -521,8 +524,8 @@ void lxf_release_ready_all(int force)
     int live = lxf_gating() && lxf_daemon_live();
     for (uint32_t i = 0; i < LXF_MAX_QPS; i++) {
         struct lxf_qp_state *qs = &g_qps[i];
-        if (__atomic_load_n(&qs->state, __ATOMIC_ACQUIRE) != 1 || !qs->head)
-            continue;
+        if (__atomic_load_n(&qs->state, __ATOMIC_ACQUIRE) != 1 || !__atomic_load_n(&qs->head, __ATOMIC_RELAXED))
+            continue; /* a peek: re-checked under the lock */
         if (force || !live)
             spin_lock(&qs->lock);
         else if (!spin_trylock(&qs->lock))
