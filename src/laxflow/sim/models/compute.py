@@ -23,7 +23,8 @@ Attention-side operators (qkv .. dense_ffn) run per attention group
 (``tp x sp`` GPUs, work split evenly over them: TP splits heads and matmul
 columns, SP splits tokens, ring attention keeps causal work balanced). When
 ``attn_dp > 1`` the requests are spread over the groups longest-first (a
-request is never split across groups) and the layer waits for the slowest.
+request is never split across groups: ``assign_attention_groups``) and the
+layer waits for the slowest.
 Experts assume uniform routing (no load imbalance). Norms, rotary and
 residual adds are elementwise and left out (< 2 % of prefill time).
 """
@@ -109,22 +110,29 @@ def _expert_time(model: ModelSpec, dep: Deployment, tokens: int) -> float:
                         b * (touched * 3 * h * f / etp + pairs * (2 * h + 3 * f / etp)))
 
 
-def _spread(model: ModelSpec, dep: Deployment, reqs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
-    """Requests over ``attn_dp`` groups, longest first onto the least loaded (ties: lowest index)."""
-    groups: list[list[tuple[int, int]]] = [[] for _ in range(dep.attn_dp)]
+def assign_attention_groups(model: ModelSpec, dep: Deployment, new_tokens: Sequence[int],
+                            context_tokens: Sequence[int]) -> list[int]:
+    """Attention group (0 .. attn_dp - 1) of each request: longest first onto the least loaded.
+
+    The compute model runs each request's attention on the group given here;
+    the serving simulator can place the request's KV (stage-1 and stage-3
+    endpoints) on the same group. Ties go to the lowest group index, so the
+    assignment is deterministic.
+    """
+    _validate(new_tokens, context_tokens)
     if dep.attn_dp == 1:
-        groups[0] = reqs
-        return groups
+        return [0] * len(new_tokens)
     per_token = 2 * model.hidden * (2 * model.q_dim + 2 * model.kv_dim) / dep.gpu.mfu
     per_pair = 4 * model.num_heads * model.head_dim / dep.gpu.attn_eff
-    cost = [n * per_token + attention_pairs(n, c) * per_pair for n, c in reqs]
-    order = sorted(range(len(reqs)), key=lambda i: (-cost[i], i))
+    cost = [n * per_token + attention_pairs(n, c) * per_pair for n, c in zip(new_tokens, context_tokens)]
+    order = sorted(range(len(cost)), key=lambda i: (-cost[i], i))
     heap = [(0.0, g) for g in range(dep.attn_dp)]
+    where = [0] * len(cost)
     for i in order:
         load, g = heapq.heappop(heap)
-        groups[g].append(reqs[i])
+        where[i] = g
         heapq.heappush(heap, (load + cost[i], g))
-    return groups
+    return where
 
 
 def layer_compute_breakdown(model: ModelSpec, dep: Deployment, new_tokens: Sequence[int],
@@ -132,7 +140,10 @@ def layer_compute_breakdown(model: ModelSpec, dep: Deployment, new_tokens: Seque
     """``layer_compute_time`` with its parts (for reports and tests)."""
     _validate(new_tokens, context_tokens)
     reqs = [(int(n), int(c)) for n, c in zip(new_tokens, context_tokens)]
-    slowest = max((_group_time(model, dep, g) for g in _spread(model, dep, reqs)),
+    groups: list[list[tuple[int, int]]] = [[] for _ in range(dep.attn_dp)]
+    for req, g in zip(reqs, assign_attention_groups(model, dep, new_tokens, context_tokens)):
+        groups[g].append(req)
+    slowest = max((_group_time(model, dep, g) for g in groups),
                   key=lambda lt: lt.total, default=LayerTime(total=0.0))
     experts = _expert_time(model, dep, sum(n for n, _ in reqs))
     return LayerTime(total=slowest.total + experts, qkv=slowest.qkv, attention=slowest.attention,

@@ -77,7 +77,7 @@ class _Line:
         most = math.ceil(input_tokens / block_size)
         if len(v) > most:
             raise self.fail(field, f"at most {most} hashes ({input_tokens} tokens in blocks of {block_size})",
-                            f"{len(v)} hashes")
+                            len(v))
         return tuple(v)
 
 
