@@ -237,3 +237,23 @@ def test_levels_only_climb_and_only_at_boundaries_or_ticks(seq, target, deadline
         ticked = flows[0].compute_done and int(np.floor(now + 1e-9)) > old_tick
         if not advance and not ticked:
             assert after == before
+
+
+def _p2d_with_collective(collective: bool) -> tuple[Flow, MfsPolicy]:
+    p2d = Flow.on_path("p2d", 5.0, [0], stage=Stage.P2D, deadline=100.0, compute_done=True)
+    flows = [p2d]
+    if collective:
+        flows.append(Flow.on_path("coll", 90.0, [0], stage=Stage.COLLECTIVE))
+    policy = MfsPolicy(period=0.5)
+    run(FluidNetwork(Topology.from_links(["x"], [1.0]), policy, load_window=0.01), flows)
+    return p2d, policy
+
+
+def test_deadline_traffic_does_not_count_against_itself_in_rho():
+    # alone on the link the deferred flow fills it: link_load -> 1, but that load is its own
+    p2d, _ = _p2d_with_collective(False)
+    assert p2d.state["rmlq_level"] == 2  # MLU 5/100 at entry, never promoted
+    assert p2d.finish == pytest.approx(5.0)
+    # behind a saturating collective the residual capacity is gone: promoted to the top
+    p2d, _ = _p2d_with_collective(True)
+    assert p2d.state["rmlq_level"] == 0 and p2d.finish <= p2d.due

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from laxflow.policy.red import red_order, robust_effective_deadline
+from laxflow.policy.red import red_many, red_order, robust_effective_deadline
 
 deadlines = st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), min_size=1, max_size=30)
 
@@ -53,3 +54,13 @@ def test_red_between_first_deadline_and_loose_minimum(d):
 @given(deadlines)
 def test_red_ignores_request_order(d):
     assert robust_effective_deadline(d) == robust_effective_deadline(list(reversed(d)))
+
+
+@given(st.lists(st.lists(st.integers(-50, 50), min_size=1, max_size=8), min_size=1, max_size=8), st.randoms())
+def test_vectorized_red_matches_the_scalar_one(batches, rnd):
+    pairs = [(b, float(d)) for b, ds in enumerate(batches) for d in ds]
+    rnd.shuffle(pairs)
+    red, loose = red_many(np.array([b for b, _ in pairs]), np.array([d for _, d in pairs]), len(batches))
+    for b, ds in enumerate(batches):
+        r = robust_effective_deadline(ds)
+        assert (red[b], loose[b]) == (r.red, r.loose_min)

@@ -31,6 +31,10 @@ class MfsConfig:
     bytes, counted first in RED order with no overlap, leave B no room). The
     coordinator, which knows compute profiles and whole traffic matrices,
     prunes and hands the result over with ``MfsPolicy.set_order``.
+    ``load_window``: time constant (s) of the policy's moving average of
+    explicit-deadline traffic per link, subtracted from the engine's measured
+    link load to get MLU's rho; set it to the engine's ``load_window`` (both
+    default to 10 ms) so the two averages cancel exactly.
     ``dscp``: level -> DSCP map; ``None`` means the default for ``levels``.
     """
 
@@ -39,6 +43,7 @@ class MfsConfig:
     U: float = 0.5
     period: float = 1e-3
     drop_budget: int = 0
+    load_window: float = 0.01
     dscp: DscpMap | None = None
 
     def __post_init__(self) -> None:
@@ -50,6 +55,8 @@ class MfsConfig:
             raise UserError(f"mfs config: U must be a number in (0, 1] (top MLU threshold), got {self.U!r}")
         if not _finite(self.period) or self.period <= 0:
             raise UserError(f"mfs config: period must be a number of seconds > 0, got {self.period!r}")
+        if not _finite(self.load_window) or self.load_window <= 0:
+            raise UserError(f"mfs config: load_window must be a number of seconds > 0, got {self.load_window!r}")
         if isinstance(self.drop_budget, bool) or not isinstance(self.drop_budget, int) or self.drop_budget < 0:
             raise UserError(f"mfs config: drop_budget must be an integer >= 0, got {self.drop_budget!r}")
         if self.dscp is not None and self.dscp.levels != self.levels:

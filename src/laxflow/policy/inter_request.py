@@ -37,7 +37,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from laxflow.errors import UserError
-from laxflow.policy.red import robust_effective_deadline
+from laxflow.policy.red import red_many
 
 
 @dataclass(frozen=True)
@@ -75,127 +75,253 @@ class InterResult:
         return {"order": self.order, "red": self.red, "finish": self.finish, "pruned": self.pruned}
 
 
-def schedule(problem: InterProblem) -> InterResult:
-    """Run Algorithm 1 on ``problem`` (already validated).
+@dataclass(frozen=True)
+class LoadTable:
+    """Algorithm 1's input as arrays: what the coordinator keeps per cluster.
 
-    Each batch touches a handful of ports, so the loop runs on Python floats
-    and dicts (cheaper than NumPy calls on tiny arrays); the candidate scan of
-    pruning, at most ``drop_budget`` times, is vectorized over all loads.
+    Ports are numbered in id order, requests are listed batch by batch in
+    input order (their loads are summed in that order), and each entry is one
+    positive load of one request on one port.
     """
-    port_ids = sorted(problem.ports)
-    port_index = {p: i for i, p in enumerate(port_ids)}
-    bw = [float(problem.ports[p]) for p in port_ids]
-    reds = {b.id: robust_effective_deadline(r.deadline for r in b.requests) for b in problem.batches}
-    order = sorted(problem.batches, key=lambda b: (reds[b.id].red, b.id))
 
-    S = [0.0] * len(port_ids)  # load of admitted batches per port
-    smax, smax_idx = 0.0, 0  # max_u S(u)/bw(u) and its smallest port index
-    pool = _Pool(order, port_index)
-    pruned: list[str] = []
-    finish: dict[str, float] = {}
+    now: float
+    drop_budget: int
+    bandwidth: np.ndarray  # bytes/s per port
+    batch_ids: list[str]
+    compute: np.ndarray  # s per batch
+    request_ids: list[str]
+    request_batch: np.ndarray  # batch index per request
+    deadline: np.ndarray  # per request
+    entry_request: np.ndarray
+    entry_port: np.ndarray
+    entry_load: np.ndarray  # bytes, > 0
 
-    def bottleneck(L: dict[int, float]) -> tuple[float, int]:
-        val, idx = smax, smax_idx
+    @classmethod
+    def from_problem(cls, problem: InterProblem) -> "LoadTable":
+        port_ids = sorted(problem.ports)
+        port_index = {p: i for i, p in enumerate(port_ids)}
+        request_ids: list[str] = []
+        request_batch: list[int] = []
+        deadline: list[float] = []
+        e_req: list[int] = []
+        e_port: list[int] = []
+        e_load: list[float] = []
+        for b, batch in enumerate(problem.batches):
+            for r in batch.requests:
+                e_req.extend([len(request_ids)] * len(r.load))
+                e_port.extend(map(port_index.__getitem__, r.load))
+                e_load.extend(r.load.values())
+                request_ids.append(r.id)
+                request_batch.append(b)
+                deadline.append(r.deadline)
+        load = np.array(e_load, dtype=float)
+        keep = load > 0
+        return cls(
+            now=problem.now,
+            drop_budget=problem.drop_budget,
+            bandwidth=np.array([problem.ports[p] for p in port_ids], dtype=float),
+            batch_ids=[b.id for b in problem.batches],
+            compute=np.array([b.compute for b in problem.batches], dtype=float),
+            request_ids=request_ids,
+            request_batch=np.array(request_batch, dtype=np.int64),
+            deadline=np.array(deadline, dtype=float),
+            entry_request=np.array(e_req, dtype=np.int64)[keep],
+            entry_port=np.array(e_port, dtype=np.int64)[keep],
+            entry_load=load[keep],
+        )
+
+
+def schedule(problem: InterProblem) -> InterResult:
+    """Run Algorithm 1 on a validated ``problem``."""
+    return schedule_table(LoadTable.from_problem(problem))
+
+
+def schedule_table(t: LoadTable) -> InterResult:
+    """Run Algorithm 1 on arrays.
+
+    Batches that pass the feasibility check need no pruning, and for a run of
+    them the estimates are prefix sums: :func:`_sweep` computes them for all
+    remaining batches at once and the first that fails is found. Only that
+    batch goes through the literal pruning loop (:func:`_prune_batch`); then
+    the sweep resumes. Once the budget is spent, one sweep ends the run.
+    """
+    nb = len(t.batch_ids)
+    red, loose = red_many(t.request_batch, t.deadline, nb)
+    batch_rank = _string_rank(t.batch_ids)
+    order = np.lexsort((batch_rank, red))  # ascending RED, ties by batch id
+    pos_of = np.empty(nb, dtype=np.int64)
+    pos_of[order] = np.arange(nb)
+    loads = _BatchLoads(t, pos_of)
+    compute, deadline = t.compute[order], loose[order]
+    requests_at = np.bincount(pos_of[t.request_batch], minlength=nb)
+
+    S = np.zeros(t.bandwidth.size)  # load of admitted batches per port
+    pool = _Pool(t, pos_of)
+    finish = np.zeros(nb)
+    pos = 0
+    while pos < nb:
+        est = t.now + compute[pos:] + _sweep(loads, pos, S, t.bandwidth)
+        can_prune = len(pool.pruned) < t.drop_budget
+        late = np.flatnonzero(est > deadline[pos:]) if can_prune else np.zeros(0, np.int64)
+        stop = pos + int(late[0]) if late.size else nb
+        finish[pos:stop] = est[: stop - pos]
+        pool.admit(int(requests_at[pos:stop].sum()))
+        S += loads.port_totals(pos, stop, S.size)
+        if stop == nb:
+            break
+        pool.admit(int(requests_at[stop]))
+        finish[stop] = _prune_batch(t, stop, float(compute[stop]), float(deadline[stop]), loads, S, pool)
+        pos = stop + 1
+
+    return InterResult(
+        order=[t.batch_ids[b] for b in order],
+        red={b: float(red[k]) for k, b in enumerate(t.batch_ids)},
+        finish={t.batch_ids[b]: float(finish[k]) for k, b in enumerate(order)},
+        pruned=[t.request_ids[r] for r in pool.pruned],
+    )
+
+
+def _string_rank(ids: list[str]) -> np.ndarray:
+    rank = np.empty(len(ids), dtype=np.int64)
+    rank[sorted(range(len(ids)), key=ids.__getitem__)] = np.arange(len(ids))
+    return rank
+
+
+class _BatchLoads:
+    """Every batch's L_i as sparse (port, load) entries, in RED order
+    (batch-major), and the same entries in (port, batch) order."""
+
+    def __init__(self, t: LoadTable, pos_of: np.ndarray) -> None:
+        num_ports = max(t.bandwidth.size, 1)
+        bpos = pos_of[t.request_batch[t.entry_request]]
+        key = bpos * num_ports + t.entry_port
+        srt = np.argsort(key, kind="stable")  # stable: request order inside a (batch, port) sum
+        key = key[srt]
+        starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if key.size else np.zeros(0, np.int64)
+        first = srt[starts]
+        self.load = np.add.reduceat(t.entry_load[srt], starts) if key.size else np.zeros(0)
+        self.batch = bpos[first]
+        self.port = t.entry_port[first]
+        self.bounds = np.searchsorted(self.batch, np.arange(len(pos_of) + 1))
+        # Batch-major already: a stable sort by port gives (port, batch) order.
+        self.by_port = np.argsort(self.port, kind="stable")
+
+    def of(self, pos: int) -> dict[int, float]:
+        lo, hi = self.bounds[pos], self.bounds[pos + 1]
+        return dict(zip(self.port[lo:hi].tolist(), self.load[lo:hi].tolist()))
+
+    def port_totals(self, lo: int, hi: int, num_ports: int) -> np.ndarray:
+        a, b = self.bounds[lo], self.bounds[hi]
+        return np.bincount(self.port[a:b], weights=self.load[a:b], minlength=num_ports)
+
+
+def _sweep(loads: _BatchLoads, start: int, S: np.ndarray, bw: np.ndarray) -> np.ndarray:
+    """max_u (S(u) + L_i(u)) / bw(u) for every batch i >= start, assuming no
+    pruning from ``start`` on: S grows by each batch's L in turn.
+
+    Per entry, its port's load just after its batch is S plus the port's
+    running sum; the max over all ports before batch i is the running max of
+    those ratios (a port's ratio only grows), seeded with max(S / bw).
+    """
+    n = len(loads.bounds) - 1
+    sel = loads.by_port if start == 0 else loads.by_port[loads.batch[loads.by_port] >= start]
+    port, load = loads.port[sel], loads.load[sel]
+    ratio = np.empty(loads.load.size)
+    if port.size:
+        csum = np.cumsum(load)
+        first = np.r_[True, port[1:] != port[:-1]]
+        group_start = np.maximum.accumulate(np.where(first, np.arange(port.size), 0))
+        ratio[sel] = (S[port] + (csum - csum[group_start] + load[group_start])) / bw[port]
+    out = np.full(n - start, -np.inf)
+    counts = np.diff(loads.bounds[start:])
+    nonempty = counts > 0
+    if nonempty.any():
+        lo = loads.bounds[start]
+        out[nonempty] = np.maximum.reduceat(ratio[lo:], loads.bounds[start:-1][nonempty] - lo)
+    seed = float(np.max(S / bw)) if S.size else 0.0
+    prior = np.maximum.accumulate(np.r_[seed, out[:-1]])
+    return np.maximum(prior, out)
+
+
+def _prune_batch(
+    t: LoadTable, pos: int, compute: float, deadline: float, loads: _BatchLoads, S: np.ndarray, pool: "_Pool"
+) -> float:
+    """The literal loop of Algorithm 1 for the batch at ``pos``, which failed
+    the check: prune, re-estimate, repeat. Updates ``S`` (+= what is left of
+    the batch's L, -= the loads of pruned earlier requests) and the pool;
+    returns the batch's final estimate. Python floats: it touches a handful
+    of ports, and runs at most ``drop_budget`` times per run of the sweep."""
+    bw = t.bandwidth
+    L = loads.of(pos)
+
+    def bottleneck() -> tuple[float, int]:
+        ratios = S / bw
+        idx = int(np.argmax(ratios))  # first maximum: smallest port id
+        val = float(ratios[idx])
         for u, load in L.items():
             ratio = (S[u] + load) / bw[u]
             if ratio > val or (ratio == val and u < idx):
                 val, idx = ratio, u
         return val, idx
 
-    for pos, batch in enumerate(order):
-        L: dict[int, float] = {}  # L_i, summed in request order
-        for r in batch.requests:
-            for p, v in r.load.items():
-                if v > 0:
-                    u = port_index[p]
-                    L[u] = L.get(u, 0.0) + v
-        pool.admit(len(batch.requests))
-        deadline = reds[batch.id].loose_min
-        comm, u_star = bottleneck(L)
-        est = problem.now + batch.compute + comm
-        while est > deadline and len(pruned) < problem.drop_budget and pool.size:
-            r_star = pool.heaviest(u_star, pos)
-            if r_star is None:
-                break
-            pruned.append(r_star.id)
-            target = L if pool.batch_of(r_star) == pos else S
-            for p, v in r_star.load.items():
-                if v > 0:
-                    u = port_index[p]
-                    target[u] = max(target[u] - v, 0.0)  # max: float dust
-            if target is S:
-                ratios = [x / b for x, b in zip(S, bw)]
-                smax = max(ratios)
-                smax_idx = ratios.index(smax)
-            comm, u_star = bottleneck(L)
-            est = problem.now + batch.compute + comm
-        finish[batch.id] = est
-        for u, load in L.items():
-            S[u] += load
-            ratio = S[u] / bw[u]
-            if ratio > smax or (ratio == smax and u < smax_idx):
-                smax, smax_idx = ratio, u
-
-    return InterResult(
-        order=[b.id for b in order],
-        red={b.id: reds[b.id].red for b in problem.batches},
-        finish=finish,
-        pruned=pruned,
-    )
+    comm, u_star = bottleneck()
+    est = t.now + compute + comm
+    while est > deadline and len(pool.pruned) < t.drop_budget and pool.size:
+        r_star = pool.prune_heaviest(u_star, pos)
+        if r_star < 0:
+            break
+        mine = pool.pos_of_request(r_star) == pos
+        entries = t.entry_request == r_star
+        for u, v in zip(t.entry_port[entries].tolist(), t.entry_load[entries].tolist()):
+            if mine:
+                L[u] = max(L[u] - v, 0.0)  # max: float dust
+            else:
+                S[u] = max(S[u] - v, 0.0)
+        comm, u_star = bottleneck()
+        est = t.now + compute + comm
+    for u, load in L.items():
+        S[u] += load
+    return est
 
 
 class _Pool:
-    """Algorithm 1's candidate pool P: requests of admitted batches, not pruned.
+    """Algorithm 1's candidate pool P: requests of admitted batches, not pruned."""
 
-    The flat (request, port, load) arrays behind :meth:`heaviest` are built on
-    the first prune only; most runs never need them.
-    """
-
-    def __init__(self, order: list[InterBatch], port_index: dict[str, int]) -> None:
-        self._order = order
-        self._port_index = port_index
+    def __init__(self, t: LoadTable, pos_of: np.ndarray) -> None:
+        self._t = t
+        self._req_pos = pos_of[t.request_batch]  # RED position of each request's batch
+        self._id_rank: np.ndarray | None = None  # built on the first prune
+        self._gone = np.zeros(len(t.request_ids), dtype=bool)
         self._admitted = 0
-        self._pruned = 0
-        self._flat: tuple[np.ndarray, ...] | None = None
+        self.pruned: list[int] = []
 
     @property
     def size(self) -> int:
-        return self._admitted - self._pruned
+        return self._admitted - len(self.pruned)
 
     def admit(self, count: int) -> None:
         self._admitted += count
 
-    def batch_of(self, request: InterRequest) -> int:
-        assert self._flat is not None
-        return int(self._batch_pos[self._index[request.id]])
+    def pos_of_request(self, r: int) -> int:
+        return int(self._req_pos[r])
 
-    def heaviest(self, port: int, pos: int) -> InterRequest | None:
-        """The pooled request (batches at positions <= ``pos``) with the
-        largest load on ``port``, ties to the smallest id; None if none loads it."""
-        if self._flat is None:
-            self._build()
-        e_req, e_port, e_load = self._flat  # type: ignore[misc]
-        mask = (e_port == port) & (self._batch_pos[e_req] <= pos) & ~self._gone[e_req]
+    def prune_heaviest(self, port: int, pos: int) -> int:
+        """Prune and return the pooled request (batches at positions <= ``pos``)
+        with the largest load on ``port``, ties to the smallest id; -1 if no
+        pooled request loads ``port``."""
+        t = self._t
+        if self._id_rank is None:
+            self._id_rank = _string_rank(t.request_ids)
+        r = t.entry_request
+        mask = (t.entry_port == port) & (self._req_pos[r] <= pos) & ~self._gone[r]
         if not mask.any():
-            return None
-        loads, reqs = e_load[mask], e_req[mask]
-        best = int(reqs[loads == loads.max()].min())  # requests are numbered in id order
+            return -1
+        load, cand = t.entry_load[mask], r[mask]
+        top = cand[load == load.max()]
+        best = int(top[np.argmin(self._id_rank[top])])
         self._gone[best] = True
-        self._pruned += 1
-        return self._requests[best]
-
-    def _build(self) -> None:
-        reqs = sorted((r for b in self._order for r in b.requests), key=lambda r: r.id)
-        self._requests = reqs
-        self._index = {r.id: i for i, r in enumerate(reqs)}
-        where = {r.id: pos for pos, b in enumerate(self._order) for r in b.requests}
-        self._batch_pos = np.array([where[r.id] for r in reqs], dtype=np.int64)
-        self._gone = np.zeros(len(reqs), dtype=bool)
-        rows = [(i, self._port_index[p], v) for i, r in enumerate(reqs) for p, v in r.load.items() if v > 0]
-        e_req = np.array([x[0] for x in rows], dtype=np.int64)
-        e_port = np.array([x[1] for x in rows], dtype=np.int64)
-        e_load = np.array([x[2] for x in rows], dtype=float)
-        self._flat = (e_req, e_port, e_load)
+        self.pruned.append(best)
+        return best
 
 
 # ---------------------------------------------------------------- input file

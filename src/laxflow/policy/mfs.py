@@ -77,10 +77,15 @@ class MfsPolicy(FlowPolicy):
         self._request_deadline: list[float] = []
         self._request_batch: list[int] = []
         self._pruned = np.zeros(16, bool)  # per request index
-        self._live_flows: dict[int, list[Flow]] = {}  # batch index -> its live flows
+        self._live_flows: dict[int, dict[Flow, int]] = {}  # batch index -> its live flows -> request index
+        self._live_requests: dict[int, dict[int, int]] = {}  # batch index -> request index -> live flows
         self._order_stale = True
         self._external = False
         self.infeasible: set[str] = set()  # ids of explicit flows seen with MLU > 1
+        # Moving average of explicit-deadline traffic per link (see mlu.py: rho).
+        self._explicit_load = np.zeros(0)
+        self._finished_bytes = np.zeros(0)  # explicit bytes of flows done since the last decision
+        self._last_t: float | None = None
 
     # ------------------------------------------------------------ coordinator
 
@@ -121,16 +126,16 @@ class MfsPolicy(FlowPolicy):
             (_NAN if (c := f.current_layer) is None else c for f in flows), float, n
         )
         compute_done = np.fromiter((f.compute_done for f in flows), bool, n)
+        is_new = np.zeros(n, bool)
+        is_new[new_pos] = True
+        self._measure_explicit_load(snap, idx, is_new)
 
         if new_pos:
             pos = np.asarray(new_pos, np.int64)
             entry = self._candidates(idx[pos], pos, snap, current)
             self.rmlq.set_entry(idx[pos], entry, current[pos], now)
             self._note_levels(flows, pos, idx[pos])
-        old = np.ones(n, bool)
-        if new_pos:
-            old[new_pos] = False
-        pos = np.flatnonzero(old)
+        pos = np.flatnonzero(~is_new)
         if pos.size:
             elig = self.rmlq.eligible(idx[pos], current[pos], compute_done[pos], now)
             pos = pos[elig]
@@ -145,6 +150,7 @@ class MfsPolicy(FlowPolicy):
         queue = queue_of(urgency, explicit, self._pruned[self.rmlq.request[idx]], self.config.levels)
         level = engine_levels(queue, explicit, urgency, self._rank[self.rmlq.batch[idx]], self.config.levels)
         timer = self.rmlq.next_timer(idx, compute_done & (queue < self.config.levels), now)
+        self.rmlq.last_rem[idx] = snap.remaining
         return Decision(level=level, timers=() if timer is None else (timer,))
 
     def on_complete(self, flow: Flow, now: float) -> None:
@@ -152,12 +158,20 @@ class MfsPolicy(FlowPolicy):
         if s is None:
             return
         b = int(self.rmlq.batch[s])
+        if self.rmlq.explicit[s] and self._finished_bytes.size:
+            # Its last bytes moved since the last decision: count them there.
+            self._finished_bytes[self.rmlq.bneck_link[s]] += self.rmlq.last_rem[s] * self.rmlq.bneck_weight[s]
         self.rmlq.release(flow)
         live = self._live_flows.get(b)
         if live is not None:
-            live.remove(flow)
+            r = live.pop(flow)
+            requests = self._live_requests[b]
+            requests[r] -= 1
+            if not requests[r]:
+                del requests[r]
             if not live:
                 del self._live_flows[b]
+                del self._live_requests[b]
                 self._order_stale = True  # batch departure: Algorithm 1 runs again
 
     def queue_level(self, flow: Flow) -> int:
@@ -184,6 +198,8 @@ class MfsPolicy(FlowPolicy):
         k = int(np.argmin(per_link))
         t.bneck_link[s] = flow.links[k]
         t.bneck_rate[s] = per_link[k]
+        t.bneck_weight[s] = flow.weights[k]
+        t.last_rem[s] = flow.size
         t.explicit[s] = flow.has_explicit_deadline
         t.stage[s] = STAGE_CODES[flow.stage]
         t.target[s] = _NAN if flow.layer is None else flow.layer
@@ -191,8 +207,11 @@ class MfsPolicy(FlowPolicy):
         t.due[s] = _NAN if due is None else due
         b = self._batch_slot(flow.batch)
         t.batch[s] = b
-        t.request[s] = self._request_slot(flow.request, _NAN if flow.deadline is None else flow.deadline, b)
-        self._live_flows.setdefault(b, []).append(flow)
+        r = self._request_slot(flow.request, _NAN if flow.deadline is None else flow.deadline, b)
+        t.request[s] = r
+        self._live_flows.setdefault(b, {})[flow] = r
+        requests = self._live_requests.setdefault(b, {})
+        requests[r] = requests.get(r, 0) + 1
         return s
 
     def _batch_slot(self, name: str) -> int:
@@ -230,12 +249,36 @@ class MfsPolicy(FlowPolicy):
         exp = t.explicit[idx]
         if exp.any():
             e_idx, e_pos = idx[exp], pos[exp]
-            m = mlu(snap.remaining[e_pos], t.due[e_idx] - snap.now, t.bneck_rate[e_idx], snap.link_load[t.bneck_link[e_idx]])
+            link = t.bneck_link[e_idx]
+            rho = snap.link_load[link] - self._explicit_load[link]
+            m = mlu(snap.remaining[e_pos], t.due[e_idx] - snap.now, t.bneck_rate[e_idx], rho)
             out[exp] = level_of(m, self._q)
             for i in e_pos[m > 1.0]:
                 self.infeasible.add(snap.flows[i].id)
                 snap.flows[i].state["infeasible"] = True
         return out
+
+    def _measure_explicit_load(self, snap: Snapshot, idx: np.ndarray, is_new: np.ndarray) -> None:
+        """Advance the explicit-traffic moving average over [last decision, now]."""
+        links = len(snap.capacity)
+        if self._explicit_load.size != links:
+            self._explicit_load = np.zeros(links)
+            self._finished_bytes = np.zeros(links)
+        now, last = snap.now, self._last_t
+        self._last_t = now
+        if last is None or now <= last:
+            return
+        t = self.rmlq
+        moved = t.explicit[idx] & ~is_new
+        sent = (t.last_rem[idx[moved]] - snap.remaining[moved]) * t.bneck_weight[idx[moved]]
+        bytes_per_link = np.bincount(t.bneck_link[idx[moved]], weights=sent, minlength=links) + self._finished_bytes
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            util = bytes_per_link / (snap.capacity * (now - last))
+        # A utilization is in [0, 1]; a vanishing interval or float dust must not say otherwise.
+        util = np.clip(np.nan_to_num(util, nan=0.0, posinf=1.0), 0.0, 1.0)
+        decay = math.exp(-(now - last) / self.config.load_window)
+        self._explicit_load = util + (self._explicit_load - util) * decay
+        self._finished_bytes[:] = 0.0
 
     def _note_levels(self, flows: Any, pos: np.ndarray, idx: np.ndarray) -> None:
         if not pos.size:
@@ -267,8 +310,7 @@ class MfsPolicy(FlowPolicy):
             self._prune(snap, live)
 
     def _deadlines(self, b: int) -> list[float]:
-        reqs = {int(self.rmlq.request[self.rmlq.slot[f]]) for f in self._live_flows[b]}
-        return [d for r in sorted(reqs) if not math.isnan(d := self._request_deadline[r])]
+        return [d for r in self._live_requests[b] if not math.isnan(d := self._request_deadline[r])]
 
     def _prune(self, snap: Snapshot, live: list[int]) -> None:
         """Algorithm 1 on the live flows' remaining bytes (no coordinator).
@@ -286,8 +328,7 @@ class MfsPolicy(FlowPolicy):
         for b in live:
             loads: dict[int, dict[str, float]] = {}
             compute = 0.0
-            for f in self._live_flows[b]:
-                r = int(self.rmlq.request[self.rmlq.slot[f]])
+            for f, r in self._live_flows[b].items():
                 if self._pruned[r] or math.isnan(self._request_deadline[r]) or f not in remaining:
                     continue
                 load = loads.setdefault(r, {})

@@ -7,9 +7,20 @@ MFS §4.3. For a ``p2d`` flow with deadline (due time) ``d``::
 the share of its bottleneck's residual capacity the flow needs to finish on
 time. ``B`` is the flow's bottleneck rate alone (min over its links of
 capacity / weight; a static property of its path) and ``rho`` the measured
-load of that same link: the engine's ``Snapshot.link_load``, an exponentially
+load of that same link by the traffic a deferred deadline flow yields to:
+
+    rho = link_load - explicit_load      (clipped to [0, 1])
+
+``link_load`` is the engine's ``Snapshot.link_load``, an exponentially
 weighted moving average of the link's utilization (time constant
-``load_window``, see the engine). rho is clipped to [0, 1]; rho = 1 or
+``load_window``). ``explicit_load`` is the same average of the explicit-deadline
+(p2d) traffic alone, which the ``mfs`` policy keeps from the bytes those flows
+moved between its decisions (rates are constant in between, so the average
+is exact; a flow's bytes are attributed to its bottleneck link only). With
+equal windows the difference is the moving average of early-stage traffic.
+Counting the deadline flows' own bytes would make a deferred flow that soaks
+up idle capacity look urgent and promote it into the collectives it was
+deferred for. rho = 1 or
 ``time_rem <= 0`` gives MLU = +inf. MLU > 1 means the flow cannot make its
 deadline even with all residual capacity: it is *infeasible* (the ``mfs``
 policy counts it and keeps it at the top level; it still has to be

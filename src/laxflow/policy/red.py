@@ -24,6 +24,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class RedResult:
@@ -70,3 +72,30 @@ def red_order(batches: Mapping[str, Sequence[float]]) -> tuple[list[str], dict[s
             results[batch] = robust_effective_deadline(deadlines)
     order = sorted(results, key=lambda b: (results[b].red, b))
     return order, results
+
+
+def red_many(batch: np.ndarray, deadline: np.ndarray, num_batches: int) -> tuple[np.ndarray, np.ndarray]:
+    """RED and loose-set minimum of many batches at once (Algorithm 1's sort).
+
+    ``batch[j]`` is request j's batch index, ``deadline[j]`` its deadline;
+    every batch must have at least one request. Same arithmetic as
+    :func:`robust_effective_deadline`, so the results are identical.
+    """
+    srt = np.lexsort((deadline, batch))
+    b, d = batch[srt], np.asarray(deadline, float)[srt]
+    start = np.searchsorted(b, np.arange(num_batches))
+    size = np.diff(np.r_[start, b.size])
+    gap = np.r_[d[1:] - d[:-1], -np.inf]
+    gap[np.r_[start[1:] - 1, b.size - 1]] = -np.inf  # no gap across batches
+    # k*: the first largest gap of each batch (offset inside the batch, 1-based)
+    best = np.maximum.reduceat(gap, start)
+    hits = np.flatnonzero((gap == best[b]) & (gap > -np.inf))  # ascending, so batch-major
+    lead = hits[np.r_[True, b[hits][1:] != b[hits][:-1]]] if hits.size else hits
+    first = np.full(num_batches, b.size, dtype=np.int64)
+    first[b[lead]] = lead
+    k_star = np.where(size > 1, first - start + 1, 1)
+    d1 = d[start]
+    loose = np.where(size > 1, d[np.minimum(start + k_star, b.size - 1)], d1)
+    f = k_star / size
+    red = np.minimum(np.maximum(d1 + (1.0 - f) * (loose - d1), d1), loose)
+    return red, loose

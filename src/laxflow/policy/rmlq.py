@@ -50,6 +50,8 @@ class Rmlq:
         self.due = np.zeros(cap)  # due time, NaN if none
         self.bneck_link = np.zeros(cap, np.int64)
         self.bneck_rate = np.zeros(cap)  # bytes/s alone on its path
+        self.bneck_weight = np.zeros(cap)  # its weight on that link
+        self.last_rem = np.zeros(cap)  # remaining bytes at the last decision
         self.batch = np.zeros(cap, np.int64)  # index into the policy's batch table
         self.request = np.zeros(cap, np.int64)  # index into the policy's request table
         self.layer_at = np.zeros(cap)  # current_layer when urgency was last set
@@ -57,7 +59,7 @@ class Rmlq:
 
     _ARRAYS = (
         "urgency", "explicit", "stage", "target", "due", "bneck_link", "bneck_rate",
-        "batch", "request", "layer_at", "tick_at",
+        "bneck_weight", "last_rem", "batch", "request", "layer_at", "tick_at",
     )  # fmt: skip
 
     def __len__(self) -> int:
