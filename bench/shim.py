@@ -148,7 +148,7 @@ def main() -> None:
             for p in (1, 4):
                 ring[f"{p}_producer{'s' if p > 1 else ''}"] = statistics.median(
                     float(subprocess.run([str(bench), "ring", str(p), "2000000"], env=base, capture_output=True,
-                                         text=True, check=True).stdout) for _ in range(3))
+                                         text=True, check=True).stdout) for _ in range(5))
             drain = statistics.median(python_drain_concurrent(producer, hb.seg, 1, 1_000_000) for _ in range(3))
             drain_full = statistics.median(python_drain_full(producer, hb.seg) for _ in range(3))
         finally:

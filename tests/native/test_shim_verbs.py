@@ -196,8 +196,9 @@ import sys, time
 from laxflow.protocol.shm import Segment
 seg = Segment.create(sys.argv[1])
 print("ready", flush=True)
-while True:
+while True:  # the consumer: beats, drains events, grants nothing
     seg.heartbeat()
+    seg.drain_events()
     time.sleep(0.002)
 """
 
@@ -222,6 +223,10 @@ def test_killed_daemon_releases_every_deferred_wr(native_bin, shim_lib, tmp_path
         client.send()
         client.expect("POSTED 0")
         assert post_count(log) == 0
+        deadline = time.monotonic() + 10
+        while seg.raw.events.head < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert seg.raw.events.head == 4  # the consumer took the 4 submits
         owner.send_signal(signal.SIGKILL)
         owner.wait()
         t0 = time.monotonic()
@@ -335,3 +340,25 @@ def test_threads_sharing_qps_while_gates_flap(native_bin, shim_lib, tmp_path, da
     counters = daemon.seg.counters()
     assert counters["wr_deferred"] == counters["wr_released"] > 0
     assert sorted(drain(daemon.seg, EventKind.COMPLETION)["msg_id"].tolist()) == sorted(msgs)
+
+
+ADAPTER = """
+import ctypes, sys
+shim = ctypes.CDLL(sys.argv[1])
+shim.laxflow_shim_layer_boundary.argtypes = [ctypes.c_uint64, ctypes.c_uint32]
+print(shim.laxflow_shim_active(), shim.laxflow_shim_layer_boundary(7, 12))
+"""
+
+
+def test_c_api_layer_boundary_and_active(shim_lib, daemon):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAXFLOW_", "LD_PRELOAD"))}
+    env.update(LD_PRELOAD=str(shim_lib), LAXFLOW_SHM_NAME=daemon.name)
+    proc = subprocess.run([sys.executable, "-c", ADAPTER, str(shim_lib)], env=env, capture_output=True,
+                          text=True, check=True, timeout=60)
+    assert proc.stdout.split() == ["1", "0"]
+    events = drain(daemon.seg, EventKind.LAYER_BOUNDARY)
+    assert [(int(e["request_id"]), int(e["layer"])) for e in events] == [(7, 12)]
+    env["LAXFLOW_SHM_NAME"] = f"/lxf-absent-{os.getpid()}"
+    proc = subprocess.run([sys.executable, "-c", ADAPTER, str(shim_lib)], env=env, capture_output=True,
+                          text=True, check=True, timeout=60)
+    assert proc.stdout.split() == ["0", "-1"]  # no daemon: inactive, nothing to tell
