@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import count
 
 import numpy as np
@@ -221,9 +221,4 @@ def generate(name: str, rate: float, num_requests: int, seed: int) -> list[Reque
     # Group arrivals are Poisson at rate * groups / requests, so requests arrive at ``rate``.
     gaps = np.random.default_rng([seed, 1]).exponential(num_requests / (rate * groups), size=groups)
     times = np.cumsum(gaps) - gaps[0]
-    return [_with_arrival(r, float(times[g])) for r, g in built]
-
-
-def _with_arrival(r: Request, t: float) -> Request:
-    return Request(id=r.id, arrival=t, input_tokens=r.input_tokens, output_tokens=r.output_tokens,
-                   block_hashes=r.block_hashes, block_size=r.block_size, session=r.session, parent=r.parent)
+    return [replace(r, arrival=float(times[g])) for r, g in built]

@@ -26,6 +26,7 @@ import csv
 import json
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -142,9 +143,7 @@ def _load_qwen(path: Path, block_size: int) -> list[Request]:
             if up not in parent_of:
                 break
         sessions.append(root)
-    return [Request(id=r.id, arrival=r.arrival, input_tokens=r.input_tokens, output_tokens=r.output_tokens,
-                    block_hashes=r.block_hashes, block_size=r.block_size, session=s, parent=r.parent)
-            for r, s in zip(out, sessions)]
+    return [replace(r, session=s) for r, s in zip(out, sessions)]
 
 
 def _load_mooncake(path: Path, block_size: int) -> list[Request]:
@@ -225,6 +224,4 @@ def load_trace(path: str | Path, format: str, *, block_size: int | None = None,
     if limit is not None:
         reqs = reqs[:limit]
     t0 = reqs[0].arrival
-    return [Request(id=r.id, arrival=r.arrival - t0, input_tokens=r.input_tokens, output_tokens=r.output_tokens,
-                    block_hashes=r.block_hashes, block_size=r.block_size, session=r.session, parent=r.parent)
-            for r in reqs]
+    return [replace(r, arrival=r.arrival - t0) for r in reqs]
