@@ -32,6 +32,7 @@ while a CSR/CSC matrix would have to be rebuilt every round.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -44,7 +45,7 @@ SATURATED_REL_EPS = 1e-12
 
 @dataclass
 class Usage:
-    """Usage vectors of n flows, CSR by flow (every flow has >= 1 entry)."""
+    """Usage vectors of n flows, CSR by flow (every flow has >= 1 entry, its links distinct)."""
 
     ptr: np.ndarray  # int64, n + 1
     link: np.ndarray  # int64, nnz: link index of each entry
@@ -54,9 +55,9 @@ class Usage:
     def num_flows(self) -> int:
         return self.ptr.size - 1
 
-    @property
+    @cached_property
     def nnz(self) -> np.ndarray:
-        """Entries per flow."""
+        """Entries per flow (computed once: a Usage is never mutated)."""
         return np.diff(self.ptr)
 
     def entry_flow(self) -> np.ndarray:
@@ -87,10 +88,10 @@ def water_fill(
         return rates
     num_links = residual.size
     if k == 1:  # common with strict-priority policies: one flow per level
+        # (A flow's links are distinct: the engine merges repeats on admission.)
         share = np.min(residual[link] / weight)
         rates[0] = max(0.0, min(share, cap[0]))
-        np.subtract.at(residual, link, weight * rates[0])
-        np.maximum(residual, 0.0, out=residual)
+        residual[link] = np.maximum(residual[link] - weight * rates[0], 0.0)
         return rates
     if link.size * 4 < num_links:
         # Few entries on a big fabric: work on the level's own links so each
@@ -166,6 +167,11 @@ def allocate(
         return rates
     residual = capacity.astype(np.float64, copy=True)
     counts = usage.nnz
+    if from_level is None and level.min() == level.max():
+        # One level (fair sharing): no reordering needed.
+        rates = water_fill(residual, usage.link, usage.weight, counts, cap)
+        _snap_saturated(residual, capacity, usage.link)
+        return rates
     order = np.argsort(level, kind="stable")
     sorted_level = level[order]
     if from_level is not None and prev_rate is not None:
