@@ -257,3 +257,14 @@ def test_deadline_traffic_does_not_count_against_itself_in_rho():
     # behind a saturating collective the residual capacity is gone: promoted to the top
     p2d, _ = _p2d_with_collective(True)
     assert p2d.state["rmlq_level"] == 0 and p2d.finish <= p2d.due
+
+
+def test_coordinator_may_prune_requests_before_their_flows_arrive():
+    policy = MfsPolicy()
+    names = [f"q{i}" for i in range(40)]  # more than the tables' initial size
+    policy.set_order({}, pruned=names[::2])
+    flows = [flow(f"f{i}", Stage.COLLECTIVE, request=n) for i, n in enumerate(names)]
+    d = policy.decide(snap(flows))
+    assert policy.pruned_requests == set(names[::2])
+    assert [policy.queue_level(f) for f in flows] == [8, 1] * 20
+    assert d.level[0] == d.level.max() and d.level[1] < d.level[0]

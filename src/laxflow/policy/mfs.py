@@ -100,8 +100,9 @@ class MfsPolicy(FlowPolicy):
         self._external = True
         self._external_order = dict(order)
         self._pruned[:] = False
-        for r in pruned:
-            self._pruned[self._request_slot(r, _NAN, -1)] = True
+        for name in pruned:
+            r = self._request_slot(name, _NAN, -1)  # may grow self._pruned: index after
+            self._pruned[r] = True
         self._order_stale = True
 
     @property
