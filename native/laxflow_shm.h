@@ -107,7 +107,8 @@ struct lxf_counters {
     uint64_t tags_full;        /* tag writes refused, no free slot within LXF_TAG_PROBES */
     uint64_t wr_deferred;      /* work requests a shim queued because the gate was closed */
     uint64_t wr_released;      /* deferred work requests a shim later posted */
-    uint64_t wr_failopen;      /* deferred work requests released because the daemon went stale */
+    uint64_t wr_failopen;      /* deferred work requests released without a permit: daemon stale,
+                                  release-all or pass-through command, QP destroyed, internal error */
     uint64_t wr_post_errors;   /* deferred work requests the device refused at release */
     uint64_t shim_internal_errors; /* allocation failures and the like, each failed open */
 };
