@@ -119,10 +119,10 @@ class MfsPolicy(FlowPolicy):
         now = snap.now
         slot = self.rmlq.slot
         idx_list = [slot.get(f, -1) for f in flows]
-        new_pos = [i for i, s in enumerate(idx_list) if s < 0]
-        for i in new_pos:
-            idx_list[i] = self._admit(flows[i], snap)
         idx = np.fromiter(idx_list, np.int64, n)
+        new_pos = np.flatnonzero(idx < 0)
+        if new_pos.size:
+            idx[new_pos] = self._admit([flows[i] for i in new_pos.tolist()], snap)
         current = np.fromiter(
             (_NAN if (c := f.current_layer) is None else c for f in flows), float, n
         )
@@ -131,8 +131,8 @@ class MfsPolicy(FlowPolicy):
         is_new[new_pos] = True
         self._measure_explicit_load(snap, idx, is_new)
 
-        if new_pos:
-            pos = np.asarray(new_pos, np.int64)
+        if new_pos.size:
+            pos = new_pos
             entry = self._candidates(idx[pos], pos, snap, current)
             self.rmlq.set_entry(idx[pos], entry, current[pos], now)
             self._note_levels(flows, pos, idx[pos])
@@ -192,28 +192,37 @@ class MfsPolicy(FlowPolicy):
 
     # ------------------------------------------------------------ internals
 
-    def _admit(self, flow: Flow, snap: Snapshot) -> int:
-        s = self.rmlq.allocate(flow)
+    def _admit(self, new: list[Flow], snap: Snapshot) -> np.ndarray:
+        """Slots for newly seen flows, with their static facts filled in."""
         t = self.rmlq
-        per_link = snap.capacity[flow.links] / flow.weights
-        k = int(np.argmin(per_link))
-        t.bneck_link[s] = flow.links[k]
-        t.bneck_rate[s] = per_link[k]
-        t.bneck_weight[s] = flow.weights[k]
-        t.last_rem[s] = flow.size
-        t.explicit[s] = flow.has_explicit_deadline
-        t.stage[s] = STAGE_CODES[flow.stage]
-        t.target[s] = _NAN if flow.layer is None else flow.layer
-        due = flow.due
-        t.due[s] = _NAN if due is None else due
-        b = self._batch_slot(flow.batch)
-        t.batch[s] = b
-        r = self._request_slot(flow.request, _NAN if flow.deadline is None else flow.deadline, b)
-        t.request[s] = r
-        self._live_flows.setdefault(b, {})[flow] = r
-        requests = self._live_requests.setdefault(b, {})
-        requests[r] = requests.get(r, 0) + 1
-        return s
+        slots = np.fromiter((t.allocate(f) for f in new), np.int64, len(new))
+        # Bottleneck link of each path, all flows at once: min of capacity / weight.
+        counts = np.fromiter((f.links.size for f in new), np.int64, len(new))
+        links = np.concatenate([f.links for f in new])
+        weights = np.concatenate([f.weights for f in new])
+        per_link = snap.capacity[links] / weights
+        starts = np.r_[0, np.cumsum(counts)[:-1]]
+        best = np.minimum.reduceat(per_link, starts)
+        owner = np.repeat(np.arange(len(new)), counts)
+        hit = np.flatnonzero(per_link == best[owner])
+        first = hit[np.r_[True, owner[hit][1:] != owner[hit][:-1]]]  # first link attaining the min
+        t.bneck_link[slots] = links[first]
+        t.bneck_rate[slots] = best
+        t.bneck_weight[slots] = weights[first]
+        t.last_rem[slots] = np.fromiter((f.size for f in new), float, len(new))
+        t.explicit[slots] = np.fromiter((f.has_explicit_deadline for f in new), bool, len(new))
+        t.stage[slots] = np.fromiter((STAGE_CODES[f.stage] for f in new), np.int8, len(new))
+        t.target[slots] = np.fromiter((_NAN if f.layer is None else f.layer for f in new), float, len(new))
+        t.due[slots] = np.fromiter((_NAN if (d := f.due) is None else d for f in new), float, len(new))
+        for f, s in zip(new, slots.tolist()):
+            b = self._batch_slot(f.batch)
+            r = self._request_slot(f.request, _NAN if f.deadline is None else f.deadline, b)
+            t.batch[s] = b
+            t.request[s] = r
+            self._live_flows.setdefault(b, {})[f] = r
+            requests = self._live_requests.setdefault(b, {})
+            requests[r] = requests.get(r, 0) + 1
+        return slots
 
     def _batch_slot(self, name: str) -> int:
         b = self._batch_index.get(name)
