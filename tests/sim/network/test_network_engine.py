@@ -345,3 +345,18 @@ def test_incremental_rates_equal_a_full_recompute(policy):
         checked += 1
     assert checked > 20
     assert all(f.finish is not None for f in flows)
+
+
+def test_repeated_links_are_merged_and_zero_weights_dropped():
+    topo = Topology.from_links(["a", "b"], [1.0, 1.0])
+    net = FluidNetwork(topo, create_policy("fs"))
+    # Weight 0.5 twice on "a" is weight 1 on "a"; the zero on "b" is ignored.
+    g = Flow(id="g", size=2.0, links=[0, 0, 1], weights=[0.5, 0.5, 0.0])
+    other = Flow.on_path("o", 2.0, [1])
+    schedule(net, [g, other])
+    net.run()
+    assert g.finish == 2.0 and other.finish == 2.0
+    with pytest.raises(ValueError, match="no positive weight"):
+        net.add_flow(Flow(id="z", size=1.0, links=[0], weights=[0.0]))
+    with pytest.raises(ValueError, match="finite"):
+        net.add_flow(Flow(id="n", size=1.0, links=[0], weights=[np.nan]))

@@ -167,7 +167,10 @@ def allocate(
         return rates
     residual = capacity.astype(np.float64, copy=True)
     counts = usage.nnz
-    if from_level is None and level.min() == level.max():
+    lowest = int(level.min())
+    if from_level is not None and from_level <= lowest:
+        from_level = None  # every level is recomputed
+    if from_level is None and lowest == level.max():
         # One level (fair sharing): no reordering needed.
         rates = water_fill(residual, usage.link, usage.weight, counts, cap)
         _snap_saturated(residual, capacity, usage.link)

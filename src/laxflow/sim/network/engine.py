@@ -388,15 +388,21 @@ def _merge_links(flow: Flow, num_links: int) -> tuple[np.ndarray, np.ndarray]:
     if not (math.isfinite(flow.size) and flow.size > 0):
         raise ValueError(f"flow {flow.id!r}: size must be finite and > 0 (got {flow.size!r})")
     links, weights = flow.links, flow.weights
-    if np.any((links < 0) | (links >= num_links)):
+    if links.min() < 0 or links.max() >= num_links:
         raise ValueError(f"flow {flow.id!r}: link index out of range (topology has {num_links} links)")
-    if not np.all(np.isfinite(weights)) or np.any(weights < 0):
+    low = weights.min()
+    if not (low >= 0 and math.isfinite(weights.max())):
         raise ValueError(f"flow {flow.id!r}: weights must be finite and >= 0")
-    if np.unique(links).size != links.size:
-        merged = np.bincount(links, weights=weights, minlength=num_links)
-        links = np.flatnonzero(merged > 0)
-        weights = merged[links]
-    keep = weights > 0
-    if not keep.any():
-        raise ValueError(f"flow {flow.id!r}: usage vector has no positive weight")
-    return links[keep].astype(np.int64), weights[keep].astype(np.float64)
+    if links.size > 1:
+        ordered = np.sort(links)
+        if (ordered[1:] == ordered[:-1]).any():
+            merged = np.bincount(links, weights=weights, minlength=num_links)
+            links = np.flatnonzero(merged > 0)
+            weights = merged[links]
+            low = weights.min() if weights.size else 0.0
+    if low <= 0:
+        keep = weights > 0
+        if not keep.any():
+            raise ValueError(f"flow {flow.id!r}: usage vector has no positive weight")
+        links, weights = links[keep], weights[keep]
+    return links.astype(np.int64, copy=False), weights.astype(np.float64, copy=False)
