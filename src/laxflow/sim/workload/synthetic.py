@@ -22,7 +22,10 @@ next request becomes ready ``gap`` arrivals later (geometric, ``gap_mean``)
 and ready follow-ups are served before new sessions open. Arrivals are then
 timed as a Poisson process with ``rate`` requests/s over the whole cluster
 (fan-out siblings share their group's arrival time). Same seed, same
-workload, at any rate.
+workload, at any rate. Like replaying a real trace faster, a higher rate
+shortens the time between a turn and its follow-up (``gap_mean / rate``
+seconds on average): at high rates a follow-up can arrive before its parent's
+KV is stored, and then reuses less than the statistic below counts.
 """
 
 from __future__ import annotations
@@ -79,24 +82,24 @@ WORKLOADS: dict[str, WorkloadSpec] = {
             name="qwen-conv", kind="conversation", target_mean_input=2000, target_reuse=0.50,
             source="MFS §6.2 QwenA-Conv (Qwen-Bailian traceA): mean ~2k tokens, 50 % prompt reuse",
             block_size=16, prefixes=64, prefix_zipf=1.0, prefix_mean=340, first_mean=1010,
-            followup_mean=560, output_mean=390, turns_mean=1.73, gap_mean=200, max_input=32768),
+            followup_mean=560, output_mean=390, turns_mean=1.73, gap_mean=500, max_input=32768),
         WorkloadSpec(
             name="qwen-agent", kind="agent", target_mean_input=1000, target_reuse=0.65,
             source="MFS §2.2/§6.2 QwenB-Agent (Qwen-Bailian traceB): mean ~1k tokens, 65 % prompt reuse, "
             "many concurrent requests sharing hot prefixes",
             block_size=16, prefixes=16, prefix_zipf=1.3, prefix_mean=265, first_mean=530,
-            followup_mean=265, output_mean=95, turns_mean=1.44, gap_mean=20, fanout_prob=0.3,
+            followup_mean=265, output_mean=95, turns_mean=1.44, gap_mean=50, fanout_prob=0.3,
             fanout_max=4, max_input=32768),
         WorkloadSpec(
             name="mooncake-conv", kind="conversation", target_mean_input=15000, target_reuse=0.40,
             source="MFS §6.3 Mooncake conversation: mean ~15k tokens, ~40 % reuse",
             block_size=512, prefixes=64, prefix_zipf=1.0, prefix_mean=1860, first_mean=11150,
-            followup_mean=3720, output_mean=500, turns_mean=1.53, gap_mean=200, max_input=131072),
+            followup_mean=3720, output_mean=500, turns_mean=1.53, gap_mean=500, max_input=131072),
         WorkloadSpec(
             name="mooncake-agent", kind="agent", target_mean_input=9000, target_reuse=0.65,
             source="MFS §6.3 Mooncake tool&agent: mean ~9k tokens, ~65 % reuse",
             block_size=512, prefixes=16, prefix_zipf=1.3, prefix_mean=2680, first_mean=4820,
-            followup_mean=2140, output_mean=375, turns_mean=1.44, gap_mean=20, fanout_prob=0.3,
+            followup_mean=2140, output_mean=375, turns_mean=1.44, gap_mean=50, fanout_prob=0.3,
             fanout_max=4, max_input=131072),
     )
 }
