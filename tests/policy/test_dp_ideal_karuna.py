@@ -59,11 +59,12 @@ def test_dp_ideal_levels_collective_over_reuse_by_rli_then_due():
         Flow.on_path("near_soon", 1.0, [0], stage=Stage.REUSE, layer=2, current_layer=1, deadline=20.0),
         Flow.on_path("coll", 1.0, [0], stage=Stage.COLLECTIVE),
         Flow.on_path("p2d", 1.0, [0], stage=Stage.P2D, deadline=100.0),
+        Flow.on_path("p2d_no_deadline", 1.0, [0], stage=Stage.P2D, layer=1, current_layer=1),
     ]
-    snap = Snapshot(now=0.0, flows=flows, remaining=np.ones(5), capacity=np.ones(1), link_load=np.zeros(1))
+    snap = Snapshot(now=0.0, flows=flows, remaining=np.ones(6), capacity=np.ones(1), link_load=np.zeros(1))
     d = DeferAndPromoteIdeal().decide(snap)
     order = [flows[i].id for i in np.argsort(d.level, kind="stable")]
-    assert order == ["coll", "near_soon", "near_late", "far", "p2d"]
+    assert order == ["coll", "near_soon", "near_late", "far", "p2d_no_deadline", "p2d"]
     assert d.timers == (99.0,)  # laxity 100 - 0 - 1
 
 

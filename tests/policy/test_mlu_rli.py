@@ -49,10 +49,12 @@ def test_mlu_level_never_more_urgent_with_more_slack(rem, slack, bw, rho):
 
 
 def test_rli_clips_and_collectives_are_zero():
-    stage = np.array([STAGE_CODES[s] for s in (Stage.REUSE, Stage.REUSE, Stage.REUSE, Stage.COLLECTIVE, Stage.REUSE)])
-    target = np.array([5.0, 30.0, 2.0, 9.0, np.nan])
-    current = np.array([3.0, 1.0, 4.0, 1.0, 1.0])
-    assert rli(target, current, stage, 8).tolist() == [2, 7, 0, 0, 7]
+    kinds = (Stage.REUSE, Stage.REUSE, Stage.REUSE, Stage.COLLECTIVE, Stage.REUSE, Stage.P2D)
+    stage = np.array([STAGE_CODES[s] for s in kinds])
+    target = np.array([5.0, 30.0, 2.0, 9.0, np.nan, 1.0])
+    current = np.array([3.0, 1.0, 4.0, 1.0, 1.0, 3.0])
+    # a p2d flow without deadline is not blocking even though its layer is done
+    assert rli(target, current, stage, 8).tolist() == [2, 7, 0, 0, 7, 7]
 
 
 def test_queue_layout_interleaves_rli_and_mlu_levels():

@@ -30,6 +30,7 @@ from laxflow.policy.base import STAGE_CODES, Decision, FlowPolicy, Snapshot, ran
 from laxflow.policy.flow import Flow, Stage
 
 _COLLECTIVE = STAGE_CODES[Stage.COLLECTIVE]
+_P2D = STAGE_CODES[Stage.P2D]
 # Laxity at or below this (s, relative to the due time's magnitude) counts as zero.
 _ZERO_LAXITY = 1e-9
 
@@ -61,6 +62,7 @@ class DeferAndPromoteIdeal(FlowPolicy):
         target = snap.column("layer")
         current = snap.column("current_layer")
         rli = np.clip(np.nan_to_num(target - current, nan=np.inf), 0, None)
+        rli[snap.stage == _P2D] = np.inf  # p2d without a deadline blocks nothing: after every reuse flow
         cls = np.full(n, 2, np.int64)
         cls[promoted] = 0
         cls[(snap.stage == _COLLECTIVE) & ~explicit] = 1
