@@ -360,3 +360,18 @@ def test_repeated_links_are_merged_and_zero_weights_dropped():
         net.add_flow(Flow(id="z", size=1.0, links=[0], weights=[0.0]))
     with pytest.raises(ValueError, match="finite"):
         net.add_flow(Flow(id="n", size=1.0, links=[0], weights=[np.nan]))
+
+
+def test_oversubscribed_uplink_limits_cross_leaf_traffic():
+    # 4 NICs per leaf, one spine, 2:1: the leaf's uplink carries 2 x 10.
+    topo = leaf_spine(8, 4, 10.0, oversubscription=2.0, num_spines=1)
+    net = FluidNetwork(topo, create_policy("fs"))
+    cross = [Flow.on_path(f"x{i}", 10.0, topo.path(i, 4 + i)) for i in range(4)]
+    local = Flow.on_path("local", 10.0, topo.path(0, 1))
+    schedule(net, cross + [local])
+    net.run(until=0.0)
+    assert [net.rate_of(f) for f in cross] == pytest.approx([5.0] * 4)
+    # NIC 0's port is shared by x0 (held to 5 by the uplink) and the local flow.
+    assert net.rate_of(local) == pytest.approx(5.0)
+    net.run()
+    assert [f.finish for f in cross] == pytest.approx([2.0] * 4)

@@ -86,7 +86,7 @@ class Topology:
         """Link indices of the route from ``src_nic`` to ``dst_nic`` (empty if equal)."""
         self._check_nic(src_nic)
         self._check_nic(dst_nic)
-        pair, links = self.route_many(np.array([src_nic], dtype=np.int64), np.array([dst_nic], dtype=np.int64))
+        _, links = self.route_many(np.array([src_nic], dtype=np.int64), np.array([dst_nic], dtype=np.int64))
         return links
 
     def route_many(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -101,11 +101,12 @@ class Topology:
     def usage(self, traffic: Mapping[tuple[int, int], float]) -> tuple[np.ndarray, np.ndarray, float]:
         """Sparse usage vector of a flow group from a src->dst byte matrix.
 
-        ``weight(link) = bytes crossing link / total bytes``; pairs with
-        src == dst cross no link but count towards the total (they move no
-        bytes on the network, so they dilute the group's per-link weights the
-        way a local copy does). Returns ``(links, weights, total_bytes)``
-        with links sorted ascending.
+        ``weight(link) = bytes crossing link / total bytes``. Pairs with
+        src == dst cross no link but count towards the total, so the flow's
+        size is ``total_bytes``; alone on the network the group then takes
+        max over links of (bytes on link / capacity), with or without them.
+        Called by workload builders once per collective. Returns
+        ``(links, weights, total_bytes)`` with links sorted ascending.
         """
         if not traffic:
             raise ValueError("usage: empty traffic matrix")
