@@ -26,6 +26,10 @@ departure (never per layer), by ``laxflow policy inter`` on a file, and by the
 
 Pruned requests are not dropped: the caller serves them in the scavenger
 class (soft enforcement). Ports are compared by id as strings.
+
+Two entry points: :func:`schedule` takes the objects a file parses into
+(:func:`parse_problem`); :func:`schedule_table` takes the arrays a
+coordinator keeps (:class:`LoadTable`), which is what runs in both cases.
 """
 
 from __future__ import annotations
