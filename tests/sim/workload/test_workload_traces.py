@@ -131,3 +131,16 @@ def test_file_and_format_errors(tmp_path: Path) -> None:
         load_trace(write_jsonl(tmp_path / "empty.jsonl", []), "mooncake")
     with pytest.raises(UserError, match="trace format 'sharegpt': expected one of qwen-bailian, mooncake"):
         load_trace(tmp_path / "x", "sharegpt")
+
+
+def test_optional_qwen_fields_and_numeric_azure_times(tmp_path: Path) -> None:
+    p = write_jsonl(tmp_path / "q.jsonl", [{"timestamp": 2.0, "input_length": 5, "output_length": 1,
+                                            "hash_ids": [3]}])
+    (r,) = load_trace(p, "qwen-bailian")
+    assert r.id == "qwen-line1" and r.parent is None and r.session == "qwen-line1"
+    a = tmp_path / "a.csv"
+    a.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n10.5,3,1\n12,4\n")
+    with pytest.raises(UserError, match=r"a\.csv:3: field 'GeneratedTokens': expected an integer >= 0, got None"):
+        load_trace(a, "azure")
+    a.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n10.5,3,1\n12,4,2\n")
+    assert [r.arrival for r in load_trace(a, "azure")] == [0.0, 1.5]
