@@ -36,10 +36,11 @@ MODELS: dict[str, ModelSpec] = {
                   max_context=32768,
                   source=_HF + "databricks/dbrx-instruct config.json (d_model, n_heads, kv_n_heads, "
                   "ffn_hidden_size, moe_num_experts, moe_top_k)"),
-        # Grok-2's config is Grok-1's layout at hidden 8192 with a dense MLP
-        # (32768) next to 8 experts (16384 each). Those shapes reproduce the
-        # parameter counts published for xai-org/grok-2 (269.5 B total, 115.0 B
-        # active; 131072 x 8192 embeddings; 64 blocks) within 0.2 %.
+        # Grok-2: Grok-1's layout at hidden 8192, 64 query / 8 KV heads of 128,
+        # 131072 positions, and a dense MLP next to 8 experts ("residual_moe";
+        # as in SGLang's Grok-2 support). FFN widths 16384 per expert and
+        # 32768 dense reproduce the parameter counts published for
+        # xai-org/grok-2 (269.5 B total, 115.0 B active) within 0.2 %.
         ModelSpec(name="grok-2", num_layers=64, hidden=8192, num_heads=64, num_kv_heads=8,
                   head_dim=128, ffn_hidden=16384, num_experts=8, top_k=2, vocab=131072,
                   max_context=131072, shared_ffn_hidden=32768,
@@ -59,10 +60,10 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 # Efficiency factors (the same for both GPUs; they are assumptions, not measurements):
-#   mfu 0.6: cuBLAS bf16 GEMMs of prefill-sized shapes run at 70-80 % of peak on
-#     A100; serving engines' prefill (fused MoE grouped GEMMs, per-expert token
-#     counts in the hundreds, epilogues) lands lower, 50-60 % is what vLLM and
-#     SGLang prefill MFU reports show, so we take 0.6.
+#   mfu 0.6: large bf16 GEMMs reach 70-80 % of peak on A100 with cuBLAS; a
+#     serving engine's prefill (fused MoE grouped GEMMs with a few hundred
+#     tokens per expert, epilogues, kernel gaps) runs below that, and we assume
+#     0.6, the top of the 0.5-0.6 range usually quoted for prefill.
 #   attn_eff 0.5: FlashAttention-2 forward reaches 50-73 % of peak on A100 (Dao
 #     2023); causal masking and short sequences sit at the low end.
 #   mbu 0.8: streaming kernels reach about 80-90 % of HBM bandwidth on A100;
