@@ -98,7 +98,7 @@ def _jsonl(path: Path) -> Iterator[tuple[_Line, dict]]:
 
 
 def _csv(path: Path, required: tuple[str, ...]) -> Iterator[tuple[_Line, dict]]:
-    with path.open(encoding="utf-8", newline="") as f:
+    with path.open(encoding="utf-8-sig", newline="") as f:  # tolerate a byte-order mark
         reader = csv.DictReader(f)
         header = [h.strip() for h in (reader.fieldnames or [])]
         missing = [c for c in required if c not in header]
