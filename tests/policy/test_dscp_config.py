@@ -57,3 +57,19 @@ def test_config_accepts_a_dscp_mapping_of_matching_size():
     assert cfg.dscp_map.dscp(1) == 12
     with pytest.raises(UserError, match="dscp map has 2 levels"):
         MfsConfig.from_mapping({"levels": 3, "dscp": {"levels": [10, 12], "level_tc": [5, 4]}})
+
+
+def test_dscp_command_prints_the_map():
+    import json
+
+    from typer.testing import CliRunner
+
+    from laxflow.policy.cli import app
+
+    out = CliRunner().invoke(app, ["dscp", "--levels", "8", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["levels"] == list(default_dscp_map(8).level_dscp) and data["scavenger"] == 8
+    assert data["reserved"] == {"26": "default lossless RoCE", "48": "CNP"}
+    table = CliRunner().invoke(app, ["dscp"])
+    assert "scavenger" in table.output and "39" in table.output
