@@ -166,3 +166,38 @@ def test_partial_recompute_equals_full():
     expect = allocate(capacity, usage, level2, cap)
     got = allocate(capacity, usage, level2, cap, from_level=2, prev_rate=full)
     np.testing.assert_allclose(got, expect, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_flow_has_a_bottleneck_on_a_leaf_spine(seed):
+    """The max-min characterisation, checked on larger instances: each flow of
+    level k is at its cap or crosses a link saturated by levels <= k on which
+    no flow of level k is faster."""
+    from laxflow.sim.network import leaf_spine
+
+    topo = leaf_spine(64, 8, 10.0, oversubscription=3.0, num_spines=4)
+    rng = np.random.default_rng(100 + seed)
+    n = 400
+    src = rng.integers(0, 64, n)
+    dst = (src + rng.integers(1, 64, n)) % 64
+    pair, link = topo.route_many(src, dst)
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(pair, minlength=n))]).astype(np.int64)
+    usage = Usage(ptr, link, rng.choice([1.0, 0.5, 0.25], link.size))
+    level = rng.integers(0, 3, n)
+    cap = np.where(rng.random(n) < 0.1, rng.uniform(0.1, 2.0, n), np.inf)
+    rate = allocate(topo.capacity, usage, level, cap)
+    entry_flow = usage.entry_flow()
+    for k in range(3):
+        upto = np.where(level <= k, rate, 0.0)
+        load = usage.link_load(upto, topo.num_links)
+        assert np.all(load <= topo.capacity * (1 + 1e-9))
+        saturated = load >= topo.capacity * (1 - 1e-9)
+        # Fastest level-k flow on each link.
+        fastest = np.zeros(topo.num_links)
+        mine = level[entry_flow] == k
+        np.maximum.at(fastest, usage.link[mine], rate[entry_flow[mine]])
+        for f in np.flatnonzero(level == k):
+            links = usage.link[ptr[f] : ptr[f + 1]]
+            at_cap = rate[f] >= cap[f] * (1 - 1e-9)
+            bottleneck = np.any(saturated[links] & (rate[f] >= fastest[links] * (1 - 1e-9)))
+            assert at_cap or bottleneck, f"flow {f} (level {k}) has no bottleneck"
