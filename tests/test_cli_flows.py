@@ -54,3 +54,11 @@ def test_unknown_policy_exits_2_before_running_anything():
     proc = laxflow("sim", "flows", str(EXAMPLE), "--policy", "fs,nope", "--json")
     assert proc.returncode == 2 and proc.stdout == ""
     assert "unknown policy 'nope'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_module_class_policy_name():
+    proc = laxflow("sim", "flows", str(EXAMPLE), "--policy", "laxflow.policy.sjf:ShortestJobFirst", "--json")
+    assert proc.returncode == 0, proc.stderr
+    (result,) = json.loads(proc.stdout)
+    assert result["policy"] == "laxflow.policy.sjf:ShortestJobFirst"
+    assert {f["id"]: f["finish"] for f in result["flows"]} == {"A": 2.0, "B": 9.0, "C": 5.0}
