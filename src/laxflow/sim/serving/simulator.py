@@ -101,6 +101,7 @@ class ServingSimulator:
         self.batches: list[BatchRun] = []
         self.done = 0
         self._progress = progress
+        self._start_pending: set[int] = set()
 
     # -- run ---------------------------------------------------------------------
 
@@ -144,9 +145,14 @@ class ServingSimulator:
             self.caches.touch(route.prefill, list(req.block_hashes)[: route.local_tokens // block])
         unit = self.units[route.prefill]
         unit.enqueue(state)
-        self._start_batch(unit)
+        if not unit.busy and unit.index not in self._start_pending:
+            # Form the batch after every arrival of this instant (TIMER runs
+            # after ARRIVAL at equal times), so simultaneous requests batch together.
+            self._start_pending.add(unit.index)
+            self.queue.push(self.queue.now, Priority.TIMER, self._start_batch, unit)
 
     def _start_batch(self, unit: PrefillUnit) -> None:
+        self._start_pending.discard(unit.index)
         chosen = unit.next_batch(self.queue.now)
         if not chosen:
             return

@@ -1,0 +1,103 @@
+"""``laxflow sim serve`` / ``sweep`` as a user runs them, seed determinism, and the router's cache."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from laxflow.sim.serving.config import ClusterConfig, ServingConfig
+from laxflow.sim.serving.experiment import RunSpec, run_one
+from laxflow.sim.serving.router import GlobalRouter, PrefixCaches
+
+CONTRACT = ["policy", "rate", "slo_attainment", "ttft_mean", "ttft_p90", "ttft_p99", "cct_mean", "earliness_mean",
+            "requests"]
+SMALL = ["--preset", "demo", "--requests", "12", "--warmup", "4", "--quiet", "--jobs", "1"]
+
+
+def laxflow(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from laxflow.cli import main; main()", *args],
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_serve_json_has_exactly_the_contract_keys(tmp_path):
+    out = tmp_path / "r.json"
+    plot = tmp_path / "r.png"
+    proc = laxflow("sim", "serve", *SMALL, "--policies", "fs,mfs", "--rate", "2", "--json", str(out),
+                   "--plot", str(plot))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert sorted(data) == ["config", "results"]
+    assert [r["policy"] for r in data["results"]] == ["fs", "mfs"]
+    for row in data["results"]:
+        assert list(row) == CONTRACT
+        assert row["rate"] == 2.0 and row["requests"] == 12
+        assert 0.0 <= row["slo_attainment"] <= 1.0
+        assert 0 < row["ttft_mean"] <= row["ttft_p99"]
+    assert data["config"]["model"] == "mixtral-8x7b" and data["config"]["warmup"] == 4
+    assert plot.stat().st_size > 1000
+    assert "SLO att." in proc.stdout
+
+
+def test_sweep_prints_goodput_and_writes_rows(tmp_path):
+    out = tmp_path / "s.json"
+    proc = laxflow("sim", "sweep", *SMALL, "--policies", "fs", "--rates", "0.5,1", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert [r["rate"] for r in data["results"]] == [0.5, 1.0]
+    assert set(data["goodput"]) == {"fs"}
+    assert "goodput" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--rate", "-1"], "--rate"),
+        (["--policies", "fs,nope"], "nope"),
+        (["--preset", "fig99"], "--preset"),
+        (["--servers", "1"], "--servers"),
+        (["--workload", "nope"], "--workload"),
+        (["--model", "gpt-9"], "gpt-9"),
+        (["--slo-scale", "0"], "--slo-scale"),
+        (["--trace", "/no/such/file", "--trace-format", "x"], "--trace"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(args, needle):
+    proc = laxflow("sim", "serve", "--quiet", *args)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("laxflow: error:")
+
+
+def _spec(seed: int, policy: str = "mfs") -> RunSpec:
+    cfg = ServingConfig(model="mixtral-8x7b", cluster=ClusterConfig(servers=8, gpus_per_server=4), warmup=10)
+    return RunSpec(cfg, "qwen-agent", 1.0, policy, 30, seed)
+
+
+def test_same_seed_same_results_other_seed_other_results():
+    a, b, c = run_one(_spec(3)), run_one(_spec(3)), run_one(_spec(4))
+    for key in ("ttft_samples", "slo_samples", "cct_mean", "bytes_by_stage", "network_events"):
+        assert a[key] == b[key]
+    assert a["ttft_samples"] != c["ttft_samples"]
+
+
+def test_prefix_cache_lengths_and_lru_eviction():
+    caches = PrefixCaches(2, capacity_blocks=3)
+    caches.insert(0, [1, 2, 3])
+    caches.insert(1, [1, 2])
+    assert caches.prefix_lengths([1, 2, 3, 4]) == {0: 3, 1: 2}
+    caches.insert(0, [7])  # evicts block 1 from unit 0: its chain no longer matches there
+    assert caches.evicted == 1
+    assert caches.prefix_lengths([1, 2, 3]) == {1: 2}
+
+
+def test_router_prefers_the_holder_until_its_queue_outweighs_the_prefix():
+    caches = PrefixCaches(2, 100)
+    caches.insert(1, list(range(10)))
+    router = GlobalRouter(2, 2, caches, overlap_weight=1.0)
+    idle = router.route(list(range(12)), 16, 12 * 16, [0, 0], [0.0, 0.0])
+    assert (idle.prefill, idle.local_tokens, idle.remote_tokens) == (1, 160, 0)
+    busy = router.route(list(range(12)), 16, 12 * 16, [0, 16 * 100], [5.0, 0.0])
+    assert (busy.prefill, busy.holder, busy.remote_tokens, busy.decode) == (0, 1, 160, 1)
