@@ -14,7 +14,7 @@ EXTRAS := test
 .PHONY: demo test install apt bench clean
 
 demo: install
-	$(LAXFLOW) sim flows examples/table1.json --policy fs,sjf,edf
+	$(LAXFLOW) sim serve --preset demo --plot out/demo.png
 
 test: install
 	$(PY) -m pytest -q tests

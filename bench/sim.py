@@ -1,0 +1,73 @@
+"""Serving-simulator speed: one policy at paper scale, and wall time as the cluster grows.
+
+    python bench/sim.py --json            # prints {"paper_scale_s", "requests_per_s", "scaling": {...}}
+
+Paper scale (MFS §6.1): 256 servers x 8 A100 (1024 prefill GPUs = 32
+Mixtral-8x22B units), 512 warm-up + 1024 measured QwenA-conversation
+requests at a high load. ``scaling`` runs the same per-GPU rate on 32, 64,
+128 and 256 servers with the request count scaled with the cluster (same
+simulated duration), so a cost linear in requests shows up as wall time
+proportional to the server count. Timings are wall-clock seconds of
+``ServingSimulator.run`` only (workload generation excluded); quote them
+with the machine they ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from laxflow.sim.serving.config import ClusterConfig, ServingConfig
+from laxflow.sim.serving.experiment import RunSpec, build_workload
+from laxflow.sim.serving.simulator import ServingSimulator
+
+
+def timed_run(servers: int, requests: int, warmup: int, rate: float, policy: str, model: str, workload: str) -> dict:
+    cfg = ServingConfig(model=model, cluster=ClusterConfig(servers=servers), warmup=warmup)
+    spec = RunSpec(cfg, workload, rate, policy, requests, seed=0)
+    reqs = build_workload(spec)
+    t0 = time.perf_counter()
+    res = ServingSimulator(cfg, reqs, policy).run()
+    wall = time.perf_counter() - t0
+    att = sum(1 for s in res.measured if s.ttft <= s.slo) / len(res.measured)
+    return {"servers": servers, "requests": len(reqs), "wall_s": wall, "events": res.network_events,
+            "batches": len(res.batches), "slo_attainment": att}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true", help="print only the JSON result")
+    ap.add_argument("--policy", default="fs")
+    ap.add_argument("--rate", type=float, default=0.9, help="requests/s per prefill GPU (high load)")
+    ap.add_argument("--model", default="mixtral-8x22b")
+    ap.add_argument("--workload", default="qwen-conv")
+    ap.add_argument("--servers", default="32,64,128,256", help="cluster sizes of the scaling series")
+    ap.add_argument("--requests", type=int, default=1024, help="measured requests at 256 servers")
+    ap.add_argument("--warmup", type=int, default=512, help="warm-up requests at 256 servers")
+    args = ap.parse_args()
+
+    sizes = [int(s) for s in args.servers.split(",")]
+    runs = {}
+    for servers in sizes:
+        scale = servers / 256
+        r = timed_run(servers, max(1, round(args.requests * scale)), round(args.warmup * scale), args.rate,
+                      args.policy, args.model, args.workload)
+        runs[servers] = r
+        if not args.json:
+            print(json.dumps(r), file=sys.stderr)
+    paper = runs.get(256) or timed_run(256, args.requests, args.warmup, args.rate, args.policy, args.model,
+                                       args.workload)
+    out = {
+        "paper_scale_s": round(paper["wall_s"], 3),
+        "requests_per_s": round(paper["requests"] / paper["wall_s"], 2),
+        "scaling": {str(s): round(r["wall_s"], 3) for s, r in runs.items()},
+        "detail": {"policy": args.policy, "rate": args.rate, "model": args.model, "workload": args.workload,
+                   "runs": {str(s): r for s, r in runs.items()}},
+    }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
