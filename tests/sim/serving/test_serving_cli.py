@@ -36,7 +36,7 @@ def test_serve_json_has_exactly_the_contract_keys(tmp_path):
         assert row["rate"] == 2.0 and row["requests"] == 12
         assert 0.0 <= row["slo_attainment"] <= 1.0
         assert 0 < row["ttft_mean"] <= row["ttft_p99"]
-    assert data["config"]["model"] == "mixtral-8x7b" and data["config"]["warmup"] == 4
+    assert data["config"]["model"] == "mixtral-8x22b" and data["config"]["warmup"] == 4
     assert plot.stat().st_size > 1000
     assert "SLO att." in proc.stdout
 
