@@ -176,7 +176,9 @@ def _check_out(path: Optional[Path], flag: str) -> None:
 def serve(
     model: Optional[str] = typer.Option(None, "--model", help="Model name (laxflow.sim.models)."),
     workload: Optional[str] = typer.Option(None, "--workload", help="Synthetic workload (qwen-conv, qwen-agent, ...)."),
-    rate: Optional[float] = typer.Option(None, "--rate", help="Requests/s per prefill GPU (preset: its highest rate)."),
+    rate: Optional[float] = typer.Option(
+        None, "--rate", help="Requests/s per prefill GPU (preset: its highest rate; a trace: its own timestamps)."
+    ),
     policies: Optional[str] = typer.Option(None, "--policies", help=_P),
     requests: Optional[int] = typer.Option(None, "--requests", help="Measured requests (default 1024)."),
     warmup: Optional[int] = typer.Option(None, "--warmup", help="Warm-up requests left out of the metrics (512)."),
@@ -201,10 +203,11 @@ def serve(
     config, names, wl, n, sd, meta = _build(preset, model, workload, policies, requests, warmup, seed, servers,
                                             slo_scale, topology, trace, trace_format)
     if rate is None:
-        rate = meta["preset_rates"][-1]
-    if not (math.isfinite(rate) and rate > 0):
+        rate = 0.0 if trace is not None else meta["preset_rates"][-1]  # a trace keeps its own timestamps
+    elif not (math.isfinite(rate) and rate > 0):
         raise UserError(f"--rate: expected a positive number of requests/s per prefill GPU, got {rate}")
     rows = _execute(config, names, wl, n, sd, [rate], trace, trace_format, jobs or default_jobs(), None, quiet)
+    rate = rows[0]["rate"]
     meta["rate"] = rate
     _print_table(rows, f"{meta['model']} / {meta['workload'] or meta['trace']} at {rate:g} req/s/GPU "
                        f"({meta['prefill_gpus']} prefill GPUs, {n} measured requests)")

@@ -31,7 +31,7 @@ class RunSpec:
 
     config: ServingConfig
     workload: str
-    rate: float  # requests/s per prefill GPU
+    rate: float  # requests/s per prefill GPU; 0 with a trace: keep its timestamps
     policy: str
     requests: int  # measured requests (warm-up comes on top)
     seed: int = 0
@@ -169,7 +169,11 @@ def run_one(spec: RunSpec, progress: Callable[[int], None] | None = None) -> dic
 
     requests = build_workload(spec)
     result = ServingSimulator(spec.config, requests, spec.policy, progress=progress).run()
-    row = summarize(result, spec.rate)
+    rate = spec.rate
+    if rate == 0:  # a trace replayed at its own timestamps: report its per-GPU rate
+        span = max(float(r.arrival) for r in requests) - min(float(r.arrival) for r in requests)
+        rate = (len(requests) - 1) / span / prefill_gpus(spec.config) if span > 0 else 0.0
+    row = summarize(result, rate)
     row["ttft_samples"] = [s.ttft for s in result.measured]
     row["slo_samples"] = [s.slo for s in result.measured]
     return row
