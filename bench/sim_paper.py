@@ -30,7 +30,7 @@ BASELINES = ("fs", "sjf", "edf", "karuna")
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--presets", default=",".join(p for p in PRESETS if p != "demo"))
-    ap.add_argument("--servers", type=int, default=None, help="override the presets' servers (paper: 256)")
+    ap.add_argument("--servers", type=int, default=None, help="shrink the presets' clusters to this many servers (paper: 256)")
     ap.add_argument("--requests", type=int, default=None, help="measured requests (paper: 1024)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up requests (paper: 512)")
     ap.add_argument("--points", default="mid,high", help="which preset rates: low, mid, high, all")
@@ -46,7 +46,8 @@ def main() -> None:
         picks = {"low": [rates[0]], "mid": [rates[len(rates) // 2]], "high": [rates[-1]], "all": rates}
         chosen = sorted({r for p in args.points.split(",") for r in picks[p]})
         cfg = preset.config()
-        cfg = replace(cfg, cluster=replace(cfg.cluster, servers=args.servers or preset.servers),
+        servers = min(args.servers, preset.servers) if args.servers else preset.servers  # never grow the testbed
+        cfg = replace(cfg, cluster=replace(cfg.cluster, servers=servers),
                       warmup=preset.warmup if args.warmup is None else args.warmup)
         n = args.requests or preset.requests
         specs = [RunSpec(cfg, preset.workload, r, p, n, preset.seed) for r in chosen for p in preset.policies]
