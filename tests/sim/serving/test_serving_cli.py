@@ -84,18 +84,18 @@ def test_same_seed_same_results_other_seed_other_results():
 
 
 def test_prefix_cache_lengths_and_lru_eviction():
-    caches = PrefixCaches(2, capacity_blocks=3)
-    caches.insert(0, [1, 2, 3])
-    caches.insert(1, [1, 2])
+    caches = PrefixCaches(2, capacity_tokens=3 * 16)
+    caches.insert(0, [1, 2, 3], 16)
+    caches.insert(1, [1, 2], 16)
     assert caches.prefix_lengths([1, 2, 3, 4]) == {0: 3, 1: 2}
-    caches.insert(0, [7])  # evicts block 1 from unit 0: its chain no longer matches there
+    caches.insert(0, [7], 16)  # evicts block 1 from unit 0: its chain no longer matches there
     assert caches.evicted == 1
     assert caches.prefix_lengths([1, 2, 3]) == {1: 2}
 
 
 def test_router_prefers_the_holder_until_its_queue_outweighs_the_prefix():
-    caches = PrefixCaches(2, 100)
-    caches.insert(1, list(range(10)))
+    caches = PrefixCaches(2, 1600)
+    caches.insert(1, list(range(10)), 16)
     router = GlobalRouter(2, 2, caches, overlap_weight=1.0)
     idle = router.route(list(range(12)), 16, 12 * 16, [0, 0], [0.0, 0.0])
     assert (idle.prefill, idle.local_tokens, idle.remote_tokens) == (1, 160, 0)

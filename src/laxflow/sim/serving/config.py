@@ -90,7 +90,7 @@ class ServingConfig:
     # layer at once, as the MFS paper describes) or at most this many layers
     # ahead of the layer computing now.
     reuse_lookahead: int | None = None
-    cache_blocks_per_unit: int = 1 << 16  # prefix-cache capacity of one prefill unit (LRU), in blocks
+    cache_tokens_per_unit: int = 1 << 20  # prefix-cache capacity of one prefill unit (LRU), in tokens
     router_overlap_weight: float = 1.0  # weight of non-cached prefix blocks against queued blocks (Dynamo's default)
     decode_seconds_per_token: float = 0.03  # how long a request holds its decode unit per output token (decode load)
 
@@ -98,7 +98,7 @@ class ServingConfig:
         self.cluster.validate()
         _positive_int("token_budget", self.token_budget)
         _positive_float("slo_scale", self.slo_scale)
-        _positive_int("cache_blocks_per_unit", self.cache_blocks_per_unit)
+        _positive_int("cache_tokens_per_unit", self.cache_tokens_per_unit)
         if self.warmup < 0 or int(self.warmup) != self.warmup:
             raise UserError(f"warmup: expected an integer >= 0, got {self.warmup!r}")
         if self.reuse_lookahead is not None:

@@ -10,7 +10,7 @@ The decode unit is the one with the fewest KV tokens in residence.
 
 Caches hold block hashes (a block's hash chains its whole prefix, so a match
 of block i implies blocks 0..i-1). A unit caches a request's blocks when the
-request's prefill compute ends; capacity is LRU in blocks.
+request's prefill compute ends; capacity is LRU, counted in tokens.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Sequence
 class PrefixCaches:
     """The prefix caches of all prefill units, with a global hash -> holders index."""
 
-    def __init__(self, num_units: int, capacity_blocks: int) -> None:
-        self.capacity = capacity_blocks
+    def __init__(self, num_units: int, capacity_tokens: int) -> None:
+        self.capacity_tokens = capacity_tokens
         self._lru: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(num_units)]
         self._holders: dict[int, set[int]] = {}
         self.evicted = 0  # blocks dropped by LRU, counted (never silent)
@@ -44,7 +44,7 @@ class PrefixCaches:
                 lengths[u] = i + 1
         return lengths
 
-    def insert(self, unit: int, hashes: Sequence[int]) -> None:
+    def insert(self, unit: int, hashes: Sequence[int], block_size: int) -> None:
         """Cache ``hashes`` on ``unit`` (most recently used), evicting LRU blocks past capacity."""
         lru = self._lru[unit]
         for h in hashes:
@@ -53,7 +53,7 @@ class PrefixCaches:
                 continue
             lru[h] = None
             self._holders.setdefault(h, set()).add(unit)
-        while len(lru) > self.capacity:
+        while len(lru) * block_size > self.capacity_tokens:
             old, _ = lru.popitem(last=False)
             holders = self._holders[old]
             holders.discard(unit)

@@ -15,12 +15,11 @@ back :meth:`batch_compute_done` and :meth:`request_done`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from laxflow.errors import UserError
 from laxflow.policy.base import FlowPolicy
-from laxflow.policy.flow import Stage
 from laxflow.sim.events import EventQueue, Priority
 from laxflow.sim.network import FluidNetwork
 from laxflow.sim.serving.batch import BatchRun
@@ -46,7 +45,6 @@ class SimResult:
     sim_time: float
     network_events: int
     cache_evictions: int
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def measured(self) -> list[RequestState]:
@@ -87,7 +85,7 @@ class ServingSimulator:
         self.cluster = Cluster(self.cluster_config, self.runner.unit_gpus)
         self.queue = EventQueue()
         self.network = FluidNetwork(self.cluster.topology, self.policy, self.queue)
-        self.caches = PrefixCaches(len(self.cluster.prefill_units), config.cache_blocks_per_unit)
+        self.caches = PrefixCaches(len(self.cluster.prefill_units), config.cache_tokens_per_unit)
         self.router = GlobalRouter(
             len(self.cluster.prefill_units), len(self.cluster.decode_units), self.caches, config.router_overlap_weight
         )
@@ -167,7 +165,7 @@ class ServingSimulator:
     def batch_compute_done(self, batch: BatchRun) -> None:
         """Called by a batch when its last layer's compute ends: cache its prompts, free the unit."""
         for s in batch.states:
-            self.caches.insert(batch.unit.index, list(s.request.block_hashes))
+            self.caches.insert(batch.unit.index, list(s.request.block_hashes), int(s.request.block_size))
         unit = self.units[batch.unit.index]
         unit.batch_done(batch.states)
         self._start_batch(unit)
@@ -184,6 +182,3 @@ class ServingSimulator:
     def _leave_decode(self, state: RequestState) -> None:
         self.decode_tokens[state.route.decode] -= state.input_tokens
 
-
-def stage_names() -> list[str]:
-    return [s.value for s in Stage]
