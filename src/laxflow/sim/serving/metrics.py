@@ -9,8 +9,9 @@ Called by :mod:`.experiment` after each run. All times in seconds.
   of batches that hold at least one measured request.
 * Non-overlapped communication: per request, the time its batch's GPUs
   waited on the network (reuse stalls before layers plus the collectives).
-* Earliness: deadline - finish (negative: a miss); also the mean over the
-  requests that met their deadline (the paper's "non-negative earliness").
+* Earliness: deadline - finish (negative: a miss): mean, p10/p50/p90, and
+  the mean over the requests that met their deadline (the paper's
+  "non-negative earliness").
 * Bytes per stage attributed to the measured requests, and the network's
   delivered bytes per stage for the whole run.
 """
@@ -61,6 +62,9 @@ def summarize(result: SimResult, rate: float) -> dict[str, Any]:
         "ttft_p50": float(np.percentile(ttft, 50)),
         "slo_mean": float(slo.mean()),
         "earliness_nonneg_mean": float(early[early >= 0].mean()) if np.any(early >= 0) else 0.0,
+        "earliness_p10": float(np.percentile(early, 10)),
+        "earliness_p50": float(np.percentile(early, 50)),
+        "earliness_p90": float(np.percentile(early, 90)),
         "nonoverlap_mean": float(np.mean([s.stall for s in measured])),
         "bytes_by_stage": bytes_by_stage,
         "network_bytes_by_stage": dict(result.stage_bytes_delivered),
