@@ -121,3 +121,14 @@ def test_serve_replays_a_trace_file_at_its_own_timestamps(tmp_path):
     assert row["requests"] == 4
     assert row["rate"] == pytest.approx(5 / 10.0 / 8)  # 6 requests over 10 s on 8 prefill GPUs
     assert row["slo_attainment"] == 1.0  # 2 s apart on an idle cluster: nothing waits
+
+
+def test_worker_processes_return_the_same_rows_in_spec_order():
+    from laxflow.sim.serving.experiment import run_all
+
+    specs = [_spec(1, "fs"), _spec(1, "edf")]
+    local = run_all(specs, jobs=1)
+    pooled = run_all(specs, jobs=2)
+    assert [r["policy"] for r in pooled] == ["fs", "edf"]
+    for a, b in zip(local, pooled):
+        assert {k: v for k, v in a.items() if k != "wall_s"} == {k: v for k, v in b.items() if k != "wall_s"}
