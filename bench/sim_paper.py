@@ -22,7 +22,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from laxflow.sim.serving.experiment import PRESETS, RunSpec, run_all
+from laxflow.sim.serving.experiment import PRESETS, RunSpec, rates_at, run_all
 
 BASELINES = ("fs", "sjf", "edf", "karuna")
 
@@ -34,6 +34,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=None, help="measured requests (paper: 1024)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up requests (paper: 512)")
     ap.add_argument("--points", default="mid,high", help="which preset rates: low, mid, high, all")
+    ap.add_argument("--fractions", default=None,
+                    help="instead of --points: these fractions of the preset's capacity (figure presets only)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default="out/paper")
     args = ap.parse_args()
@@ -45,6 +47,8 @@ def main() -> None:
         rates = list(preset.rates)
         picks = {"low": [rates[0]], "mid": [rates[len(rates) // 2]], "high": [rates[-1]], "all": rates}
         chosen = sorted({r for p in args.points.split(",") for r in picks[p]})
+        if args.fractions:
+            chosen = list(rates_at(preset.model, preset.workload, tuple(float(f) for f in args.fractions.split(","))))
         cfg = preset.config()
         servers = min(args.servers, preset.servers) if args.servers else preset.servers  # never grow the testbed
         cfg = replace(cfg, cluster=replace(cfg.cluster, servers=servers),

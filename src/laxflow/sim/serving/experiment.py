@@ -85,12 +85,13 @@ CAPACITY = {
     ("qwen3-coder", "qwen-agent"): 4.21, ("grok-2", "qwen-agent"): 1.73, ("llama3-8b", "mooncake-conv"): 0.81,
     ("llama3-8b", "mooncake-agent"): 2.43,
 }
-LOAD_FRACTIONS = (0.2, 0.3, 0.4, 0.5, 0.6)
+LOAD_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 
 
-def _rates(model: str, workload: str) -> tuple[float, ...]:
+def rates_at(model: str, workload: str, fractions: tuple[float, ...] = LOAD_FRACTIONS) -> tuple[float, ...]:
+    """Per-GPU rates at these fractions of the model's capacity on the workload (2 significant digits)."""
     cap = CAPACITY[(model, workload)]
-    return tuple(float(f"{cap * f:.2g}") for f in LOAD_FRACTIONS)
+    return tuple(float(f"{cap * f:.2g}") for f in fractions)
 
 
 def _presets() -> dict[str, Preset]:
@@ -105,17 +106,17 @@ def _presets() -> dict[str, Preset]:
         Preset("testbed-qwenB", "Fig. 9: testbed, as testbed-qwenA with QwenB agent", "mixtral-8x7b", "qwen-agent",
                rates=(0.3, 0.6), servers=8, topology="testbed", deployment="testbed-mixtral-8x7b"),
         Preset("fig12-conv", "Fig. 12a: Llama3-8B TP4 SP4, Mooncake conversation", "llama3-8b", "mooncake-conv",
-               rates=_rates("llama3-8b", "mooncake-conv")),
+               rates=rates_at("llama3-8b", "mooncake-conv")),
         Preset("fig12-agent", "Fig. 12b: Llama3-8B TP4 SP4, Mooncake agent", "llama3-8b", "mooncake-agent",
-               rates=_rates("llama3-8b", "mooncake-agent")),
+               rates=rates_at("llama3-8b", "mooncake-agent")),
         Preset("fig13", "Fig. 13: DBRX, QwenA conversation, rate 0.7: CCT and earliness breakdown", "dbrx",
                "qwen-conv", rates=(0.7,)),
     ]
     for short, model in _MOE.items():
         out.append(Preset(f"fig10-{short}", f"Fig. 10: {model}, QwenA conversation", model, "qwen-conv",
-                          rates=_rates(model, "qwen-conv")))
+                          rates=rates_at(model, "qwen-conv")))
         out.append(Preset(f"fig11-{short}", f"Fig. 11: {model}, QwenB agent", model, "qwen-agent",
-                          rates=_rates(model, "qwen-agent")))
+                          rates=rates_at(model, "qwen-agent")))
     return {p.name: p for p in out}
 
 
