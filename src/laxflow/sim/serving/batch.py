@@ -66,9 +66,8 @@ class BatchRun:
         self.cct: list[float] = []  # s per layer, stage-2 collectives (dispatch + combine, ...)
         self._pending_reuse = [0] * self.num_layers
         self._reuse_issued = 0  # layers whose reuse groups are issued
-        self._reuse_groups: list[tuple[Unit, float, Pattern]] = []  # (holder, bytes per layer, pattern)
+        self._reuse_groups: list[tuple[Unit, Pattern]] = []  # per holder: its pattern moves one layer's fetch
         self._stall_since: float | None = None
-        self._seg = 0
         self._coll_pending = 0
         self._coll_start = 0.0
         self._layer_cct = 0.0
@@ -76,6 +75,7 @@ class BatchRun:
     # -- start --------------------------------------------------------------------
 
     def begin(self) -> None:
+        """Called by the simulator right after creating the batch: issue the fetches, start layer 0."""
         now = self.sim.queue.now
         runner, cluster = self.sim.runner, self.sim.cluster
         kv = runner.kv_transfer_bytes_per_token_per_layer
@@ -92,11 +92,11 @@ class BatchRun:
                                                 s.route.remote_tokens * kv)
                 for pair, b in part.items():
                     traffic[pair] = traffic.get(pair, 0.0) + b
-            pattern = cluster.pattern(traffic)  # payload 1 = this holder's whole layer
+            pattern = cluster.pattern(traffic)  # payload 1 = one layer's fetch from this holder, in bytes
             payload = sum(s.route.remote_tokens for s in by_holder[h])
             for s in by_holder[h]:
                 s.add_bytes("reuse", pattern.net_bytes * s.route.remote_tokens / payload * self.num_layers)
-            self._reuse_groups.append((holder, 1.0, pattern))
+            self._reuse_groups.append((holder, pattern))
         ahead = self.sim.config.reuse_lookahead
         self._issue_reuse_until(self.num_layers if ahead is None else min(self.num_layers, ahead))
         self._begin_layer(0)
@@ -106,8 +106,8 @@ class BatchRun:
             j = self._reuse_issued
             self._reuse_issued += 1
             downstream = (self.num_layers - j) * self.plan.compute
-            for holder, nbytes, pattern in self._reuse_groups:
-                done = self._transfer(f"{self.tag}.L{j}.reuse.{holder.name}", Stage.REUSE, nbytes, pattern, j,
+            for holder, pattern in self._reuse_groups:
+                done = self._transfer(f"{self.tag}.L{j}.reuse.{holder.name}", Stage.REUSE, 1.0, pattern, j,
                                       self.deadline, downstream, self.urgent_request, self._reuse_done, j)
                 self._pending_reuse[j] += done
 
@@ -139,7 +139,6 @@ class BatchRun:
         segments = self.plan.segments
         while k < len(segments):
             seg = segments[k]
-            self._seg = k
             if seg.kind == "compute":
                 queue.push(queue.now + seg.seconds, Priority.COMPUTE, self._run_segment, k + 1)
                 return
