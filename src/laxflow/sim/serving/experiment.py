@@ -97,7 +97,7 @@ def rates_at(model: str, workload: str, fractions: tuple[float, ...] = LOAD_FRAC
 def _presets() -> dict[str, Preset]:
     out = [
         Preset("demo", "16 servers x 8 A100 (2 Mixtral-8x22B TP4 EP8 prefill units), QwenA conversation, all five "
-               "policies", "mixtral-8x22b", "qwen-conv", rates=(0.3, 0.5, 0.7), servers=16, requests=100, warmup=50),
+               "policies", "mixtral-8x22b", "qwen-conv", rates=(0.3, 0.5, 0.7), servers=16, requests=200, warmup=100),
         # The testbed ran 1 req/s/GPU; on our RTX 3090 roofline that saturates the units (FS attainment < 5 %),
         # so the testbed presets run at 0.6 req/s/GPU, where FS still meets two thirds of its SLOs.
         Preset("testbed-qwenA", "Fig. 9: testbed, Mixtral-8x7B TP1 EP8 on RTX 3090, 16 prefill GPUs, 50 Gbps/GPU, "
