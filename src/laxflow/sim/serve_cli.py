@@ -21,6 +21,20 @@ import typer
 from laxflow.errors import UserError
 
 _P = "Comma-separated flow policies (registered names or module:Class)."
+_H = {
+    "model": "Model name (laxflow.sim.models).",
+    "workload": "Synthetic workload (qwen-conv, qwen-agent, mooncake-conv, mooncake-agent).",
+    "requests": "Measured requests (default 1024).",
+    "warmup": "Warm-up requests left out of the metrics (512).",
+    "seed": "Workload seed (0).",
+    "servers": "Servers, half prefill, half decode (256).",
+    "slo_scale": "SLO = this x TTFT alone on the idle cluster (3).",
+    "topology": "fat-tree, big-switch or testbed.",
+    "trace": "Replay a trace file instead of a synthetic workload.",
+    "trace_format": "Trace format: qwen-bailian, mooncake, azure, burstgpt.",
+    "preset": "demo, testbed-qwenA, testbed-qwenB, fig10-mixtral, ..., fig13 (see README).",
+    "quiet": "No progress bar.",
+}
 
 
 def _split(value: str, flag: str) -> list[str]:
@@ -174,25 +188,25 @@ def _check_out(path: Optional[Path], flag: str) -> None:
 
 
 def serve(
-    model: Optional[str] = typer.Option(None, "--model", help="Model name (laxflow.sim.models)."),
-    workload: Optional[str] = typer.Option(None, "--workload", help="Synthetic workload (qwen-conv, qwen-agent, ...)."),
+    model: Optional[str] = typer.Option(None, "--model", help=_H["model"]),
+    workload: Optional[str] = typer.Option(None, "--workload", help=_H["workload"]),
     rate: Optional[float] = typer.Option(
         None, "--rate", help="Requests/s per prefill GPU (preset: its highest rate; a trace: its own timestamps)."
     ),
     policies: Optional[str] = typer.Option(None, "--policies", help=_P),
-    requests: Optional[int] = typer.Option(None, "--requests", help="Measured requests (default 1024)."),
-    warmup: Optional[int] = typer.Option(None, "--warmup", help="Warm-up requests left out of the metrics (512)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Workload seed (0)."),
-    servers: Optional[int] = typer.Option(None, "--servers", help="Servers, half prefill, half decode (256)."),
-    slo_scale: Optional[float] = typer.Option(None, "--slo-scale", help="SLO = this x TTFT alone on the idle cluster (3)."),
-    topology: Optional[str] = typer.Option(None, "--topology", help="fat-tree, big-switch or testbed."),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="Replay a trace file instead of a synthetic workload."),
-    trace_format: Optional[str] = typer.Option(None, "--trace-format", help="Trace format (laxflow.sim.workload)."),
+    requests: Optional[int] = typer.Option(None, "--requests", help=_H["requests"]),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help=_H["warmup"]),
+    seed: Optional[int] = typer.Option(None, "--seed", help=_H["seed"]),
+    servers: Optional[int] = typer.Option(None, "--servers", help=_H["servers"]),
+    slo_scale: Optional[float] = typer.Option(None, "--slo-scale", help=_H["slo_scale"]),
+    topology: Optional[str] = typer.Option(None, "--topology", help=_H["topology"]),
+    trace: Optional[Path] = typer.Option(None, "--trace", help=_H["trace"]),
+    trace_format: Optional[str] = typer.Option(None, "--trace-format", help=_H["trace_format"]),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write results as JSON to this file ('-': stdout)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: attainment per policy and TTFT CDFs."),
-    preset: Optional[str] = typer.Option(None, "--preset", help="demo, testbed-qwenA, fig10-mixtral, ... (see README)."),
+    preset: Optional[str] = typer.Option(None, "--preset", help=_H["preset"]),
     jobs: int = typer.Option(0, "--jobs", help="Parallel worker processes (0: one per CPU, up to 8)."),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    quiet: bool = typer.Option(False, "--quiet", help=_H["quiet"]),
 ) -> None:
     """Run every policy on the same workload at one rate; print a table."""
     from laxflow.sim.serving.experiment import default_jobs
@@ -222,23 +236,23 @@ def serve(
 
 def sweep(
     rates: Optional[str] = typer.Option(None, "--rates", help="Comma-separated requests/s per prefill GPU."),
-    model: Optional[str] = typer.Option(None, "--model"),
-    workload: Optional[str] = typer.Option(None, "--workload"),
+    model: Optional[str] = typer.Option(None, "--model", help=_H["model"]),
+    workload: Optional[str] = typer.Option(None, "--workload", help=_H["workload"]),
     policies: Optional[str] = typer.Option(None, "--policies", help=_P),
-    requests: Optional[int] = typer.Option(None, "--requests"),
-    warmup: Optional[int] = typer.Option(None, "--warmup"),
-    seed: Optional[int] = typer.Option(None, "--seed"),
-    servers: Optional[int] = typer.Option(None, "--servers"),
-    slo_scale: Optional[float] = typer.Option(None, "--slo-scale"),
-    topology: Optional[str] = typer.Option(None, "--topology"),
-    trace: Optional[Path] = typer.Option(None, "--trace"),
-    trace_format: Optional[str] = typer.Option(None, "--trace-format"),
+    requests: Optional[int] = typer.Option(None, "--requests", help=_H["requests"]),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help=_H["warmup"]),
+    seed: Optional[int] = typer.Option(None, "--seed", help=_H["seed"]),
+    servers: Optional[int] = typer.Option(None, "--servers", help=_H["servers"]),
+    slo_scale: Optional[float] = typer.Option(None, "--slo-scale", help=_H["slo_scale"]),
+    topology: Optional[str] = typer.Option(None, "--topology", help=_H["topology"]),
+    trace: Optional[Path] = typer.Option(None, "--trace", help=_H["trace"]),
+    trace_format: Optional[str] = typer.Option(None, "--trace-format", help=_H["trace_format"]),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write rows and goodput as JSON ('-': stdout)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of SLO attainment against rate."),
-    preset: Optional[str] = typer.Option(None, "--preset"),
+    preset: Optional[str] = typer.Option(None, "--preset", help=_H["preset"]),
     jobs: int = typer.Option(0, "--jobs", help="Parallel worker processes (0: one per CPU, up to 8)."),
     ray_address: Optional[str] = typer.Option(None, "--ray", help="Run on a Ray cluster at this address (extra 'ray')."),
-    quiet: bool = typer.Option(False, "--quiet"),
+    quiet: bool = typer.Option(False, "--quiet", help=_H["quiet"]),
 ) -> None:
     """Sweep the request rate: attainment table, attainment-vs-rate plot, goodput per policy."""
     from laxflow.sim.serving.experiment import default_jobs
