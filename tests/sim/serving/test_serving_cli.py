@@ -132,3 +132,17 @@ def test_worker_processes_return_the_same_rows_in_spec_order():
     assert [r["policy"] for r in pooled] == ["fs", "edf"]
     for a, b in zip(local, pooled):
         assert {k: v for k, v in a.items() if k != "wall_s"} == {k: v for k, v in b.items() if k != "wall_s"}
+
+
+def test_ray_runs_the_same_rows_as_local_processes():
+    ray = pytest.importorskip("ray")
+    from laxflow.sim.serving.experiment import run_all
+
+    specs = [_spec(2, "fs"), _spec(2, "mfs")]
+    try:
+        remote = run_all(specs, ray_address="local")
+    finally:
+        ray.shutdown()
+    local = run_all(specs, jobs=1)
+    for a, b in zip(local, remote):
+        assert {k: v for k, v in a.items() if k != "wall_s"} == {k: v for k, v in b.items() if k != "wall_s"}
