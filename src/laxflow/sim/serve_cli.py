@@ -69,6 +69,10 @@ def _build(preset: Optional[str], model, workload, policies, requests, warmup, s
         raise UserError(f"--servers: expected at least 2 (one prefill, one decode), got {servers}")
     if slo_scale is not None and not (math.isfinite(slo_scale) and slo_scale > 0):
         raise UserError(f"--slo-scale: expected a positive number, got {slo_scale}")
+    from laxflow.sim.serving.config import TOPOLOGIES
+
+    if topology is not None and topology not in TOPOLOGIES:
+        raise UserError(f"--topology: unknown {topology!r} (expected one of {', '.join(TOPOLOGIES)})")
     if trace is not None and not trace_format:
         raise UserError("--trace-format: required with --trace")
     if trace is not None and not Path(trace).is_file():

@@ -61,6 +61,8 @@ def test_sweep_prints_goodput_and_writes_rows(tmp_path):
         (["--workload", "nope"], "--workload"),
         (["--model", "gpt-9"], "gpt-9"),
         (["--slo-scale", "0"], "--slo-scale"),
+        (["--topology", "ring"], "--topology"),
+        (["--servers", "4"], "--servers"),
         (["--trace", "/no/such/file", "--trace-format", "x"], "--trace"),
     ],
 )
