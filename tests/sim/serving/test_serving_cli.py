@@ -130,7 +130,9 @@ def test_worker_processes_return_the_same_rows_in_spec_order():
 
     specs = [_spec(1, "fs"), _spec(1, "edf")]
     local = run_all(specs, jobs=1)
-    pooled = run_all(specs, jobs=2)
+    ticks: list[int] = []
+    pooled = run_all(specs, jobs=2, on_progress=ticks.append)
+    assert sum(ticks) == 2 * 40  # every request of both runs, reported from the workers
     assert [r["policy"] for r in pooled] == ["fs", "edf"]
     for a, b in zip(local, pooled):
         assert {k: v for k, v in a.items() if k != "wall_s"} == {k: v for k, v in b.items() if k != "wall_s"}

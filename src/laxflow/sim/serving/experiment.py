@@ -14,8 +14,11 @@ prefill units.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import queue
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
@@ -213,16 +216,41 @@ def run_all(
             if on_done:
                 on_done(spec, rows[i])
         return rows  # type: ignore[return-value]
-    with ProcessPoolExecutor(max_workers=min(jobs, len(specs))) as pool:
-        futures = {pool.submit(run_one, spec): i for i, spec in enumerate(specs)}
-        for fut in as_completed(futures):
-            i = futures[fut]
-            rows[i] = fut.result()
-            if on_progress:
-                on_progress(specs[i].requests + specs[i].config.warmup)
-            if on_done:
-                on_done(specs[i], rows[i])
+    with ExitStack() as stack:
+        pool = stack.enter_context(ProcessPoolExecutor(max_workers=min(jobs, len(specs))))
+        # Workers report finished requests through a manager queue, so a
+        # progress bar moves per request rather than per run.
+        ticks = stack.enter_context(multiprocessing.Manager()).Queue() if on_progress else None
+        futures = {pool.submit(_run_reporting, spec, ticks): i for i, spec in enumerate(specs)}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            _drain(ticks, on_progress)
+            for fut in done:
+                i = futures[fut]
+                rows[i] = fut.result()
+                if on_done:
+                    on_done(specs[i], rows[i])
+        _drain(ticks, on_progress)
     return rows  # type: ignore[return-value]
+
+
+def _run_reporting(spec: RunSpec, ticks: Any) -> dict[str, Any]:
+    """``run_one`` in a worker process, counting finished requests into ``ticks`` (a manager queue)."""
+    return run_one(spec, None if ticks is None else ticks.put)
+
+
+def _drain(ticks: Any, on_progress: Callable[[int], None] | None) -> None:
+    if ticks is None or on_progress is None:
+        return
+    n = 0
+    while True:
+        try:
+            n += ticks.get_nowait()
+        except queue.Empty:
+            break
+    if n:
+        on_progress(n)
 
 
 def _run_ray(specs, address, on_progress, on_done) -> list[dict[str, Any]]:
