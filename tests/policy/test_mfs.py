@@ -120,9 +120,10 @@ def run(net: FluidNetwork, flows: list[Flow]) -> None:
 
 def test_blackhole_in_the_engine_with_the_coordinator_order():
     """Algorithm 1's result (examples/inter_blackhole.json) enforced by mfs."""
-    h1 = Flow.on_path("h1", 400.0, [0], stage=Stage.COLLECTIVE, request="h1", batch="doomed", deadline=1.0)
-    h2 = Flow.on_path("h2", 20.0, [0], stage=Stage.COLLECTIVE, request="h2", batch="doomed", deadline=1.1)
-    f1 = Flow.on_path("f1", 100.0, [0], stage=Stage.COLLECTIVE, request="f1", batch="viable", deadline=2.0, downstream=0.3)
+    # Each request's own KV fetch (pruning demotes a request's own flows).
+    h1 = Flow.on_path("h1", 400.0, [0], stage=Stage.REUSE, request="h1", batch="doomed", deadline=1.0)
+    h2 = Flow.on_path("h2", 20.0, [0], stage=Stage.REUSE, request="h2", batch="doomed", deadline=1.1)
+    f1 = Flow.on_path("f1", 100.0, [0], stage=Stage.REUSE, request="f1", batch="viable", deadline=2.0, downstream=0.3)
     policy = MfsPolicy()
     policy.set_order({"doomed": 0, "viable": 1}, pruned=["h1"])
     run(FluidNetwork(Topology.from_links(["p0"], [100.0]), policy), [h1, h2, f1])
@@ -136,13 +137,39 @@ def test_blackhole_in_the_engine_with_the_coordinator_order():
     assert g[2].finish > g[2].due
 
 
-def test_standalone_pruning_on_table1_prunes_the_collective_but_delivers_it():
+def test_standalone_pruning_on_table1_spares_the_collective():
+    """Pruning cannot take a collective's bytes off the link, so Algorithm 1 run
+    by the policy itself finds nothing worth pruning and all three meet."""
     policy = create_policy("mfs", drop_budget=2)
     flows = [spec.build() for spec in load_scenario(EXAMPLES / "table1.json").flows]
     net = FluidNetwork(load_scenario(EXAMPLES / "table1.json").topology, policy)
     run(net, flows)
-    assert policy.pruned_requests == {"B"}
-    assert {f.id: f.finish for f in flows} == {"A": 5.0, "B": 9.0, "C": 3.0}
+    assert policy.pruned_requests == set()
+    assert {f.id: f.finish for f in flows} == {"A": 9.0, "B": 4.0, "C": 7.0}
+
+
+def test_pruning_demotes_a_requests_own_flows_but_not_its_batch_collective():
+    """The collective carries the whole batch: demoting it with the pruned
+    request it is tagged with would stall the batch's other requests."""
+    fetch = Flow.on_path("fetch", 50.0, [0], stage=Stage.REUSE, request="r1", batch="b", deadline=1.0, layer=3,
+                         current_layer=0)  # fmt: skip
+    kv = Flow.on_path("kv", 50.0, [0], stage=Stage.P2D, request="r1", batch="b", deadline=1.0)
+    coll = Flow.on_path("coll", 50.0, [0], stage=Stage.COLLECTIVE, request="r1", batch="b", deadline=1.0)
+    other = Flow.on_path("other", 50.0, [0], stage=Stage.REUSE, request="r2", batch="c", deadline=9.0, layer=6,
+                         current_layer=0)  # fmt: skip
+    policy = MfsPolicy()
+    policy.set_order({"b": 0, "c": 1}, pruned=["r1"])
+    net = FluidNetwork(Topology.from_links(["p0"], [100.0]), policy)
+    for f in (fetch, kv, coll, other):
+        net.add_flow(f)
+    net.queue.run(until=0.0)
+    scavenger = policy.config.levels
+    assert policy.queue_level(fetch) == scavenger and policy.queue_level(kv) == scavenger
+    assert policy.queue_level(coll) == 1  # RLI 0, as if nothing were pruned
+    assert policy.queue_level(other) < scavenger
+    net.run()
+    assert coll.finish == pytest.approx(0.5)  # first: nothing else is above it
+    assert max(fetch.finish, kv.finish) == pytest.approx(2.0)  # scavenger: last, but delivered
 
 
 @st.composite
@@ -268,8 +295,8 @@ def test_coordinator_may_prune_requests_before_their_flows_arrive():
     policy = MfsPolicy()
     names = [f"q{i}" for i in range(40)]  # more than the tables' initial size
     policy.set_order({}, pruned=names[::2])
-    flows = [flow(f"f{i}", Stage.COLLECTIVE, request=n) for i, n in enumerate(names)]
+    flows = [flow(f"f{i}", Stage.REUSE, request=n) for i, n in enumerate(names)]
     d = policy.decide(snap(flows))
     assert policy.pruned_requests == set(names[::2])
-    assert [policy.queue_level(f) for f in flows] == [8, 1] * 20
+    assert [policy.queue_level(f) for f in flows] == [8, 7] * 20
     assert d.level[0] == d.level.max() and d.level[1] < d.level[0]

@@ -10,7 +10,8 @@ RMLQ level (queue)    who
 q = 1 .. K-1          implicit-deadline flows with ``min(1 + RLI, K-1) = q``
                       (RLI 0 = collectives and blocking reuse in queue 1), then
                       explicit-deadline flows at MLU level q
-K (scavenger)         every flow of a pruned request
+K (scavenger)         a pruned request's own flows (reuse, p2d); a
+                      collective keeps its level: it carries the batch
 ====================  =========================================================
 
 So the MLU levels and the RLI levels interleave: queue q holds RLI q-1 and

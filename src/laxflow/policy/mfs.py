@@ -22,8 +22,10 @@ Level layout (K = ``levels``, default 8; level 0 is served first):
 * RMLQ level q in 1..K-1 — implicit-deadline flows with min(1 + RLI, K-1) = q
   first (smaller RLI, then RED rank of the batch), then explicit-deadline
   flows at MLU level q (MLU in [U E^-q, U E^-(q-1))).
-* RMLQ level K — scavenger: every flow of a pruned request, served only with
-  capacity nothing else wants; never dropped.
+* RMLQ level K — scavenger: a pruned request's own flows (``reuse`` and
+  ``p2d``), served only with capacity nothing else wants; never dropped. A
+  ``collective`` flow keeps its level even when the request it is tagged
+  with is pruned: it carries the whole batch and blocks every request in it.
 
 DSCP of RMLQ level q: ``MfsConfig.dscp_map`` (default: 39 - q for K = 8, CS1
 for the scavenger; :mod:`laxflow.policy.dscp`). ``Flow.state['rmlq_level']``
@@ -47,7 +49,7 @@ import numpy as np
 from laxflow.policy.arbitration import engine_levels, queue_of
 from laxflow.policy.base import STAGE_CODES, Decision, FlowPolicy, Snapshot
 from laxflow.policy.config import MfsConfig
-from laxflow.policy.flow import Flow
+from laxflow.policy.flow import Flow, Stage
 from laxflow.policy.inter_request import InterBatch, InterProblem, InterRequest, schedule
 from laxflow.policy.mlu import level_of, mlu, thresholds
 from laxflow.policy.red import red_order
@@ -55,6 +57,7 @@ from laxflow.policy.rli import rli
 from laxflow.policy.rmlq import Rmlq
 
 _NAN = float("nan")
+_COLLECTIVE = STAGE_CODES[Stage.COLLECTIVE]
 
 
 class MfsPolicy(FlowPolicy):
@@ -148,7 +151,7 @@ class MfsPolicy(FlowPolicy):
             self._reorder(snap)
         explicit = self.rmlq.explicit[idx]
         urgency = self.rmlq.urgency[idx]
-        queue = queue_of(urgency, explicit, self._pruned[self.rmlq.request[idx]], self.config.levels)
+        queue = queue_of(urgency, explicit, self._scavenged(idx), self.config.levels)
         level = engine_levels(queue, explicit, urgency, self._rank[self.rmlq.batch[idx]], self.config.levels)
         timer = self.rmlq.next_timer(idx, compute_done & (queue < self.config.levels), now)
         self.rmlq.last_rem[idx] = snap.remaining
@@ -178,8 +181,8 @@ class MfsPolicy(FlowPolicy):
     def queue_level(self, flow: Flow) -> int:
         """RMLQ level of a live flow (K = scavenger); for tests and the daemon's DSCP."""
         s = self.rmlq.slot[flow]
-        return int(queue_of(self.rmlq.urgency[[s]], self.rmlq.explicit[[s]],
-                            self._pruned[self.rmlq.request[[s]]], self.config.levels)[0])  # fmt: skip
+        idx = np.array([s])
+        return int(queue_of(self.rmlq.urgency[idx], self.rmlq.explicit[idx], self._scavenged(idx), self.config.levels)[0])
 
     def rmlq_level(self, flow: Flow) -> int:
         """RMLQ level of a live flow as promotion left it (pruning not applied)."""
@@ -191,6 +194,12 @@ class MfsPolicy(FlowPolicy):
         return self.config.dscp_map.dscp(self.queue_level(flow))
 
     # ------------------------------------------------------------ internals
+
+    def _scavenged(self, idx: np.ndarray) -> np.ndarray:
+        """Which flows (RMLQ slots) the scavenger class takes: a pruned request's
+        own flows. A collective is the batch's, not its tag request's: demoting
+        it would stall the batch's un-pruned requests, so pruning spares it."""
+        return self._pruned[self.rmlq.request[idx]] & (self.rmlq.stage[idx] != _COLLECTIVE)
 
     def _admit(self, new: list[Flow], snap: Snapshot) -> np.ndarray:
         """Slots for newly seen flows, with their static facts filled in."""
@@ -331,7 +340,9 @@ class MfsPolicy(FlowPolicy):
         overlap, as the worst case asks); link bandwidth: capacity. Requests
         pruned earlier stay pruned (sticky: they are doomed, and moving them
         back and forth would reorder their messages); each run prunes at most
-        ``drop_budget`` more.
+        ``drop_budget`` more. Collectives are left out of every request's load:
+        pruning spares them (see :meth:`_scavenged`), so pruning a request
+        cannot take their bytes off a port.
         """
         remaining = {f: r for f, r in zip(snap.flows, snap.remaining)}
         batches = []
@@ -339,7 +350,12 @@ class MfsPolicy(FlowPolicy):
             loads: dict[int, dict[str, float]] = {}
             compute = 0.0
             for f, r in self._live_flows[b].items():
-                if self._pruned[r] or math.isnan(self._request_deadline[r]) or f not in remaining:
+                if (
+                    self._pruned[r]
+                    or math.isnan(self._request_deadline[r])
+                    or f.stage is Stage.COLLECTIVE
+                    or f not in remaining
+                ):
                     continue
                 load = loads.setdefault(r, {})
                 for link, w in zip(f.links.tolist(), f.weights.tolist()):
