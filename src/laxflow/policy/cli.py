@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from laxflow.errors import UserError
+from laxflow.errors import UserError, read_json_file
 
 app = typer.Typer(help="Run MFS policy pieces (inter-request scheduling) on input files.", no_args_is_help=True)
 
@@ -27,15 +27,7 @@ def inter(
     """RED order, each batch's RED and estimated finish, and the pruned requests."""
     from laxflow.policy.inter_request import parse_problem, schedule
 
-    try:
-        text = file.read_text()
-    except OSError as exc:
-        raise UserError(f"inter input {str(file)!r}: cannot read ({exc.strerror})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"inter input {str(file)!r}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    result = schedule(parse_problem(data))
+    result = schedule(parse_problem(read_json_file(file, "inter input")))
     if as_json:
         typer.echo(json.dumps(result.as_json(), indent=2))
         return

@@ -118,6 +118,10 @@ def test_bad_json_and_missing_file(tmp_path):
         load_scenario(bad)
     with pytest.raises(UserError, match="cannot read"):
         load_scenario(tmp_path / "missing.json")
+    binary = tmp_path / "plot.png"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n")
+    with pytest.raises(UserError, match=r"plot.png: scenario file: not UTF-8 text \(byte 0\)"):
+        load_scenario(binary)
     nan = tmp_path / "nan.json"
     nan.write_text(json.dumps(base()).replace('"size": 2.0', '"size": NaN'))
     with pytest.raises(UserError, match="flow 'A': field 'size' must be finite"):

@@ -15,13 +15,12 @@ Called by the ``laxflow sim flows`` command and by tests.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from laxflow.errors import UserError
+from laxflow.errors import UserError, read_json_file
 from laxflow.policy.flow import Flow, Stage
 from laxflow.policy.registry import create_policy
 from laxflow.sim.events import EventQueue, Priority
@@ -69,16 +68,7 @@ class Scenario:
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file (UserError on any problem)."""
-    source = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise UserError(f"{source}: cannot read scenario file ({exc.strerror or exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
-    return parse_scenario(data, source)
+    return parse_scenario(read_json_file(path, "scenario file"), str(path))
 
 
 def parse_scenario(data: Any, source: str = "scenario") -> Scenario:
