@@ -131,6 +131,11 @@ def test_file_and_format_errors(tmp_path: Path) -> None:
         load_trace(write_jsonl(tmp_path / "empty.jsonl", []), "mooncake")
     with pytest.raises(UserError, match="trace format 'sharegpt': expected one of qwen-bailian, mooncake"):
         load_trace(tmp_path / "x", "sharegpt")
+    binary = tmp_path / "plot.png"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n")
+    for fmt in ("mooncake", "azure"):  # a JSONL and a CSV reader
+        with pytest.raises(UserError, match=r"plot.png: not UTF-8 text"):
+            load_trace(binary, fmt)
 
 
 def test_optional_qwen_fields_and_numeric_azure_times(tmp_path: Path) -> None:

@@ -218,7 +218,10 @@ def load_trace(path: str | Path, format: str, *, block_size: int | None = None,
     p = Path(path)
     if not p.is_file():
         raise UserError(f"trace {p}: no such file")
-    reqs = sorted(reader(p, bs), key=lambda r: r.arrival)
+    try:
+        reqs = sorted(reader(p, bs), key=lambda r: r.arrival)
+    except UnicodeDecodeError as exc:  # a binary or mis-encoded file
+        raise UserError(f"trace {p}: not UTF-8 text (byte {exc.start} of a read block)") from None
     if not reqs:
         raise UserError(f"trace {p}: no requests in the file")
     if limit is not None:
