@@ -125,6 +125,20 @@ def test_serve_replays_a_trace_file_at_its_own_timestamps(tmp_path):
     assert row["slo_attainment"] == 1.0  # 2 s apart on an idle cluster: nothing waits
 
 
+def test_a_bad_trace_line_is_one_line_even_with_worker_processes(tmp_path):
+    """Every policy's worker parses the trace; the first failure stops the rest
+    quietly and the user sees the file, line and field once."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0.0, "input_length": 64, "output_length": 1, "hash_ids": [1]}) + "\n"
+                     + json.dumps({"timestamp": 1.0, "output_length": 1}) + "\n")
+    proc = laxflow("sim", "serve", "--model", "mixtral-8x7b", "--servers", "2", "--policies", "fs,sjf,edf,karuna,mfs",
+                   "--jobs", "2", "--trace", str(trace), "--trace-format", "qwen-bailian", "--quiet")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"laxflow: error: {trace}:2: field 'input_length': expected an integer >= 1, got 'nothing (missing)'"
+    ]
+
+
 def test_worker_processes_return_the_same_rows_in_spec_order():
     from laxflow.sim.serving.experiment import run_all
 

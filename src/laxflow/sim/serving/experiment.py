@@ -217,20 +217,28 @@ def run_all(
                 on_done(spec, rows[i])
         return rows  # type: ignore[return-value]
     with ExitStack() as stack:
-        pool = stack.enter_context(ProcessPoolExecutor(max_workers=min(jobs, len(specs))))
         # Workers report finished requests through a manager queue, so a
-        # progress bar moves per request rather than per run.
+        # progress bar moves per request rather than per run. The manager is
+        # entered first so that it outlives the pool: workers still holding
+        # its queue must be gone before it shuts down.
         ticks = stack.enter_context(multiprocessing.Manager()).Queue() if on_progress else None
+        pool = stack.enter_context(ProcessPoolExecutor(max_workers=min(jobs, len(specs))))
         futures = {pool.submit(_run_reporting, spec, ticks): i for i, spec in enumerate(specs)}
         pending = set(futures)
-        while pending:
-            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            _drain(ticks, on_progress)
-            for fut in done:
-                i = futures[fut]
-                rows[i] = fut.result()
-                if on_done:
-                    on_done(specs[i], rows[i])
+        try:
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                _drain(ticks, on_progress)
+                for fut in done:
+                    i = futures[fut]
+                    rows[i] = fut.result()
+                    if on_done:
+                        on_done(specs[i], rows[i])
+        except BaseException:
+            # One run failed (e.g. a bad trace line): the others would fail
+            # alike or no longer matter; do not start them.
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
         _drain(ticks, on_progress)
     return rows  # type: ignore[return-value]
 
