@@ -38,6 +38,7 @@ apt:
 
 bench: install
 	$(PY) bench/network.py --json
+	$(PY) bench/policy.py --json
 	$(PY) bench/shim.py --json
 
 clean:
