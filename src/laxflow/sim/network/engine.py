@@ -90,6 +90,10 @@ class FluidNetwork:
         self._size = np.zeros(0)
         self._arrival = np.zeros(0)
         self._stage = np.zeros(0, dtype=np.int8)
+        # Fastest rate each flow could get alone (min over its links of
+        # capacity / weight): capacities never change, so it is set once at
+        # admission rather than at every decision.
+        self._bneck = np.zeros(0)
         self._dead = np.zeros(0, dtype=bool)
         self._usage = Usage(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
         self._pending: list[tuple[Flow, Callback | None, np.ndarray, np.ndarray]] = []
@@ -276,9 +280,7 @@ class FluidNetwork:
         cache["size"] = self._size.copy()
         cache["arrival"] = self._arrival.copy()
         cache["stage"] = self._stage.copy()
-        u = self._usage
-        per_entry = self.capacity[u.link] / u.weight
-        cache["bottleneck_rate"] = np.minimum.reduceat(per_entry, u.ptr[:-1])
+        cache["bottleneck_rate"] = self._bneck.copy()
         return snap
 
     def _check(self, decision: Decision, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -347,7 +349,7 @@ class FluidNetwork:
         for i in np.flatnonzero(self._dead)[::-1].tolist():
             del self._flows[i]
             del self._callbacks[i]
-        for name in ("_remaining", "_rate", "_level", "_cap", "_size", "_arrival", "_stage", "_dead"):
+        for name in ("_remaining", "_rate", "_level", "_cap", "_size", "_arrival", "_stage", "_bneck", "_dead"):
             setattr(self, name, getattr(self, name)[keep])
         u = self._usage
         counts = u.nnz[keep]
@@ -376,9 +378,13 @@ class FluidNetwork:
         u = self._usage
         counts = np.fromiter((p[2].size for p in self._pending), dtype=np.int64, count=k)
         ptr = np.concatenate([u.ptr, u.ptr[-1] + np.cumsum(counts)])
-        link = np.concatenate([u.link, *(p[2] for p in self._pending)])
-        weight = np.concatenate([u.weight, *(p[3] for p in self._pending)])
-        self._usage = Usage(ptr, link, weight)
+        new_link = np.concatenate([p[2] for p in self._pending])
+        new_weight = np.concatenate([p[3] for p in self._pending])
+        starts = ptr[-k - 1 : -1] - u.ptr[-1]
+        self._bneck = np.concatenate(
+            [self._bneck, np.minimum.reduceat(self.capacity[new_link] / new_weight, starts)]
+        )
+        self._usage = Usage(ptr, np.concatenate([u.link, new_link]), np.concatenate([u.weight, new_weight]))
         self._pending.clear()
         self._pos = None
 
