@@ -148,6 +148,20 @@ def test_standalone_pruning_on_table1_spares_the_collective():
     assert {f.id: f.finish for f in flows} == {"A": 9.0, "B": 4.0, "C": 7.0}
 
 
+def test_standalone_pruning_finds_the_black_hole_itself():
+    """No coordinator: the policy runs Algorithm 1 on its live flows and prunes
+    the doomed request, so the batch behind it meets its deadline."""
+    h1 = Flow.on_path("h1", 400.0, [0], stage=Stage.REUSE, request="h1", batch="doomed", deadline=1.0)
+    h2 = Flow.on_path("h2", 20.0, [0], stage=Stage.REUSE, request="h2", batch="doomed", deadline=1.1)
+    f1 = Flow.on_path("f1", 100.0, [0], stage=Stage.REUSE, request="f1", batch="viable", deadline=2.0, downstream=0.3)
+    policy = create_policy("mfs", drop_budget=1)
+    run(FluidNetwork(Topology.from_links(["p0"], [100.0]), policy), [h1, h2, f1])
+    assert policy.pruned_requests == {"h1"}
+    assert h2.finish == pytest.approx(0.2) and f1.finish == pytest.approx(1.2)
+    assert f1.finish <= f1.due
+    assert h1.finish == pytest.approx(5.2)  # scavenger: last, but delivered
+
+
 def test_pruning_demotes_a_requests_own_flows_but_not_its_batch_collective():
     """The collective carries the whole batch: demoting it with the pruned
     request it is tagged with would stall the batch's other requests."""

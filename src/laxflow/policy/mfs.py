@@ -50,7 +50,7 @@ from laxflow.policy.arbitration import engine_levels, queue_of
 from laxflow.policy.base import STAGE_CODES, Decision, FlowPolicy, Snapshot
 from laxflow.policy.config import MfsConfig
 from laxflow.policy.flow import Flow, Stage
-from laxflow.policy.inter_request import InterBatch, InterProblem, InterRequest, schedule
+from laxflow.policy.inter_request import LoadTable, schedule_table
 from laxflow.policy.mlu import level_of, mlu, thresholds
 from laxflow.policy.red import red_order
 from laxflow.policy.rli import rli
@@ -345,10 +345,20 @@ class MfsPolicy(FlowPolicy):
         cannot take their bytes off a port.
         """
         remaining = {f: r for f, r in zip(snap.flows, snap.remaining)}
-        batches = []
+        # Algorithm 1's arrays, as the coordinator keeps them: ports are the
+        # link indices, requests listed batch by batch, one entry per
+        # (request, link) with its summed load.
+        batch_ids: list[str] = []
+        compute: list[float] = []
+        request_ids: list[str] = []
+        request_batch: list[int] = []
+        deadline: list[float] = []
+        e_req: list[int] = []
+        e_port: list[int] = []
+        e_load: list[float] = []
         for b in live:
-            loads: dict[int, dict[str, float]] = {}
-            compute = 0.0
+            loads: dict[int, dict[int, float]] = {}
+            longest = 0.0
             for f, r in self._live_flows[b].items():
                 if (
                     self._pruned[r]
@@ -359,15 +369,37 @@ class MfsPolicy(FlowPolicy):
                     continue
                 load = loads.setdefault(r, {})
                 for link, w in zip(f.links.tolist(), f.weights.tolist()):
-                    key = f"{link:08d}"
-                    load[key] = load.get(key, 0.0) + float(remaining[f]) * w
-                compute = max(compute, f.downstream)
-            if loads:
-                reqs = tuple(InterRequest(self._request_names[r], self._request_deadline[r], ld) for r, ld in loads.items())
-                batches.append(InterBatch(self._batch_names[b], compute, reqs))
-        if not batches:
+                    load[link] = load.get(link, 0.0) + float(remaining[f]) * w
+                longest = max(longest, f.downstream)
+            if not loads:
+                continue
+            for r, load in loads.items():
+                e_req.extend([len(request_ids)] * len(load))
+                e_port.extend(load)
+                e_load.extend(load.values())
+                request_ids.append(self._request_names[r])
+                request_batch.append(len(batch_ids))
+                deadline.append(self._request_deadline[r])
+            batch_ids.append(self._batch_names[b])
+            compute.append(longest)
+        if not batch_ids:
             return
-        ports = {f"{i:08d}": float(c) for i, c in enumerate(snap.capacity)}
-        result = schedule(InterProblem(ports=ports, batches=tuple(batches), now=snap.now, drop_budget=self.config.drop_budget))
+        entry_load = np.array(e_load, dtype=float)
+        keep = entry_load > 0
+        result = schedule_table(
+            LoadTable(
+                now=snap.now,
+                drop_budget=self.config.drop_budget,
+                bandwidth=np.asarray(snap.capacity, dtype=float),
+                batch_ids=batch_ids,
+                compute=np.array(compute, dtype=float),
+                request_ids=request_ids,
+                request_batch=np.array(request_batch, dtype=np.int64),
+                deadline=np.array(deadline, dtype=float),
+                entry_request=np.array(e_req, dtype=np.int64)[keep],
+                entry_port=np.array(e_port, dtype=np.int64)[keep],
+                entry_load=entry_load[keep],
+            )
+        )
         for name in result.pruned:
             self._pruned[self._request_index[name]] = True
