@@ -53,10 +53,35 @@ def _assemble() -> None:
 _assemble()
 
 
+def _usage_line(exc: Exception) -> str:
+    """A click usage error as one line: ``laxflow sim serve: No such option: --x (see --help)``."""
+    ctx = getattr(exc, "ctx", None)
+    where = f"{ctx.command_path}: " if ctx is not None else ""
+    text = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
+    return f"{where}{text} (see {ctx.command_path + ' ' if ctx is not None else ''}--help)"
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: every error a user causes ends in one line on stderr."""
     try:
-        app()
+        from typer._click.exceptions import ClickException, NoArgsIsHelpError
+    except ImportError:  # typer before it vendored click
+        from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[no-redef]
+    try:
+        # standalone_mode=False: usage errors come back here instead of
+        # being drawn as typer's multi-line box.
+        code = app(standalone_mode=False)
     except UserError as exc:
         print(f"laxflow: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except NoArgsIsHelpError as exc:  # a bare group: its help, as before
+        exc.show()
+        sys.exit(exc.exit_code)
+    except ClickException as exc:
+        print(f"laxflow: error: {_usage_line(exc)}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("laxflow: aborted", file=sys.stderr)
+        sys.exit(1)
+    if isinstance(code, int) and code:
+        sys.exit(code)

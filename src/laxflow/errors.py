@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,38 @@ class UserError(Exception):
     exit_code = 2
 
 
+@contextmanager
+def user_errors(prefix: str = "") -> Iterator[None]:
+    """Turn a ``ValueError`` raised inside into a :class:`UserError` (``prefix: message``).
+
+    For code that validates with ValueError because it is also called from
+    library code (the policy registry, the DSCP map, the stage parser); where
+    a user's input reaches it, the caller wraps it in this once.
+    """
+    try:
+        yield
+    except UserError:
+        raise
+    except ValueError as exc:
+        raise UserError(f"{prefix}: {exc}" if prefix else str(exc)) from None
+
+
+def clip(text: str, limit: int = 60) -> str:
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis (for quoting a user's file)."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def json_error(exc: json.JSONDecodeError, *, line: bool = True) -> str:
+    """``Expecting value at line 3 column 5`` from a decode error.
+
+    Some of the decoder's messages end in "at" already ("Unterminated string
+    starting at"), which must not become "at at".
+    """
+    msg = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg
+    return f"{msg} at line {exc.lineno} column {exc.colno}" if line else f"{msg} at column {exc.colno}"
+
+
 def read_json_file(path: "str | os.PathLike[str]", what: str) -> Any:
     """Parse a user's JSON file; any failure is one UserError naming the file.
 
@@ -27,6 +61,8 @@ def read_json_file(path: "str | os.PathLike[str]", what: str) -> Any:
     JSON (... at line L column C)``.
     """
     source = str(path)
+    if Path(path).is_dir():
+        raise UserError(f"{source}: {what}: is a directory, expected a file")
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -36,4 +72,4 @@ def read_json_file(path: "str | os.PathLike[str]", what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UserError(f"{source}: {what}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+        raise UserError(f"{source}: {what}: not valid JSON ({json_error(exc)})") from None

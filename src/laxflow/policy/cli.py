@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from laxflow.errors import UserError, read_json_file
+from laxflow.errors import read_json_file, user_errors
 
 app = typer.Typer(help="Run MFS policy pieces (inter-request scheduling) on input files.", no_args_is_help=True)
 
@@ -46,10 +46,8 @@ def dscp(
     """The default level -> DSCP -> switch traffic class map for K levels."""
     from laxflow.policy.dscp import default_dscp_map
 
-    try:
+    with user_errors("--levels"):
         table = default_dscp_map(levels)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
     if as_json:
         typer.echo(json.dumps(table.as_json(), indent=2))
         return

@@ -13,3 +13,6 @@ flows_cli.register(app)
 from laxflow.sim import serve_cli  # noqa: E402
 
 serve_cli.register(app)
+from laxflow.sim import list_cli  # noqa: E402
+
+list_cli.register(app)

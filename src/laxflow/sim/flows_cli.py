@@ -23,17 +23,13 @@ def flows(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list, one object per policy."),
 ) -> None:
     """Run each policy on SCENARIO and print finish times, due times and met deadlines."""
-    from laxflow.policy.registry import policy_class
+    from laxflow.sim.serving.experiment import check_policies
     from laxflow.sim.network.scenario import load_scenario, run_scenario
 
     names = [p.strip() for p in policy.split(",") if p.strip()]
     if not names:
         raise UserError("--policy: expected at least one policy name")
-    for name in names:
-        try:
-            policy_class(name)
-        except ValueError as exc:
-            raise UserError(f"--policy: {exc}") from None
+    check_policies(names, "--policy")
     loaded = load_scenario(scenario)
     results = [run_scenario(loaded, name) for name in names]
     if as_json:

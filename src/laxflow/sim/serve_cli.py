@@ -1,7 +1,8 @@
 """``laxflow sim serve`` and ``laxflow sim sweep``: policies side by side on a serving workload.
 
-Registered on the ``laxflow sim`` app by :mod:`laxflow.sim.cli`. Flags map
-onto :class:`~laxflow.sim.serving.config.ServingConfig` and
+Registered on the ``laxflow sim`` app by :mod:`laxflow.sim.cli`; their flags
+are defined once in :mod:`laxflow.sim.serve_options`. Flags map onto
+:class:`~laxflow.sim.serving.config.ServingConfig` and
 :class:`~laxflow.sim.serving.experiment.RunSpec`; a ``--preset`` fills every
 flag the user did not give. Everything is validated before the first run, so
 a bad flag ends in one line and exit status 2.
@@ -12,29 +13,16 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import asdict, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TextIO
 
 import typer
 
 from laxflow.errors import UserError
+from laxflow.sim import serve_options
 
-_P = "Comma-separated flow policies (registered names or module:Class)."
-_H = {
-    "model": "Model name (laxflow.sim.models).",
-    "workload": "Synthetic workload (qwen-conv, qwen-agent, mooncake-conv, mooncake-agent).",
-    "requests": "Measured requests (default 1024).",
-    "warmup": "Warm-up requests left out of the metrics (512).",
-    "seed": "Workload seed (0).",
-    "servers": "Servers, half prefill, half decode (256).",
-    "slo_scale": "SLO = this x TTFT alone on the idle cluster (3).",
-    "topology": "fat-tree, big-switch or testbed.",
-    "trace": "Replay a trace file instead of a synthetic workload.",
-    "trace_format": "Trace format: qwen-bailian, mooncake, azure, burstgpt.",
-    "preset": "demo, testbed-qwenA, testbed-qwenB, fig10-mixtral, ..., fig13 (see README).",
-    "quiet": "No progress bar.",
-}
+MAX_SEEDS = 1000
 
 
 def _split(value: str, flag: str) -> list[str]:
@@ -55,41 +43,145 @@ def _rates(value: str) -> list[float]:
     return rates
 
 
-def _build(preset: Optional[str], model, workload, policies, requests, warmup, seed, servers, slo_scale, topology,
-           trace, trace_format) -> tuple[Any, list[str], str, int, int, dict[str, Any]]:
-    """Resolve flags over a preset into (config, policies, workload, requests, seed, config-json)."""
-    from laxflow.sim.serving.experiment import Preset, check_policies, get_preset
+def _seeds(value: Optional[str], first: int) -> list[int]:
+    """``--seeds N`` (N seeds from ``first``) or ``--seeds 3,5,8``."""
+    if value is None:
+        return [first]
+    text = value.strip()
+    try:
+        if "," not in text:
+            n = int(text)
+            if not 1 <= n <= MAX_SEEDS:
+                raise UserError(f"--seeds: expected a number of seeds from 1 to {MAX_SEEDS}, got {n}")
+            return list(range(first, first + n))
+        seeds = [int(x) for x in _split(text, "--seeds")]
+    except ValueError:
+        raise UserError(f"--seeds: expected a number of seeds or comma-separated integer seeds, got {value!r}") \
+            from None
+    if any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds) or len(seeds) > MAX_SEEDS:
+        raise UserError(f"--seeds: expected up to {MAX_SEEDS} distinct seeds >= 0, got {value!r}")
+    return seeds
 
-    base = get_preset(preset) if preset else Preset("", "", "mixtral-8x22b", "qwen-conv", rates=(0.7,))
-    if requests is not None and requests < 1:
-        raise UserError(f"--requests: expected at least 1, got {requests}")
-    if warmup is not None and warmup < 0:
-        raise UserError(f"--warmup: expected an integer >= 0, got {warmup}")
-    if servers is not None and servers < 2:
-        raise UserError(f"--servers: expected at least 2 (one prefill, one decode), got {servers}")
-    if slo_scale is not None and not (math.isfinite(slo_scale) and slo_scale > 0):
-        raise UserError(f"--slo-scale: expected a positive number, got {slo_scale}")
+
+def _check_plot(path: Path) -> None:
+    """The plot's extension must be one matplotlib writes (checked before any run, not after)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    types = sorted(FigureCanvasBase.get_supported_filetypes())
+    if path.suffix.lower().lstrip(".") not in types:
+        raise UserError(f"--plot: {str(path)!r}: expected a file name ending in one of "
+                        f"{', '.join('.' + t for t in types)}")
+
+
+def _prepare_out(path: Optional[Path], flag: str) -> None:
+    """An output path is a file path; a missing directory is created, and said so (before any run)."""
+    if path is None or str(path) == "-":
+        return
+    if path.is_dir():
+        raise UserError(f"{flag}: {str(path)!r} is a directory, expected a file path")
+    parent = path.parent
+    if not parent.exists():
+        try:
+            parent.mkdir(parents=True)
+        except OSError as exc:
+            raise UserError(f"{flag}: cannot create directory {str(parent)!r}: {exc.strerror}") from None
+        print(f"laxflow: created directory {str(parent)!r} for {flag}", file=sys.stderr)
+    elif not parent.is_dir():
+        raise UserError(f"{flag}: {str(parent)!r} is not a directory")
+
+
+@dataclass
+class Plan:
+    """Everything one serve or sweep will run, resolved and validated."""
+
+    config: Any  # ServingConfig
+    policies: list[str]
+    workload: str
+    requests: int
+    seeds: list[int]
+    meta: dict[str, Any]
+
+
+def _trace_count(v: dict[str, Any], warmup: int) -> int:
+    """Requests in the trace (loaded once here, so a bad file fails before any worker starts)."""
+    from laxflow.sim.workload import load_trace
+
+    n = len(load_trace(v["trace"], v["trace_format"]))
+    want = (v["requests"] if v["requests"] is not None else 0) + warmup
+    if n <= warmup:
+        raise UserError(f"--warmup: {warmup} warm-up requests leave none of the trace's {n} to measure")
+    if v["requests"] is not None and want > n:
+        print(f"laxflow: warning: the trace has {n} requests, fewer than --requests {v['requests']} + --warmup "
+              f"{warmup}; measuring its last {n - warmup}", file=sys.stderr)
+    return n
+
+
+def _build(v: dict[str, Any], which: str) -> Plan:
+    """Resolve flags over a preset into a :class:`Plan`; every check that can fail runs here."""
     from laxflow.sim.serving.config import TOPOLOGIES
+    from laxflow.sim.serving.experiment import MAX_REQUESTS, Preset, check_policies, get_preset, prefill_gpus
 
-    if topology is not None and topology not in TOPOLOGIES:
-        raise UserError(f"--topology: unknown {topology!r} (expected one of {', '.join(TOPOLOGIES)})")
-    if trace is not None and not trace_format:
-        raise UserError("--trace-format: required with --trace")
-    if trace is not None and not Path(trace).is_file():
-        raise UserError(f"--trace: no such file {str(trace)!r}")
+    preset = v["preset"]
+    base = get_preset(preset) if preset else Preset("", "", "mixtral-8x22b", "qwen-conv", rates=(0.7,))
+    requests, warmup = v["requests"], v["warmup"]
+    if requests is not None and not 1 <= requests <= MAX_REQUESTS:
+        raise UserError(f"--requests: expected 1 to {MAX_REQUESTS:,} (a run holds every request in memory), "
+                        f"got {requests}")
+    if warmup is not None and not 0 <= warmup <= MAX_REQUESTS:
+        raise UserError(f"--warmup: expected an integer from 0 to {MAX_REQUESTS:,}, got {warmup}")
+    if v["servers"] is not None and v["servers"] < 2:
+        raise UserError(f"--servers: expected at least 2 (one prefill, one decode), got {v['servers']}")
+    if v["slo_scale"] is not None and not (math.isfinite(v["slo_scale"]) and v["slo_scale"] > 0):
+        raise UserError(f"--slo-scale: expected a positive number, got {v['slo_scale']}")
+    if v["jobs"] < 0:
+        raise UserError(f"--jobs: expected 0 (one per CPU) or a positive number of processes, got {v['jobs']}")
+    if v["topology"] is not None and v["topology"] not in TOPOLOGIES:
+        raise UserError(f"--topology: unknown {v['topology']!r} (expected one of {', '.join(TOPOLOGIES)})")
+    trace = v["trace"]
+    if trace is None:
+        if v["trace_format"] is not None:
+            raise UserError("--trace-format: only with --trace FILE")
+        if v.get("time_scale") is not None:
+            raise UserError("--time-scale: only with --trace FILE (a synthetic workload has no timestamps)")
+    else:
+        if v["workload"] is not None:
+            raise UserError("--workload: not with --trace (the trace is the workload)")
+        if not v["trace_format"]:
+            raise UserError("--trace-format: required with --trace")
+        if trace.is_dir():
+            raise UserError(f"--trace: {str(trace)!r} is a directory, expected a trace file")
+        if not trace.is_file():
+            raise UserError(f"--trace: no such file {str(trace)!r}")
+    if v.get("time_scale") is not None:
+        if not (math.isfinite(v["time_scale"]) and v["time_scale"] > 0):
+            raise UserError(f"--time-scale: expected a positive number, got {v['time_scale']}")
+        if v.get("rate") is not None:
+            raise UserError("--time-scale: not with --rate (--rate re-times the trace as Poisson arrivals)")
+    if v["plot"] is not None:
+        _check_plot(v["plot"])
+    if v["requests_out"] is not None:
+        from laxflow.sim.serving.export import check_requests_path
+
+        check_requests_path(v["requests_out"])
     chosen = replace(
         base,
-        model=model or base.model,
-        deployment=base.deployment if model is None else None,
-        workload=workload or base.workload,
+        model=v["model"] or base.model,
+        deployment=base.deployment if v["model"] is None else None,
+        workload=v["workload"] or base.workload,
         requests=base.requests if requests is None else requests,
         warmup=base.warmup if warmup is None else warmup,
-        seed=base.seed if seed is None else seed,
-        servers=servers or base.servers,
-        slo_scale=slo_scale or base.slo_scale,
-        topology=topology or base.topology,
+        seed=base.seed if v["seed"] is None else v["seed"],
+        servers=v["servers"] or base.servers,
+        slo_scale=v["slo_scale"] or base.slo_scale,
+        topology=v["topology"] or base.topology,
     )
-    names = _split(policies, "--policies") if policies else list(chosen.policies)
+    if chosen.requests + chosen.warmup > MAX_REQUESTS:
+        raise UserError(f"--requests: {chosen.requests:,} measured + {chosen.warmup:,} warm-up requests exceed "
+                        f"the limit of {MAX_REQUESTS:,} per run")
+    if v["seed"] is not None and v["seed"] < 0:
+        raise UserError(f"--seed: expected an integer >= 0, got {v['seed']}")
+    seeds = _seeds(v["seeds"], chosen.seed)
+    names = _split(v["policies"], "--policies") if v["policies"] else list(chosen.policies)
     check_policies(names)
     config = chosen.config()
     config.validate()
@@ -98,8 +190,6 @@ def _build(preset: Optional[str], model, workload, policies, requests, warmup, s
     models.get_model(config.model)
     if trace is None and chosen.workload not in wl.WORKLOADS:
         raise UserError(f"--workload: unknown {chosen.workload!r} (expected one of {', '.join(wl.WORKLOADS)})")
-    from laxflow.sim.serving.experiment import prefill_gpus
-
     gpus = prefill_gpus(config)
     meta = {
         "preset": preset,
@@ -107,10 +197,11 @@ def _build(preset: Optional[str], model, workload, policies, requests, warmup, s
         "deployment": config.deployment or config.model,
         "workload": chosen.workload if trace is None else None,
         "trace": str(trace) if trace else None,
-        "trace_format": trace_format,
+        "trace_format": v["trace_format"],
         "requests": chosen.requests,
         "warmup": chosen.warmup,
-        "seed": chosen.seed,
+        "seed": seeds[0],
+        "seeds": seeds,
         "servers": config.cluster.servers,
         "topology": config.cluster.topology,
         "prefill_gpus": gpus,
@@ -120,170 +211,126 @@ def _build(preset: Optional[str], model, workload, policies, requests, warmup, s
         "policies": names,
         "preset_rates": list(chosen.rates),
     }
-    return config, names, chosen.workload, chosen.requests, chosen.seed, meta
+    if trace is not None:
+        meta["trace_requests"] = _trace_count(v, chosen.warmup)
+        meta["time_scale"] = v.get("time_scale")
+    for flag, name in (("--json", "json_out"), ("--plot", "plot"), ("--requests-out", "requests_out")):
+        _prepare_out(v[name], flag)
+    return Plan(config, names, chosen.workload, chosen.requests, seeds, meta)
 
 
-def _execute(config, names, workload, requests, seed, rates, trace, trace_format, jobs, ray_address, quiet):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def _execute(plan: Plan, rates: list[float], v: dict[str, Any]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """Run every (rate, policy, seed); returns the specs and their rows in the same order."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
-    from laxflow.sim.serving.experiment import RunSpec, run_all
+    from laxflow.sim.serving.experiment import RunSpec, default_jobs, run_all
 
+    trace = str(v["trace"]) if v["trace"] else None
     specs = [
-        RunSpec(config, workload, rate, name, requests, seed, str(trace) if trace else None, trace_format)
+        RunSpec(plan.config, plan.workload, rate, name, plan.requests, seed, trace, v["trace_format"],
+                time_scale=v.get("time_scale") or 1.0, per_request=v["requests_out"] is not None)
         for rate in rates
-        for name in names
+        for name in plan.policies
+        for seed in plan.seeds
     ]
-    total = sum(s.requests + s.config.warmup for s in specs)
+    cap = plan.meta.get("trace_requests", math.inf)  # a trace may hold fewer than asked for
+    total = sum(min(s.requests + s.config.warmup, cap) for s in specs)
+    from rich.console import Console
+
     with Progress(
         TextColumn("[bold]simulating[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), disable=quiet, transient=False, console=_console(),
+        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), disable=v["quiet"], transient=False,
+        console=Console(stderr=True),
     ) as progress:
         task = progress.add_task(f"{len(specs)} runs", total=total)
-        return run_all(
-            specs, jobs=jobs, ray_address=ray_address,
-            on_progress=lambda n: progress.advance(task, n),
-        )
+        rows = run_all(specs, jobs=v["jobs"] or default_jobs(), ray_address=v.get("ray_address"),
+                       on_progress=lambda n: progress.advance(task, n))
+    return specs, rows
 
 
-def _console():
-    from rich.console import Console
+def _report(plan: Plan, specs: list[Any], rows: list[dict[str, Any]], v: dict[str, Any], title: str,
+            extra: Optional[dict[str, Any]] = None) -> tuple[list[dict[str, Any]], TextIO]:
+    """Points over seeds, the table, --json and --requests-out; returns the points and the table's stream."""
+    from laxflow.sim.serving import report
 
-    return Console(stderr=True)
+    pts = report.points(rows, [(s.rate, s.policy) for s in specs])
+    measured = pts[0]["requests"]
+    plan.meta["requested"] = plan.meta["requests"]
+    plan.meta["requests"] = measured  # what was measured, as the title and every result say
+    seeds = len(plan.seeds)
+    stream = sys.stderr if v["json_out"] is not None and str(v["json_out"]) == "-" else sys.stdout
+    report.print_table(pts, f"{title} ({plan.meta['prefill_gpus']} prefill GPUs on {plan.meta['servers']} servers, "
+                            f"{measured} measured requests, {seeds} seed{'s' if seeds > 1 else ''})", stream)
+    if v["requests_out"] is not None:
+        from laxflow.sim.serving.export import write_requests
 
-
-def _print_table(rows: list[dict[str, Any]], title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title)
-    cols = ["policy", "rate", "SLO att.", "TTFT mean", "p50", "p90", "p99", "CCT", "non-overlap", "earliness",
-            "earl.>=0", "reuse GB", "coll GB", "p2d GB", "wall s"]
-    console = Console()
-    console.width = max(console.width, 150)  # a pipe gets 80 columns, too few for this table
-    for c in cols:
-        table.add_column(c, justify="left" if c == "policy" else "right")
-    ms = lambda x: f"{x * 1e3:.1f}ms"  # noqa: E731
-    for r in rows:
-        b = r["bytes_by_stage"]
-        table.add_row(
-            r["policy"], f"{r['rate']:g}", f"{r['slo_attainment']:.3f}", ms(r["ttft_mean"]), ms(r["ttft_p50"]),
-            ms(r["ttft_p90"]), ms(r["ttft_p99"]), f"{r['cct_mean'] * 1e6:.0f}us", ms(r["nonoverlap_mean"]),
-            ms(r["earliness_mean"]), ms(r["earliness_nonneg_mean"]), f"{b['reuse'] / 1e9:.1f}",
-            f"{b['collective'] / 1e9:.1f}", f"{b['p2d'] / 1e9:.1f}", f"{r['wall_s']:.1f}",
-        )
-    console.print(table)
+        write_requests(v["requests_out"], [r for p in pts for r in p["request_rows"]])
+        print(f"laxflow: {sum(len(p['request_rows']) for p in pts)} request rows written to "
+              f"{str(v['requests_out'])!r}", file=sys.stderr)
+    if v["json_out"] is not None:
+        _write_json(v["json_out"], {"config": plan.meta, "results": [report.json_view(p) for p in pts],
+                                    **(extra or {})})
+    return pts, stream
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
     text = json.dumps(payload, indent=2, allow_nan=False)
     if str(path) == "-":
         sys.stdout.write(text + "\n")
+        sys.stdout.flush()
         return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text + "\n")
     except OSError as exc:
         raise UserError(f"--json: cannot write {str(path)!r}: {exc.strerror}") from None
 
 
-def _check_out(path: Optional[Path], flag: str) -> None:
-    if path is not None and str(path) != "-" and path.exists() and path.is_dir():
-        raise UserError(f"{flag}: {str(path)!r} is a directory, expected a file path")
-
-
-def serve(
-    model: Optional[str] = typer.Option(None, "--model", help=_H["model"]),
-    workload: Optional[str] = typer.Option(None, "--workload", help=_H["workload"]),
-    rate: Optional[float] = typer.Option(
-        None, "--rate", help="Requests/s per prefill GPU (preset: its highest rate; a trace: its own timestamps)."
-    ),
-    policies: Optional[str] = typer.Option(None, "--policies", help=_P),
-    requests: Optional[int] = typer.Option(None, "--requests", help=_H["requests"]),
-    warmup: Optional[int] = typer.Option(None, "--warmup", help=_H["warmup"]),
-    seed: Optional[int] = typer.Option(None, "--seed", help=_H["seed"]),
-    servers: Optional[int] = typer.Option(None, "--servers", help=_H["servers"]),
-    slo_scale: Optional[float] = typer.Option(None, "--slo-scale", help=_H["slo_scale"]),
-    topology: Optional[str] = typer.Option(None, "--topology", help=_H["topology"]),
-    trace: Optional[Path] = typer.Option(None, "--trace", help=_H["trace"]),
-    trace_format: Optional[str] = typer.Option(None, "--trace-format", help=_H["trace_format"]),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write results as JSON to this file ('-': stdout)."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: attainment per policy and TTFT CDFs."),
-    preset: Optional[str] = typer.Option(None, "--preset", help=_H["preset"]),
-    jobs: int = typer.Option(0, "--jobs", help="Parallel worker processes (0: one per CPU, up to 8)."),
-    quiet: bool = typer.Option(False, "--quiet", help=_H["quiet"]),
-) -> None:
-    """Run every policy on the same workload at one rate; print a table."""
-    from laxflow.sim.serving.experiment import default_jobs
-    from laxflow.sim.serving.metrics import contract_view
-
-    _check_out(json_out, "--json")
-    _check_out(plot, "--plot")
-    config, names, wl, n, sd, meta = _build(preset, model, workload, policies, requests, warmup, seed, servers,
-                                            slo_scale, topology, trace, trace_format)
+def _serve(v: dict[str, Any]) -> None:
+    plan = _build(v, "serve")
+    rate = v["rate"]
     if rate is None:
-        rate = 0.0 if trace is not None else meta["preset_rates"][-1]  # a trace keeps its own timestamps
+        rate = 0.0 if v["trace"] is not None else plan.meta["preset_rates"][-1]  # a trace keeps its own timestamps
     elif not (math.isfinite(rate) and rate > 0):
         raise UserError(f"--rate: expected a positive number of requests/s per prefill GPU, got {rate}")
-    rows = _execute(config, names, wl, n, sd, [rate], trace, trace_format, jobs or default_jobs(), None, quiet)
+    specs, rows = _execute(plan, [rate], v)
     rate = rows[0]["rate"]
-    meta["rate"] = rate
-    _print_table(rows, f"{meta['model']} / {meta['workload'] or meta['trace']} at {rate:g} req/s/GPU "
-                       f"({meta['prefill_gpus']} prefill GPUs, {n} measured requests)")
-    if json_out is not None:
-        _write_json(json_out, {"config": meta, "results": [contract_view(r) for r in rows]})
-    if plot is not None:
+    plan.meta["rate"] = rate
+    what = plan.meta["workload"] or plan.meta["trace"]
+    pts, _ = _report(plan, specs, rows, v, f"{plan.meta['model']} / {what} at {rate:g} req/s/GPU")
+    if v["plot"] is not None:
         from laxflow.sim.serving.plots import plot_serve
 
-        plot_serve(rows, meta, plot)
-        typer.echo(f"plot written to {plot}", err=True)
+        plot_serve(pts, plan.meta, v["plot"])
+        print(f"laxflow: plot written to {str(v['plot'])!r}", file=sys.stderr)
 
 
-def sweep(
-    rates: Optional[str] = typer.Option(None, "--rates", help="Comma-separated requests/s per prefill GPU."),
-    model: Optional[str] = typer.Option(None, "--model", help=_H["model"]),
-    workload: Optional[str] = typer.Option(None, "--workload", help=_H["workload"]),
-    policies: Optional[str] = typer.Option(None, "--policies", help=_P),
-    requests: Optional[int] = typer.Option(None, "--requests", help=_H["requests"]),
-    warmup: Optional[int] = typer.Option(None, "--warmup", help=_H["warmup"]),
-    seed: Optional[int] = typer.Option(None, "--seed", help=_H["seed"]),
-    servers: Optional[int] = typer.Option(None, "--servers", help=_H["servers"]),
-    slo_scale: Optional[float] = typer.Option(None, "--slo-scale", help=_H["slo_scale"]),
-    topology: Optional[str] = typer.Option(None, "--topology", help=_H["topology"]),
-    trace: Optional[Path] = typer.Option(None, "--trace", help=_H["trace"]),
-    trace_format: Optional[str] = typer.Option(None, "--trace-format", help=_H["trace_format"]),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write rows and goodput as JSON ('-': stdout)."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of SLO attainment against rate."),
-    preset: Optional[str] = typer.Option(None, "--preset", help=_H["preset"]),
-    jobs: int = typer.Option(0, "--jobs", help="Parallel worker processes (0: one per CPU, up to 8)."),
-    ray_address: Optional[str] = typer.Option(None, "--ray", help="Run on a Ray cluster at this address (extra 'ray')."),
-    quiet: bool = typer.Option(False, "--quiet", help=_H["quiet"]),
-) -> None:
-    """Sweep the request rate: attainment table, attainment-vs-rate plot, goodput per policy."""
-    from laxflow.sim.serving.experiment import default_jobs
-    from laxflow.sim.serving.metrics import contract_view, goodput
+def _sweep(v: dict[str, Any]) -> None:
+    from laxflow.sim.serving.report import goodput_over_seeds
 
-    _check_out(json_out, "--json")
-    _check_out(plot, "--plot")
-    config, names, wl, n, sd, meta = _build(preset, model, workload, policies, requests, warmup, seed, servers,
-                                            slo_scale, topology, trace, trace_format)
-    rate_list = _rates(rates) if rates is not None else meta["preset_rates"]
-    rows = _execute(config, names, wl, n, sd, rate_list, trace, trace_format, jobs or default_jobs(), ray_address,
-                    quiet)
-    meta["rates"] = rate_list
-    _print_table(rows, f"{meta['model']} / {meta['workload'] or meta['trace']} sweep "
-                       f"({meta['prefill_gpus']} prefill GPUs, {n} measured requests)")
-    good = goodput(rows)
-    from rich.console import Console
-
-    Console().print("goodput (largest swept rate with >= 90% SLO attainment, req/s/GPU): "
-                    + ", ".join(f"{p} {'-' if g is None else f'{g:g}'}" for p, g in good.items()))
-    if json_out is not None:
-        _write_json(json_out, {"config": meta, "results": [contract_view(r) for r in rows], "goodput": good})
-    if plot is not None:
+    plan = _build(v, "sweep")
+    rate_list = _rates(v["rates"]) if v["rates"] is not None else plan.meta["preset_rates"]
+    plan.meta["rates"] = rate_list
+    specs, rows = _execute(plan, rate_list, v)
+    good = goodput_over_seeds(rows)
+    pts, stream = _report(plan, specs, rows, v, f"{plan.meta['model']} / {plan.meta['workload'] or plan.meta['trace']}"
+                          " sweep", extra=good)
+    cells = []
+    for p, g in good["goodput"].items():
+        ci = good["goodput_ci95"][p]
+        cells.append(f"{p} {'-' if g is None else f'{g:g}'}" + ("" if ci is None else f" ± {ci:.2g}"))
+    print("goodput (largest swept rate with >= 90% SLO attainment, req/s/GPU"
+          + (", mean ± 95% CI over seeds" if len(plan.seeds) > 1 else "") + "): " + ", ".join(cells), file=stream)
+    if v["plot"] is not None:
         from laxflow.sim.serving.plots import plot_sweep
 
-        plot_sweep(rows, meta, plot)
-        typer.echo(f"plot written to {plot}", err=True)
+        plot_sweep(pts, plan.meta, v["plot"])
+        print(f"laxflow: plot written to {str(v['plot'])!r}", file=sys.stderr)
+
+
+serve = serve_options.command(_serve, "serve", "Run every policy on the same workload at one rate; print a table.")
+sweep = serve_options.command(_sweep, "sweep", "Sweep the request rate: attainment table, attainment-vs-rate "
+                                               "plot, goodput per policy.")
 
 
 def register(app: typer.Typer) -> None:

@@ -22,10 +22,16 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from laxflow.errors import UserError
+from laxflow.errors import UserError, user_errors
 from laxflow.sim.serving.config import ClusterConfig, ServingConfig
 
 ALL_POLICIES = ("fs", "sjf", "edf", "karuna", "mfs")
+
+# Most requests (measured + warm-up) one run may hold. A run keeps every
+# request's state in memory (about 2 KB each with its block hashes) and takes
+# roughly a millisecond of wall time per request at paper scale, so a million
+# is already hours; more is refused rather than left to grow without bound.
+MAX_REQUESTS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,8 @@ class RunSpec:
     seed: int = 0
     trace: str | None = None
     trace_format: str | None = None
+    time_scale: float = 1.0  # rate 0 with a trace: its timestamps divided by this (bursts kept)
+    per_request: bool = False  # also return one row per measured request (``request_rows``)
 
 
 @dataclass(frozen=True)
@@ -160,8 +168,10 @@ def build_workload(spec: RunSpec) -> list[Any]:
     if spec.trace:
         reqs = workload.load_trace(spec.trace, spec.trace_format)
         reqs = sorted(reqs, key=lambda r: r.arrival)[:total]
-        if spec.rate > 0:
-            reqs = workload.with_poisson_arrivals(reqs, rate, spec.seed)
+        if spec.rate > 0:  # re-timed as Poisson at the rate: the trace's bursts are gone
+            return workload.with_poisson_arrivals(reqs, rate, spec.seed)
+        if spec.time_scale != 1.0:  # its own timestamps, compressed: bursts kept
+            return [replace(r, arrival=r.arrival / spec.time_scale) for r in reqs]
         return reqs
     return workload.generate(spec.workload, rate, total, spec.seed)
 
@@ -180,17 +190,21 @@ def run_one(spec: RunSpec, progress: Callable[[int], None] | None = None) -> dic
     row = summarize(result, rate)
     row["ttft_samples"] = [s.ttft for s in result.measured]
     row["slo_samples"] = [s.slo for s in result.measured]
+    row["seed"] = spec.seed
+    if spec.per_request:
+        from laxflow.sim.serving.export import request_rows
+
+        row["request_rows"] = request_rows(result, spec.seed, rate)
     return row
 
 
-def check_policies(names: Sequence[str]) -> None:
+def check_policies(names: Sequence[str], flag: str = "--policies") -> None:
+    """Every name loads as a flow policy, or one UserError naming ``flag`` (called before any run)."""
     from laxflow.policy.registry import policy_class
 
     for name in names:
-        try:
+        with user_errors(flag):
             policy_class(name)
-        except ValueError as exc:
-            raise UserError(f"--policies: {exc}") from None
 
 
 def run_all(
@@ -287,7 +301,3 @@ def _run_ray(specs, address, on_progress, on_done) -> list[dict[str, Any]]:
 def default_jobs() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
-
-def with_overrides(config: ServingConfig, **cluster: Any) -> ServingConfig:
-    """``config`` with some cluster fields replaced (the CLI's --servers, --topology)."""
-    return replace(config, cluster=replace(config.cluster, **{k: v for k, v in cluster.items() if v is not None}))

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from laxflow.errors import UserError
+from laxflow.errors import UserError, user_errors
 from laxflow.policy.base import FlowPolicy
 from laxflow.sim.events import EventQueue, Priority
 from laxflow.sim.network import FluidNetwork
@@ -69,10 +69,8 @@ class ServingSimulator:
         if isinstance(policy, str):
             from laxflow.policy.registry import create_policy
 
-            try:
+            with user_errors():
                 self.policy = create_policy(policy)
-            except ValueError as exc:
-                raise UserError(str(exc)) from None
             self.policy_name = policy
         else:
             self.policy = policy

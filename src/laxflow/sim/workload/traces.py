@@ -31,7 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from laxflow.errors import UserError
+from laxflow.errors import UserError, clip, json_error
 from laxflow.sim.workload.request import Request
 
 
@@ -91,7 +91,7 @@ def _jsonl(path: Path) -> Iterator[tuple[_Line, dict]]:
             try:
                 rec = json.loads(text)
             except json.JSONDecodeError as e:
-                raise UserError(f"{path}:{lineno}: not a JSON object ({e.msg} at column {e.colno})") from None
+                raise UserError(f"{path}:{lineno}: not a JSON object ({json_error(e, line=False)})") from None
             if not isinstance(rec, dict):
                 raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
             yield where, rec
@@ -103,8 +103,12 @@ def _csv(path: Path, required: tuple[str, ...]) -> Iterator[tuple[_Line, dict]]:
         header = [h.strip() for h in (reader.fieldnames or [])]
         missing = [c for c in required if c not in header]
         if missing:
+            # Quote at most the start of what was found: a JSONL file read as
+            # CSV has its whole first record as its "header".
+            found = ", ".join(header)
+            hint = "; a JSON line, not a CSV header: is --trace-format right?" if found.startswith("{") else ""
             raise UserError(f"{path}:1: missing column '{missing[0]}' (expected a header with "
-                            f"{', '.join(required)}; found {', '.join(header) or 'nothing'})")
+                            f"{', '.join(required)}; found {clip(found) or 'nothing'}{hint})")
         reader.fieldnames = header
         for row in reader:
             if not any((v or "").strip() for k, v in row.items() if k is not None):
@@ -216,6 +220,8 @@ def load_trace(path: str | Path, format: str, *, block_size: int | None = None,
     if bs < 1:
         raise UserError(f"trace {path}: block_size: expected an integer >= 1, got {bs}")
     p = Path(path)
+    if p.is_dir():
+        raise UserError(f"trace {p}: is a directory, expected a trace file")
     if not p.is_file():
         raise UserError(f"trace {p}: no such file")
     try:

@@ -1,0 +1,88 @@
+"""Per-request rows of a serving run, and the ``--requests-out`` file they go to.
+
+``request_rows`` is called by :func:`~laxflow.sim.serving.experiment.run_one`
+(in whichever process ran the simulation) when the spec asks for it;
+``write_requests`` by ``laxflow sim serve`` / ``sweep`` in the main process
+once every run is back. Times are in seconds, sizes in bytes, tokens counted.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from laxflow.errors import UserError
+
+# One row per measured request and policy, in this column order.
+REQUEST_COLUMNS = (
+    "policy",
+    "rate",  # requests/s per prefill GPU of the run
+    "seed",
+    "id",
+    "arrival",  # s from the first request
+    "prompt_tokens",
+    "reused_tokens",  # prefix tokens not recomputed (cached locally or fetched)
+    "remote_tokens",  # of those, fetched from another unit (stage 1)
+    "unit",  # prefill unit index
+    "decode_unit",
+    "batch",
+    "slo",  # s, TTFT budget
+    "ttft",  # s
+    "met",  # ttft <= slo
+    "bytes_reuse",
+    "bytes_collective",
+    "bytes_p2d",
+    "stall",  # s its batch waited on the network (non-overlapped communication)
+)
+REQUEST_FORMATS = (".csv", ".jsonl")
+
+
+def request_rows(result: Any, seed: int, rate: float) -> list[dict[str, Any]]:
+    """One dict per measured request of ``result`` (a SimResult), keys ``REQUEST_COLUMNS``."""
+    rows = []
+    for s in result.measured:
+        ttft = float(s.ttft)
+        rows.append({
+            "policy": result.policy,
+            "rate": rate,
+            "seed": seed,
+            "id": s.id,
+            "arrival": s.arrival,
+            "prompt_tokens": s.input_tokens,
+            "reused_tokens": int(s.route.reused_tokens),
+            "remote_tokens": int(s.route.remote_tokens),
+            "unit": int(s.route.prefill),
+            "decode_unit": int(s.route.decode),
+            "batch": s.batch,
+            "slo": float(s.slo),
+            "ttft": ttft,
+            "met": ttft <= s.slo * (1 + 1e-12),  # the tolerance metrics.summarize uses
+            "bytes_reuse": float(s.bytes.get("reuse", 0.0)),
+            "bytes_collective": float(s.bytes.get("collective", 0.0)),
+            "bytes_p2d": float(s.bytes.get("p2d", 0.0)),
+            "stall": float(s.stall),
+        })
+    return rows
+
+
+def check_requests_path(path: Path) -> None:
+    """Refuse a ``--requests-out`` path whose extension says no format (before any run)."""
+    if path.suffix.lower() not in REQUEST_FORMATS:
+        raise UserError(f"--requests-out: {str(path)!r}: expected a .csv or .jsonl file name")
+
+
+def write_requests(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Write ``rows`` as CSV (header line) or JSON lines, by ``path``'s extension."""
+    try:
+        with path.open("w", newline="", encoding="utf-8") as f:
+            if path.suffix.lower() == ".csv":
+                writer = csv.DictWriter(f, fieldnames=REQUEST_COLUMNS, extrasaction="ignore")
+                writer.writeheader()
+                writer.writerows(rows)
+            else:
+                for row in rows:
+                    f.write(json.dumps({k: row[k] for k in REQUEST_COLUMNS}, allow_nan=False) + "\n")
+    except OSError as exc:
+        raise UserError(f"--requests-out: cannot write {str(path)!r}: {exc.strerror}") from None
