@@ -234,6 +234,9 @@ def _execute(plan: Plan, rates: list[float], v: dict[str, Any]) -> tuple[list[An
         for name in plan.policies
         for seed in plan.seeds
     ]
+    if trace is not None and len(plan.seeds) > 1 and 0.0 in rates:
+        print("laxflow: warning: a trace replayed at its own timestamps is the same for every seed; "
+              "the seeds' runs are identical (give --rate to re-time it per seed)", file=sys.stderr)
     cap = plan.meta.get("trace_requests", math.inf)  # a trace may hold fewer than asked for
     total = sum(min(s.requests + s.config.warmup, cap) for s in specs)
     from rich.console import Console

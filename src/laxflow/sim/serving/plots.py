@@ -39,7 +39,8 @@ def plot_serve(rows: list[dict[str, Any]], meta: dict[str, Any], path: Path) -> 
     plt = _pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     names = [r["policy"] for r in rows]
-    bars = ax1.bar(names, [r["slo_attainment"] for r in rows], color="tab:blue")
+    bars = ax1.bar(names, [r["slo_attainment"] for r in rows], color="tab:blue",
+                   yerr=[r.get("slo_attainment_ci95") or 0.0 for r in rows], capsize=4)
     ax1.bar_label(bars, fmt="%.3f")
     ax1.set_ylim(0, 1)
     ax1.set_ylabel("TTFT SLO attainment")
@@ -57,8 +58,8 @@ def plot_serve(rows: list[dict[str, Any]], meta: dict[str, Any], path: Path) -> 
     plt.close(fig)
 
 
-def plot_sweep(rows: list[dict[str, Any]], meta: dict[str, Any], path: Path) -> None:
-    """SLO attainment against rate, one line per policy (error bars: 95 % CI over seeds)."""
+def sweep_figure(rows: list[dict[str, Any]], meta: dict[str, Any]):
+    """SLO attainment against rate, one line per policy (error bars: 95 % CI over seeds); returns the figure."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.3))
     for name in dict.fromkeys(r["policy"] for r in rows):
@@ -72,5 +73,11 @@ def plot_sweep(rows: list[dict[str, Any]], meta: dict[str, Any], path: Path) -> 
     ax.set_ylabel("TTFT SLO attainment")
     ax.set_title(f"{meta['model']} / {meta.get('workload') or 'trace'}\n{_setup(meta)}", fontsize=10)
     ax.legend(fontsize=8)
+    return fig
+
+
+def plot_sweep(rows: list[dict[str, Any]], meta: dict[str, Any], path: Path) -> None:
+    """Write :func:`sweep_figure` to ``path``."""
+    fig = sweep_figure(rows, meta)
     _save(fig, path)
-    plt.close(fig)
+    _pyplot().close(fig)

@@ -106,9 +106,10 @@ def _csv(path: Path, required: tuple[str, ...]) -> Iterator[tuple[_Line, dict]]:
             # Quote at most the start of what was found: a JSONL file read as
             # CSV has its whole first record as its "header".
             found = ", ".join(header)
-            hint = "; a JSON line, not a CSV header: is --trace-format right?" if found.startswith("{") else ""
+            if found.startswith("{"):
+                found = "a JSON line, not a CSV header: is the trace format right?"
             raise UserError(f"{path}:1: missing column '{missing[0]}' (expected a header with "
-                            f"{', '.join(required)}; found {clip(found) or 'nothing'}{hint})")
+                            f"{', '.join(required)}; found {clip(found) or 'nothing'})")
         reader.fieldnames = header
         for row in reader:
             if not any((v or "").strip() for k, v in row.items() if k is not None):
