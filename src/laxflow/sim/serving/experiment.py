@@ -28,9 +28,10 @@ from laxflow.sim.serving.config import ClusterConfig, ServingConfig
 ALL_POLICIES = ("fs", "sjf", "edf", "karuna", "mfs")
 
 # Most requests (measured + warm-up) one run may hold. A run keeps every
-# request's state in memory (about 2 KB each with its block hashes) and takes
-# roughly a millisecond of wall time per request at paper scale, so a million
-# is already hours; more is refused rather than left to grow without bound.
+# request's state (with its block hashes) in memory until it ends, and
+# bench/sim.py measured about 28 requests/s at paper scale on the 2-core dev
+# box (README "Benchmarks"), so a million is already about ten hours; more
+# is refused rather than left to grow memory without bound.
 MAX_REQUESTS = 1_000_000
 
 
