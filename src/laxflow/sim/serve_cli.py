@@ -321,7 +321,11 @@ def _sweep(v: dict[str, Any]) -> None:
     cells = []
     for p, g in good["goodput"].items():
         ci = good["goodput_ci95"][p]
-        cells.append(f"{p} {'-' if g is None else f'{g:g}'}" + ("" if ci is None else f" ± {ci:.2g}"))
+        cell = f"{p} {'-' if g is None else f'{g:g}'}" + ("" if ci is None else f" ± {ci:.2g}")
+        per_seed = good["goodput_seeds"][p]
+        if g is None and len(per_seed) > 1 and any(x is not None for x in per_seed):
+            cell += " (per seed: " + " ".join("-" if x is None else f"{x:g}" for x in per_seed) + ")"
+        cells.append(cell)
     print("goodput (largest swept rate with >= 90% SLO attainment, req/s/GPU"
           + (", mean ± 95% CI over seeds" if len(plan.seeds) > 1 else "") + "): " + ", ".join(cells), file=stream)
     if v["plot"] is not None:

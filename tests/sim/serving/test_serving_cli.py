@@ -68,6 +68,7 @@ def test_sweep_prints_goodput_and_writes_rows(tmp_path):
         (["--topology", "ring"], "--topology"),
         (["--servers", "4"], "--servers"),
         (["--trace", "/no/such/file", "--trace-format", "x"], "--trace"),
+        (["--no-such-flag"], "No such option: --no-such-flag"),  # typer's usage box, as one line
     ],
 )
 def test_bad_flags_exit_2_with_one_line(args, needle):

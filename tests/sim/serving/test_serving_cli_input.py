@@ -178,3 +178,10 @@ def test_json_error_and_user_errors_helpers():
 def test_bare_group_still_prints_its_help(capsys):
     code, out, err = cli(capsys, "sim")
     assert "serve" in out + err and "list" in out + err
+
+
+def test_load_trace_names_a_directory_as_one(tmp_path):
+    from laxflow.sim.workload import load_trace
+
+    with pytest.raises(UserError, match=r"is a directory, expected a trace file$"):
+        load_trace(tmp_path, "mooncake")
