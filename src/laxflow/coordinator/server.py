@@ -119,7 +119,11 @@ class CoordinatorServer:
         self.registry = registry or CollectorRegistry()
         self.metrics = _Metrics(self.registry)
         if config.metrics_port is not None:
-            start_http_server(config.metrics_port, registry=self.registry)
+            try:
+                start_http_server(config.metrics_port, registry=self.registry)
+            except OSError as exc:
+                self.close()
+                raise UserError(f"coordinator: cannot serve metrics on port {config.metrics_port}: {exc.strerror or exc}") from None
         self.drops = DropCounter()
         self._dups = DuplicateFilter()
         self._latencies: collections.deque[float] = collections.deque(maxlen=1000)
