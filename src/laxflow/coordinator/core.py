@@ -165,6 +165,7 @@ class CoordinatorCore:
         self.dirty = False
         self.conflicts = 0  # reports refused (a request already in another batch)
         self.triggers: list[str] = []
+        self._more_triggers = 0
         self._port_epoch = 0
         self._port_cache: tuple | None = None
 
@@ -221,18 +222,21 @@ class CoordinatorCore:
             coordinator_id=self.id,
             seq=self.seq,
             now=now,
-            trigger=", ".join(self.triggers[:4]) + (f" +{len(self.triggers) - 4}" if len(self.triggers) > 4 else ""),
+            trigger=", ".join(self.triggers) + (f" +{self._more_triggers}" if self._more_triggers else ""),
             order=tuple([m.BatchRank(b, k, red[b], finish[b], batches[b].nodes) for k, b in enumerate(order)]),
             pruned=tuple(self.pruned),
         )
-        self.triggers = []
+        self.triggers, self._more_triggers = [], 0
         return self.last
 
     # ------------------------------------------------------------ state changes
 
     def _mark(self, trigger: str) -> None:
         self.dirty = True
-        self.triggers.append(trigger)
+        if len(self.triggers) < 4:  # what the decision names; the rest is a count
+            self.triggers.append(trigger)
+        else:
+            self._more_triggers += 1
 
     def _resync(self, d: DaemonState, now: float, reason: str) -> list[Reply | Publish]:
         # One request per dead-after period: the daemon's Hello is on its way.
