@@ -43,6 +43,7 @@ def _assemble() -> None:
 
     app.add_typer(sim_app, name="sim")
     app.add_typer(policy_app, name="policy")
+    app.add_typer(__import__("laxflow.testbed.cli", fromlist=["app"]).app, name="testbed")
     try:
         from laxflow import shim_cli
     except ImportError:  # the native part is optional until it is built
