@@ -171,6 +171,8 @@ def _ours(name: str, namespaces: set[str]) -> list[str]:
 class Testbed:
     """A running emulated fabric; ``with Testbed(cfg) as tb:`` brings it up and down."""
 
+    __test__ = False  # not a pytest test class despite the name
+
     config: FabricConfig = field(default_factory=FabricConfig)
     dscp_map: DscpMap | None = None
 
