@@ -13,12 +13,15 @@ frames; DSCP is the same on every segment of one.
 
 from __future__ import annotations
 
+import select
 import socket
 import time
 from collections import Counter, defaultdict
 from typing import Any
 
 ROCEV2_PORT = 4791
+ETH_P_ALL = 0x0003
+SNAP = 256  # bytes kept per packet: Ethernet + IP + TCP/UDP + BTH headers fit
 RC_SEND_ONLY = 0x04  # BTH opcode: RC SEND Only (IBTA vol. 1, table 38)
 
 
@@ -26,15 +29,26 @@ def _flow_record() -> dict[str, Any]:
     return {"dscp": Counter(), "packets": 0, "bytes": 0, "opcodes": Counter(), "dest_qp": set(), "psn": []}
 
 
-def verify_dscp(iface: str, seconds: float) -> dict[str, Any]:
-    """Sniff ``iface`` for ``seconds``; return DSCP per flow and in total.
+def _open(iface: str) -> socket.socket:
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    sock.bind((iface, 0))
+    sock.setblocking(False)
+    return sock
+
+
+def verify_dscp(ifaces: str | list[str], seconds: float, egress_only: bool = False) -> dict[str, Any]:
+    """Capture on ``ifaces`` for ``seconds``; return DSCP per flow and in total.
 
     A flow is (protocol, src, sport, dst, dport); RoCEv2 flows (UDP 4791)
     also report BTH opcodes, destination QPs and the PSN range seen.
+    ``egress_only`` keeps only packets the interface sends (on a switch,
+    capturing every port this way counts each packet once, at its egress).
+    Raw AF_PACKET sockets, first ``SNAP`` bytes of each packet; scapy parses.
     """
-    from scapy.all import IP, TCP, UDP, sniff  # noqa: PLC0415 (heavy import)
+    from scapy.all import IP, TCP, UDP, Ether  # noqa: PLC0415 (heavy import)
     from scapy.contrib.roce import BTH  # noqa: PLC0415
 
+    names = [ifaces] if isinstance(ifaces, str) else list(ifaces)
     flows: dict[tuple[str, str, int, str, int], dict[str, Any]] = defaultdict(_flow_record)
     total: Counter[int] = Counter()
     other = 0
@@ -65,8 +79,24 @@ def verify_dscp(iface: str, seconds: float) -> dict[str, Any]:
             rec["dest_qp"].add(int(bth.dqpn))
             rec["psn"].append(int(bth.psn))
 
+    socks = [_open(name) for name in names]
     started = time.time()
-    sniff(iface=iface, timeout=seconds, store=False, prn=tally)
+    deadline = time.monotonic() + seconds
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select(socks, [], [], min(left, 0.2))
+            for sock in ready:
+                while True:
+                    try:
+                        data, addr = sock.recvfrom(SNAP)
+                    except BlockingIOError:
+                        break
+                    if egress_only and addr[2] != socket.PACKET_OUTGOING:
+                        continue
+                    tally(Ether(data))
+    finally:
+        for sock in socks:
+            sock.close()
     out_flows = []
     for (proto, src, sport, dst, dport), rec in sorted(flows.items(), key=lambda kv: -kv[1]["packets"]):
         flow: dict[str, Any] = {"proto": proto, "src": src, "sport": sport, "dst": dst, "dport": dport,
@@ -77,7 +107,7 @@ def verify_dscp(iface: str, seconds: float) -> dict[str, Any]:
             flow["dest_qp"] = sorted(rec["dest_qp"])
             flow["psn"] = [min(rec["psn"]), max(rec["psn"])] if rec["psn"] else []
         out_flows.append(flow)
-    return {"iface": iface, "seconds": round(time.time() - started, 3), "flows": out_flows,
+    return {"iface": ",".join(names), "seconds": round(time.time() - started, 3), "flows": out_flows,
             "dscp": {str(k): v for k, v in sorted(total.items())}, "non_ip_packets": other}
 
 

@@ -73,8 +73,9 @@ def status_command() -> None:
 
 @app.command("verify-dscp")
 def verify_dscp_command(
-    iface: str = typer.Option(..., "--iface", help="Interface to capture on (e.g. a switch port p2)."),
+    iface: str = typer.Option(..., "--iface", help="Interface(s) to capture on, comma-separated (e.g. p2 or p0,p1,p2)."),
     seconds: float = typer.Option(5.0, "--seconds", help="How long to capture."),
+    egress_only: bool = typer.Option(False, "--egress-only", help="Count only packets the interfaces send."),
     netns: Optional[str] = typer.Option(None, "--netns", help="Namespace of the interface."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -82,14 +83,15 @@ def verify_dscp_command(
     if not 0 < seconds <= 3600:
         raise UserError(f"--seconds: expected 0..3600, got {seconds}")
     if netns:
-        _in_netns(netns, ["verify-dscp", "--iface", iface, "--seconds", str(seconds)] + (["--json"] if as_json else []))
+        _in_netns(netns, ["verify-dscp", "--iface", iface, "--seconds", str(seconds)]
+                    + (["--json"] if as_json else []) + (["--egress-only"] if egress_only else []))
     from laxflow.testbed.fabric import require_root
 
     require_root("verify-dscp")
     from laxflow.testbed.capture import verify_dscp
 
     try:
-        result = verify_dscp(iface, seconds)
+        result = verify_dscp(iface.split(","), seconds, egress_only)
     except OSError as exc:
         raise UserError(f"--iface: cannot capture on {iface!r} ({exc})") from None
     if as_json:
