@@ -142,3 +142,31 @@ def switch_config_command(
     from laxflow.testbed.switch_config import render
 
     typer.echo(render(vendor, nic, ports, levels, iface, rdma_dev), nl=False)
+
+
+@app.command("run")
+def run_command(
+    scenario: str = typer.Option("contention", "--scenario", help="Scenario to run: contention."),
+    name: str = typer.Option("lxfscn", "--name", help="Prefix of the fabric's namespaces."),
+    requests: int = typer.Option(10, "--requests", help="Requests per mode."),
+    rate: str = typer.Option("100mbit", "--rate", help="Line rate."),
+    tagger: str = typer.Option("shim", "--tagger", help="How connections get their class: shim or sockopt."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Run a synthetic disaggregated prefill on a 4-host fabric with one class (off) and per-stage classes (on)."""
+    if scenario != "contention":
+        raise UserError(f"--scenario: expected contention, got {scenario!r}")
+    from laxflow.testbed.fabric import require_root
+    from laxflow.testbed.scenario import ScenarioConfig, run_contention
+
+    require_root("run")
+    result = run_contention(ScenarioConfig(name=name, requests=requests, rate=rate, tagger=tagger))
+    if as_json:
+        typer.echo(json.dumps(result, indent=1))
+        return
+    for mode in ("off", "on"):
+        r = result[mode]
+        typer.echo(f"{mode:>3}: CCT {r['cct_mean'] * 1000:.1f} ms  TTFT {r['ttft_mean'] * 1000:.1f} ms  "
+                   f"SLO attainment {r['slo_attainment']:.2f}")
+    typer.echo(f"CCT off/on {result['cct_ratio']:.2f}x  TTFT off/on {result['ttft_ratio']:.2f}x  "
+               f"DSCP seen (on) {result['dscp_seen']}  [{result['on_mode']}]")
