@@ -31,6 +31,7 @@ def _flow_record() -> dict[str, Any]:
 
 def _open(iface: str) -> socket.socket:
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     sock.bind((iface, 0))
     sock.setblocking(False)
     return sock
@@ -45,10 +46,14 @@ def verify_dscp(ifaces: str | list[str], seconds: float, egress_only: bool = Fal
     capturing every port this way counts each packet once, at its egress).
     Raw AF_PACKET sockets, first ``SNAP`` bytes of each packet; scapy parses.
     """
+    names = [ifaces] if isinstance(ifaces, str) else list(ifaces)
+    # Sockets first: packets queue in them while scapy's (slow) import runs.
+    socks = [_open(name) for name in names]
+    started = time.time()
+    deadline = time.monotonic() + seconds
     from scapy.all import IP, TCP, UDP, Ether  # noqa: PLC0415 (heavy import)
     from scapy.contrib.roce import BTH  # noqa: PLC0415
 
-    names = [ifaces] if isinstance(ifaces, str) else list(ifaces)
     flows: dict[tuple[str, str, int, str, int], dict[str, Any]] = defaultdict(_flow_record)
     total: Counter[int] = Counter()
     other = 0
@@ -79,9 +84,6 @@ def verify_dscp(ifaces: str | list[str], seconds: float, egress_only: bool = Fal
             rec["dest_qp"].add(int(bth.dqpn))
             rec["psn"].append(int(bth.psn))
 
-    socks = [_open(name) for name in names]
-    started = time.time()
-    deadline = time.monotonic() + seconds
     try:
         while (left := deadline - time.monotonic()) > 0:
             ready, _, _ = select.select(socks, [], [], min(left, 0.2))
