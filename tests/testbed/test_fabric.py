@@ -45,6 +45,16 @@ def testbed():
         assert leftovers(tb.config.name) == []
 
 
+def start_capture(tb: Testbed, ifaces: str, seconds: float) -> subprocess.Popen:
+    """verify-dscp in the switch namespace; returns once its sockets are open."""
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", tb.netns("sw"), sys.executable, "-c", "from laxflow.cli import main; main()",
+         "testbed", "verify-dscp", "--iface", ifaces, "--seconds", str(seconds), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None and proc.stderr.readline().startswith("capturing on")
+    return proc
+
+
 def streams(tb: Testbed, dscp_a: int, dscp_b: int, seconds: float = 2.0) -> dict[str, int]:
     """h0 -> h2 with dscp_a and h1 -> h2 with dscp_b at once: both cross switch port p2."""
     py = sys.executable
@@ -83,11 +93,7 @@ def test_same_class_shares(testbed: Testbed) -> None:
 
 
 def test_verify_dscp_sees_marks_on_the_wire(testbed: Testbed) -> None:
-    py = sys.executable
-    capture = subprocess.Popen(
-        ["ip", "netns", "exec", testbed.netns("sw"), py, "-c", "from laxflow.cli import main; main()",
-         "testbed", "verify-dscp", "--iface", "p2", "--seconds", "3", "--json"], stdout=subprocess.PIPE, text=True)
-    time.sleep(1.0)  # scapy's import takes a moment on a loaded machine
+    capture = start_capture(testbed, "p2", 10)
     streams(testbed, 38, 8, seconds=1.0)
     out, _ = capture.communicate(timeout=60)
     result = json.loads(out)
@@ -110,10 +116,7 @@ def test_probe_lands_in_the_mapped_class(testbed: Testbed) -> None:
 
 def test_probe_packets_are_rocev2_with_bth(testbed: Testbed) -> None:
     py = sys.executable
-    capture = subprocess.Popen(
-        ["ip", "netns", "exec", testbed.netns("sw"), py, "-c", "from laxflow.cli import main; main()",
-         "testbed", "verify-dscp", "--iface", "p2", "--seconds", "3", "--json"], stdout=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    capture = start_capture(testbed, "p2", 10)
     testbed.exec_in(0, [py, "-c", "from laxflow.cli import main; main()", "testbed", "probe", "--dscp", "37",
                         "--dst", testbed.address(2), "--count", "5", "--dest-qp", "77"], check=True)
     out, _ = capture.communicate(timeout=60)

@@ -17,7 +17,7 @@ import select
 import socket
 import time
 from collections import Counter, defaultdict
-from typing import Any
+from typing import Any, Callable
 
 ROCEV2_PORT = 4791
 ETH_P_ALL = 0x0003
@@ -32,12 +32,13 @@ def _flow_record() -> dict[str, Any]:
 def _open(iface: str) -> socket.socket:
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-    sock.bind((iface, 0))
+    sock.bind((iface, ETH_P_ALL))  # protocol 0 here would receive nothing
     sock.setblocking(False)
     return sock
 
 
-def verify_dscp(ifaces: str | list[str], seconds: float, egress_only: bool = False) -> dict[str, Any]:
+def verify_dscp(ifaces: str | list[str], seconds: float, egress_only: bool = False,
+                on_ready: Callable[[], None] | None = None) -> dict[str, Any]:
     """Capture on ``ifaces`` for ``seconds``; return DSCP per flow and in total.
 
     A flow is (protocol, src, sport, dst, dport); RoCEv2 flows (UDP 4791)
@@ -45,12 +46,15 @@ def verify_dscp(ifaces: str | list[str], seconds: float, egress_only: bool = Fal
     ``egress_only`` keeps only packets the interface sends (on a switch,
     capturing every port this way counts each packet once, at its egress).
     Raw AF_PACKET sockets, first ``SNAP`` bytes of each packet; scapy parses.
+    ``on_ready`` is called once the sockets are open (packets from then on count).
     """
     names = [ifaces] if isinstance(ifaces, str) else list(ifaces)
     # Sockets first: packets queue in them while scapy's (slow) import runs.
     socks = [_open(name) for name in names]
     started = time.time()
     deadline = time.monotonic() + seconds
+    if on_ready is not None:
+        on_ready()
     from scapy.all import IP, TCP, UDP, Ether  # noqa: PLC0415 (heavy import)
     from scapy.contrib.roce import BTH  # noqa: PLC0415
 
@@ -84,18 +88,23 @@ def verify_dscp(ifaces: str | list[str], seconds: float, egress_only: bool = Fal
             rec["dest_qp"].add(int(bth.dqpn))
             rec["psn"].append(int(bth.psn))
 
+    def drain(sock: socket.socket, until: float = float("inf")) -> None:
+        while time.monotonic() < until:
+            try:
+                data, addr = sock.recvfrom(SNAP)
+            except BlockingIOError:
+                return
+            if egress_only and addr[2] != socket.PACKET_OUTGOING:
+                continue
+            tally(Ether(data))
+
     try:
         while (left := deadline - time.monotonic()) > 0:
             ready, _, _ = select.select(socks, [], [], min(left, 0.2))
             for sock in ready:
-                while True:
-                    try:
-                        data, addr = sock.recvfrom(SNAP)
-                    except BlockingIOError:
-                        break
-                    if egress_only and addr[2] != socket.PACKET_OUTGOING:
-                        continue
-                    tally(Ether(data))
+                drain(sock)
+        for sock in socks:  # what queued up while scapy was importing or we were parsing
+            drain(sock, until=time.monotonic() + 2.0)
     finally:
         for sock in socks:
             sock.close()

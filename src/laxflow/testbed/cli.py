@@ -91,7 +91,9 @@ def verify_dscp_command(
     from laxflow.testbed.capture import verify_dscp
 
     try:
-        result = verify_dscp(iface.split(","), seconds, egress_only)
+        # The "capturing" line on stderr tells a caller (tests, scenario) when to start its traffic.
+        result = verify_dscp(iface.split(","), seconds, egress_only,
+                             on_ready=lambda: print(f"capturing on {iface} for {seconds} s", file=sys.stderr, flush=True))
     except OSError as exc:
         raise UserError(f"--iface: cannot capture on {iface!r} ({exc})") from None
     if as_json:

@@ -109,8 +109,10 @@ def run_mode(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool) -> dict
         ports = ",".join(tb.switch_port(i) for i in range(tb.config.hosts))
         cap = subprocess.Popen(["ip", "netns", "exec", tb.netns("sw"), py, "-c", "from laxflow.cli import main; main()",
                                 "testbed", "verify-dscp", "--iface", ports, "--egress-only", "--seconds",
-                                f"{span + 6:.1f}", "--json"], stdout=subprocess.PIPE, text=True)
-    time.sleep(1.0 if capture else 0.0)  # the capture's sockets open before its scapy import
+                                f"{span + 6:.1f}", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert cap.stderr is not None
+        if not cap.stderr.readline().startswith("capturing on"):  # its sockets are open from here on
+            raise RuntimeError(f"contention scenario: the DSCP capture did not start ({cap.stderr.read().strip()})")
     start = time.time() + 2.5  # time for every process to start and connect
     ranks = []
     for rank in (0, 1):
