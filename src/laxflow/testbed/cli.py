@@ -150,9 +150,16 @@ def switch_config_command(
 def run_command(
     scenario: str = typer.Option("contention", "--scenario", help="Scenario to run: contention."),
     name: str = typer.Option("lxfscn", "--name", help="Prefix of the fabric's namespaces."),
-    requests: int = typer.Option(10, "--requests", help="Requests per mode."),
+    requests: int = typer.Option(20, "--requests", help="Requests per mode."),
     rate: str = typer.Option("100mbit", "--rate", help="Line rate."),
     tagger: str = typer.Option("shim", "--tagger", help="How connections get their class: shim or sockopt."),
+    layers: int = typer.Option(4, "--layers", help="Layers per request."),
+    compute_ms: float = typer.Option(15.0, "--compute-ms", help="Compute time per layer (a sleep)."),
+    a2a_bytes: int = typer.Option(150_000, "--a2a-bytes", help="Stage-2 bytes each rank sends per layer."),
+    reuse_bytes: int = typer.Option(200_000, "--reuse-bytes", help="Stage-1 bytes each rank reads per layer."),
+    kv_bytes: int = typer.Option(250_000, "--kv-bytes", help="Stage-3 bytes each rank writes per layer."),
+    interarrival_ms: float = typer.Option(200.0, "--interarrival-ms", help="Time between request arrivals."),
+    slo_factor: float = typer.Option(2.0, "--slo-factor", help="TTFT SLO = factor x idle-fabric TTFT."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Run a synthetic disaggregated prefill on a 4-host fabric with one class (off) and per-stage classes (on)."""
@@ -162,7 +169,10 @@ def run_command(
     from laxflow.testbed.scenario import ScenarioConfig, run_contention
 
     require_root("run")
-    result = run_contention(ScenarioConfig(name=name, requests=requests, rate=rate, tagger=tagger))
+    result = run_contention(ScenarioConfig(
+        name=name, requests=requests, rate=rate, tagger=tagger, layers=layers, compute_ms=compute_ms,
+        a2a_bytes=a2a_bytes, reuse_bytes=reuse_bytes, kv_bytes=kv_bytes, interarrival_ms=interarrival_ms,
+        slo_factor=slo_factor))
     if as_json:
         typer.echo(json.dumps(result, indent=1))
         return

@@ -49,12 +49,12 @@ class ScenarioConfig:
 
     name: str = "lxfscn"
     rate: str = "100mbit"
-    requests: int = 10
+    requests: int = 20
     layers: int = 4
     compute_ms: float = 15.0
     a2a_bytes: int = 150_000
-    reuse_bytes: int = 100_000
-    kv_bytes: int = 200_000
+    reuse_bytes: int = 200_000
+    kv_bytes: int = 250_000
     interarrival_ms: float = 200.0
     slo_factor: float = 2.0
     tagger: str = "shim"  # or "sockopt"
@@ -101,7 +101,8 @@ def run_mode(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool) -> dict
     servers = [
         tb.popen_in(2, [py, "-m", "laxflow.testbed.worker", "kvstore", json.dumps(common)],
                     env=_worker_env(cfg, dscp[1] if mode == "on" else None)),
-        tb.popen_in(3, [py, "-m", "laxflow.testbed.worker", "decode", json.dumps(common)]),
+        tb.popen_in(3, [py, "-m", "laxflow.testbed.worker", "decode", json.dumps(common)],
+                    env=_worker_env(cfg, dscp[3] if mode == "on" else None)),
     ]
     span = cfg.requests * cfg.interarrival_ms / 1000 + cfg.ideal_ttft_s() * 4
     cap = None

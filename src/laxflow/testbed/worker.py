@@ -19,8 +19,11 @@ Traffic classes. Each connection is tagged when it is opened, by the tagger
 the config names: ``sockopt`` sets ``IP_TOS`` itself; ``shim`` calls the
 preloaded laxflow shim's ``laxflow_shim_set_tag(request, stage, layer, dscp)``
 before ``connect`` (the per-thread tag adapters use; the process runs under
-``LD_PRELOAD``). The kvstore's sending side is tagged on ``accept`` by the
-shim's static rule (``laxflow run --dscp``) or by ``IP_TOS``. This is the
+``LD_PRELOAD``). Accepted connections are tagged too (the prefill
+rank's all_to_all receiver by the per-thread tag; the kvstore and decode
+servers by the shim's static rule, ``laxflow run --dscp``, or by ``IP_TOS``):
+a receiver's ACKs left in DSCP 0 would sit in the lowest strict-priority
+queue behind the very traffic its flow is meant to beat. This is the
 pluggable seam where the node daemon's permits and the Mooncake/Gloo
 adapters will come in.
 """
@@ -92,6 +95,20 @@ class Tagger:
                     self.shim.laxflow_shim_clear_tag()
 
 
+    def accept(self, listener: socket.socket, dscp: int, stage: int) -> socket.socket:
+        """Accept in the class of ``stage``: the receiver's ACKs must not fall into a lower queue."""
+        if self.shim is not None:
+            self.shim.laxflow_shim_set_tag(0, stage, 0, dscp)
+        try:
+            conn, _ = listener.accept()
+        finally:
+            if self.shim is not None:
+                self.shim.laxflow_shim_clear_tag()
+        if self.kind == "sockopt":
+            conn.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
+        return conn
+
+
 def _listen(port: int) -> socket.socket:
     ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -124,6 +141,8 @@ def decode(cfg: dict[str, Any]) -> None:
     ls = _listen(cfg["decode_port"])
 
     def serve(conn: socket.socket) -> None:
+        if cfg["tagger"] == "sockopt":  # with the shim, its static rule tagged the accept
+            conn.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg["dscp"]["3"] << 2)
         try:
             while True:
                 _req, _layer, size = HDR.unpack(_recv_exact(conn, HDR.size))
@@ -143,7 +162,7 @@ def prefill(cfg: dict[str, Any]) -> None:
     dscp = {int(k): v for k, v in cfg["dscp"].items()}
     peer_ls = _listen(cfg["a2a_port"] + rank)
     a2a_out = tag.connect((cfg["peer"], cfg["a2a_port"] + 1 - rank), dscp[2], 2)
-    a2a_in, _ = peer_ls.accept()
+    a2a_in = tag.accept(peer_ls, dscp[2], 2)
     kv = tag.connect((cfg["kvstore"], cfg["kv_port"]), dscp[1], 1)
     dec = tag.connect((cfg["decode"], cfg["decode_port"]), dscp[3], 3)
     a2a_bytes, reuse, kv_bytes = cfg["a2a_bytes"], cfg["reuse_bytes"], cfg["kv_bytes"]
