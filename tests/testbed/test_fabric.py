@@ -45,11 +45,11 @@ def testbed():
         assert leftovers(tb.config.name) == []
 
 
-def start_capture(tb: Testbed, ifaces: str, seconds: float) -> subprocess.Popen:
+def start_capture(tb: Testbed, ifaces: str, seconds: float, *extra: str) -> subprocess.Popen:
     """verify-dscp in the switch namespace; returns once its sockets are open."""
     proc = subprocess.Popen(
         ["ip", "netns", "exec", tb.netns("sw"), sys.executable, "-c", "from laxflow.cli import main; main()",
-         "testbed", "verify-dscp", "--iface", ifaces, "--seconds", str(seconds), "--json"],
+         "testbed", "verify-dscp", "--iface", ifaces, "--seconds", str(seconds), "--json", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None and proc.stderr.readline().startswith("capturing on")
     return proc
@@ -102,6 +102,22 @@ def test_verify_dscp_sees_marks_on_the_wire(testbed: Testbed) -> None:
     assert set(by_port[5002]) == {"8"}, by_port
 
 
+def test_egress_only_counts_each_switched_packet_once(testbed: Testbed) -> None:
+    ports = "p0,p1,p2"
+    both, egress = start_capture(testbed, ports, 10), start_capture(testbed, ports, 10, "--egress-only")
+    streams(testbed, 38, 8, seconds=1.0)
+    count = {}
+    for name, proc in (("both", both), ("egress", egress)):
+        out, _ = proc.communicate(timeout=60)
+        result = json.loads(out)
+        assert result["capture_drops"] == 0
+        flows = result["flows"]
+        count[name] = sum(f["packets"] for f in flows if f["proto"] == "tcp" and f["dport"] == 5001)
+    # every packet crosses two switch ports: in at one, out at the other
+    assert count["egress"] > 0
+    assert count["both"] == 2 * count["egress"], count
+
+
 def test_probe_lands_in_the_mapped_class(testbed: Testbed) -> None:
     mapping = tc_of_dscp(default_dscp_map(8))
     for dscp in (39, 32, 8, 48):
@@ -137,6 +153,8 @@ def test_down_is_idempotent_and_cli_round_trip() -> None:
     assert result.exit_code == 0, result.output
     assert leftovers(name) == [f"{name}-h0", f"{name}-h1", f"{name}-sw"]
     assert (STATE_DIR / f"{name}.json").exists()
+    status = json.loads(runner.invoke(app, ["testbed", "status"]).output)
+    assert any(t["name"] == name and t["complete"] and len(t["namespaces_present"]) == 3 for t in status)
     result = runner.invoke(app, ["testbed", "down", "--name", name])
     assert result.exit_code == 0 and "removed" in result.output
     assert leftovers(name) == [] and not (STATE_DIR / f"{name}.json").exists()

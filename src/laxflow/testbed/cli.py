@@ -99,7 +99,8 @@ def verify_dscp_command(
     if as_json:
         typer.echo(json.dumps(result, indent=1))
         return
-    typer.echo(f"{result['iface']}: {sum(result['dscp'].values())} IP packets in {result['seconds']} s; DSCP {result['dscp']}")
+    typer.echo(f"{result['iface']}: {sum(result['dscp'].values())} IP packets in {result['seconds']} s; DSCP {result['dscp']}; "
+               f"{result['capture_drops']} dropped by the capture")
     for f in result["flows"]:
         extra = f"  opcodes {f['opcodes']} qp {f['dest_qp']} psn {f['psn']}" if f["proto"] == "rocev2" else ""
         typer.echo(f"  {f['proto']:<6} {f['src']}:{f['sport']} > {f['dst']}:{f['dport']}  {f['packets']} pkts  DSCP {f['dscp']}{extra}")

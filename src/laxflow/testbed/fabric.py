@@ -150,9 +150,14 @@ def priority_tree(dev: str, rate_bps: int, dscp_map: DscpMap, queue_packets: int
 
 
 def _run(argv: Sequence[str], stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(list(argv), input=stdin, capture_output=True, text=True)
+    """Run an iproute2 command; a failure is one UserError line naming the command and the kernel's answer."""
+    try:
+        proc = subprocess.run(list(argv), input=stdin, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise UserError(f"testbed: {argv[0]!r} not found (install iproute2)") from None
     if check and proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+        why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        raise UserError(f"testbed: {' '.join(argv[:4])} failed: {why[0] if why else proc.returncode}")
     return proc
 
 

@@ -113,7 +113,7 @@ def run_mode(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool) -> dict
                                 f"{span + 6:.1f}", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert cap.stderr is not None
         if not cap.stderr.readline().startswith("capturing on"):  # its sockets are open from here on
-            raise RuntimeError(f"contention scenario: the DSCP capture did not start ({cap.stderr.read().strip()})")
+            raise UserError(f"contention scenario: the DSCP capture did not start ({cap.stderr.read().strip()[-200:]})")
     start = time.time() + 2.5  # time for every process to start and connect
     ranks = []
     for rank in (0, 1):
@@ -126,7 +126,7 @@ def run_mode(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool) -> dict
     try:
         outs = [json.loads(p.communicate(timeout=span * 10 + 60)[0]) for p in ranks]
     except (ValueError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError(f"contention scenario ({mode}): a prefill rank failed ({exc})") from None
+        raise UserError(f"contention scenario ({mode}): a prefill rank failed ({type(exc).__name__})") from None
     finally:
         for p in servers:
             p.kill()
