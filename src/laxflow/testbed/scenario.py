@@ -139,7 +139,9 @@ def run_mode(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool) -> dict
                               "dscp_by_stage": {str(k): v for k, v in dscp.items()}}
     if cap is not None:
         out, _ = cap.communicate(timeout=span + 60)
-        result["dscp_seen"] = json.loads(out)["dscp"] if out.strip() else {}
+        seen = json.loads(out) if out.strip() else {}
+        result["dscp_seen"] = seen.get("dscp", {})
+        result["capture_drops"] = seen.get("capture_drops")
     return result
 
 
@@ -149,8 +151,8 @@ def run_contention(cfg: ScenarioConfig) -> dict[str, Any]:
     with tb:
         off = run_mode(tb, cfg, "off", capture=False)
         on = run_mode(tb, cfg, "on", capture=True)
-    seen = on.pop("dscp_seen", {})
+    seen, drops = on.pop("dscp_seen", {}), on.pop("capture_drops", None)
     return {"off": off, "on": on, "cct_ratio": off["cct_mean"] / on["cct_mean"],
-            "ttft_ratio": off["ttft_mean"] / on["ttft_mean"], "dscp_seen": seen,
+            "ttft_ratio": off["ttft_mean"] / on["ttft_mean"], "dscp_seen": seen, "capture_drops": drops,
             "on_mode": "static per-stage DSCP (no daemon/coordinator yet)", "slo_s": cfg.slo_factor * cfg.ideal_ttft_s(),
             "config": asdict(cfg)}
