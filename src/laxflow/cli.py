@@ -45,9 +45,11 @@ def _assemble() -> None:
     app.add_typer(policy_app, name="policy")
     from laxflow.coordinator.cli import register as register_coordinator  # coordinator, keys
     from laxflow.status_cli import register as register_status
+    from laxflow.testbed.cli import app as testbed_app
 
     register_coordinator(app)
     register_status(app)
+    app.add_typer(testbed_app, name="testbed")
     try:
         from laxflow import shim_cli
     except ImportError:  # the native part is optional until it is built
