@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from laxflow.protocol.shm import Segment
+from laxflow.protocol.shm import CommandKind, Segment
 
 C_DIR = Path(__file__).parent / "c"
 _names = itertools.count()
@@ -42,8 +42,8 @@ class NativeBin:
 class Daemon:
     """The node daemon's side of the segment, with a heartbeat thread."""
 
-    def __init__(self, stale_ns: int) -> None:
-        self.name = f"/lxf-test-{os.getpid()}-{next(_names)}"
+    def __init__(self, stale_ns: int, name: str | None = None) -> None:
+        self.name = name or f"/lxf-test-{os.getpid()}-{next(_names)}"
         Segment.unlink_name(self.name)
         self.seg = Segment.create(self.name, stale_ns=stale_ns)
         self._stop = threading.Event()
@@ -73,6 +73,9 @@ def client_env(native_bin: NativeBin, log: Path | None, shim: Path | None = None
     if shim is not None:
         env["LD_PRELOAD"] = str(shim)
     env["LAXFLOW_SHM_NAME"] = shm_name or f"/lxf-absent-{os.getpid()}"
+    # Tests that hold gates closed must not race the maximum deferral age on
+    # a loaded machine; the tests of that bound set it themselves.
+    env["LAXFLOW_MAX_DEFER_MS"] = "600000"
     env.update(extra)
     return env
 
@@ -132,6 +135,32 @@ def log_by_qp(log: Path) -> dict[str, list[str]]:
         if line.startswith("POST "):
             per_qp[line.split()[1]].append(line)
     return dict(per_qp)
+
+
+def wait_for(cond, timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll cond() until true; fail naming what did not happen."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def proc_slot(seg: Segment, pid: int):
+    slots = [p for p in seg.raw.procs if p.pid == pid]
+    assert slots, f"pid {pid} not attached"
+    return slots[0]
+
+
+def kick_sync(seg: Segment, pid: int) -> None:
+    """Return once the shim of pid has run a full release pass after this
+    call: two KICK commands, the second sent after the first was taken; the
+    progress thread handles a batch before it takes the next."""
+    slot = proc_slot(seg, pid)
+    for _ in range(2):
+        assert seg.send_command(pid, CommandKind.KICK)
+        want = slot.cmds.tail
+        wait_for(lambda: slot.cmds.head >= want, what="the shim to take a KICK")
 
 
 def post_count(log: Path) -> int:

@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from shimtest import Client, client_env, log_by_qp, post_count, run_client
+from shimtest import Client, client_env, kick_sync, log_by_qp, post_count, run_client
 
 from laxflow.protocol.shm import EventKind, Gate, Segment, Stage
 
@@ -106,8 +106,9 @@ def test_later_messages_wait_behind_earlier_ones(native_bin, shim_lib, tmp_path,
     for phase in (2, 1):
         for msg in phases[phase].values():
             daemon.seg.set_permit(msg, Gate.OPEN)
-    time.sleep(0.05)
+    kick_sync(daemon.seg, pid)  # a release pass has run since the gates opened
     assert post_count(log) == 0
+    assert daemon.seg.counters()["wr_released"] == 0
     for msg in phases[0].values():
         daemon.seg.set_permit(msg, Gate.OPEN)
     assert client.wait() == 0
@@ -257,8 +258,26 @@ def test_refused_release_becomes_error_completion(native_bin, shim_lib, tmp_path
     daemon.seg.set_permit(msgs[qps[0]], Gate.OPEN)
     done = client.expect("DONE")
     assert client.wait() == 0
-    assert "errors=1" in done
-    assert daemon.seg.counters()["wr_post_errors"] >= 1
+    # the refused chain is WRs 3 (signaled), 4 and 5 (unsignaled)
+    assert " errors=1 unsignaled_errors=2 " in done
+    assert daemon.seg.counters()["wr_post_errors"] == 3
+
+
+def test_refused_unsignaled_wrs_are_reported(native_bin, shim_lib, tmp_path, daemon):
+    """A refused chain of unsignaled WRs (1 and 2) still comes back as error
+    completions, as the device reports errors whether signaled or not."""
+    log = tmp_path / "shim.log"
+    env = client_env(native_bin, log, shim_lib, daemon.name, FAKEVERBS_FAIL_WRID="1")
+    client = Client(native_bin, ["direct", "1", "10", "1", "--wait"], env)
+    pid, qps = client.qps()
+    msgs = tag_all(daemon.seg, pid, qps, client.plan(1, 1), 0)
+    client.send()
+    client.expect("POSTED 0")
+    daemon.seg.set_permit(msgs[qps[0]], Gate.OPEN)
+    done = client.expect("DONE")
+    assert client.wait() == 0
+    assert " errors=0 unsignaled_errors=2 " in done
+    assert daemon.seg.counters()["wr_post_errors"] == 2
 
 
 def test_commands_release_and_pass_through(native_bin, shim_lib, tmp_path, daemon):
@@ -276,11 +295,16 @@ def test_commands_release_and_pass_through(native_bin, shim_lib, tmp_path, daemo
     while daemon.seg.counters()["wr_released"] < daemon.seg.counters()["wr_deferred"] and time.monotonic() < deadline:
         time.sleep(0.01)
     assert post_count(log) == daemon.seg.counters()["wr_deferred"] > 0
+    released = post_count(log)
     assert daemon.seg.send_command(pid, 3)  # PASS_THROUGH: new closed gates no longer hold
-    time.sleep(0.05)
+    kick_sync(daemon.seg, pid)  # the PASS_THROUGH was handled
+    deferred = daemon.seg.counters()["wr_deferred"]
     tag_all(daemon.seg, pid, qps, plan, 1)
     client.send()
     client.expect("POSTED 1")
+    # phase 1 reached the device while posted, its gates closed
+    assert post_count(log) > released
+    assert daemon.seg.counters()["wr_deferred"] == deferred
     assert client.wait() == 0
     assert daemon.seg.counters()["wr_deferred"] == daemon.seg.counters()["wr_released"]
 

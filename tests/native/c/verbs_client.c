@@ -47,6 +47,9 @@ static struct ibv_cq **g_cq;
 static unsigned char g_buf[8][4096];
 static pthread_barrier_t g_start, g_end;
 static int g_expected[8];
+/* signaled[t][seq]: whether thread t's WR seq was signaled (errors of
+ * unsignaled WRs are reported too, and counted apart) */
+static unsigned char *g_signaled[8];
 
 static void *must(void *p, const char *what)
 {
@@ -146,8 +149,10 @@ static void *poster(void *arg)
                 int last = p == g_nphases - 1 && c == g_nchains - 1 && k == n - 1;
                 w->send_flags = (inline_ ? IBV_SEND_INLINE : 0) |
                                 ((n_wr_total % 4 == 0 || last) ? IBV_SEND_SIGNALED : 0);
-                if (g_sig_all || (w->send_flags & IBV_SEND_SIGNALED))
+                if (g_sig_all || (w->send_flags & IBV_SEND_SIGNALED)) {
                     g_expected[t]++;
+                    g_signaled[t][seq - 1] = 1;
+                }
                 w->next = k + 1 < n ? &wrs[k + 1] : NULL;
             }
             struct ibv_send_wr *bad = NULL;
@@ -231,6 +236,8 @@ int main(int argc, char **argv)
     pthread_barrier_init(&g_end, NULL, g_nthreads + 1);
     pthread_t th[8];
     for (int t = 0; t < g_nthreads; t++)
+        g_signaled[t] = calloc((size_t)g_nphases * g_nchains * 3 + 1, 1);
+    for (int t = 0; t < g_nthreads; t++)
         pthread_create(&th[t], NULL, poster, (void *)(long)t);
     for (int p = 0; p < g_nphases; p++) {
         if (g_wait && p > 0 && !fgets(line, sizeof line, stdin))
@@ -242,7 +249,7 @@ int main(int argc, char **argv)
     for (int t = 0; t < g_nthreads; t++)
         pthread_join(th[t], NULL);
 
-    int completions = 0, errors = 0, expected = 0;
+    int completions = 0, errors = 0, uerrors = 0, expected = 0;
     for (int t = 0; t < g_nthreads; t++)
         expected += g_expected[t];
     struct timespec t0, now;
@@ -252,8 +259,11 @@ int main(int argc, char **argv)
             struct ibv_wc wc[16];
             int n = ibv_poll_cq(g_cq[t], 16, wc);
             for (int i = 0; i < n; i++) {
+                unsigned t = (unsigned)(wc[i].wr_id >> 32), seq = (unsigned)wc[i].wr_id;
                 if (wc[i].status == IBV_WC_SUCCESS)
                     completions++;
+                else if (t < 8 && g_signaled[t] && !g_signaled[t][seq])
+                    uerrors++;
                 else
                     errors++;
             }
@@ -263,7 +273,21 @@ int main(int argc, char **argv)
             break;
         usleep(100);
     }
-    printf("DONE completions=%d errors=%d expected=%d\n", completions, errors, expected);
+    /* error completions of unsignaled WRs still on their way */
+    for (int k = 0; k < 20; k++) {
+        for (int t = 0; t < g_nqps; t++) {
+            struct ibv_wc wc[16];
+            int n = ibv_poll_cq(g_cq[t], 16, wc);
+            for (int i = 0; i < n; i++) {
+                unsigned tt = (unsigned)(wc[i].wr_id >> 32), seq = (unsigned)wc[i].wr_id;
+                if (wc[i].status != IBV_WC_SUCCESS && tt < 8 && g_signaled[tt] && !g_signaled[tt][seq])
+                    uerrors++;
+            }
+        }
+        usleep(1000);
+    }
+    printf("DONE completions=%d errors=%d unsignaled_errors=%d expected=%d\n", completions, errors, uerrors,
+           expected);
     for (int t = 0; t < g_nqps; t++)
         A.destroy_qp(g_qp[t]);
     A.close_device(ctx);
