@@ -107,6 +107,7 @@ static void resolve_symbols(void)
     lxf_real.ibv_create_qp = next_sym("ibv_create_qp", "IBVERBS_1.1");
     lxf_real.ibv_modify_qp = next_sym("ibv_modify_qp", "IBVERBS_1.1");
     lxf_real.ibv_destroy_qp = next_sym("ibv_destroy_qp", "IBVERBS_1.1");
+    lxf_real.ibv_qp_to_qp_ex = next_sym("ibv_qp_to_qp_ex", "IBVERBS_1.6");
 }
 
 /* ------------------------------------------------------------ the segment */

@@ -580,6 +580,15 @@ void lxf_release_ready_all(int force)
     }
 }
 
+/* Post everything qs holds now, in order (fail open).  Called by the
+ * extended-API wrappers when a batch cannot be recorded. */
+void lxf_qp_release_all(struct lxf_qp_state *qs)
+{
+    spin_lock(&qs->lock);
+    release_locked(qs, lxf_real_post_send(qs->ctx), 1);
+    spin_unlock(&qs->lock);
+}
+
 /* Called by ibv_destroy_qp before the provider destroys the QP: what is
  * still queued is posted (the device flushes it with errors as it would
  * have), and the state is freed. */

@@ -54,6 +54,7 @@ struct lxf_real {
     struct ibv_qp *(*ibv_create_qp)(struct ibv_pd *, struct ibv_qp_init_attr *);
     int (*ibv_modify_qp)(struct ibv_qp *, struct ibv_qp_attr *, int);
     int (*ibv_destroy_qp)(struct ibv_qp *);
+    struct ibv_qp_ex *(*ibv_qp_to_qp_ex)(struct ibv_qp *); /* IBVERBS_1.6; NULL on older libibverbs */
 };
 
 /* Configuration, read from the environment once by lxf_init (the only place
@@ -95,6 +96,10 @@ int lxf_emit(uint32_t kind, uint64_t msg_id, const struct lxf_tag_value *tag, ui
 
 /* shim_verbs.c */
 lxf_post_send_fn lxf_real_post_send(struct ibv_context *ctx);
+
+/* shim_verbs_ex.c: wrap the send builders of a qp_ex / the polling of a cq_ex */
+void lxf_qpx_install(struct ibv_qp_ex *qpx);
+void lxf_cqx_install(struct ibv_cq_ex *cq);
 int lxf_thread_dscp(void);                 /* shim_sockets.c: current thread tag's DSCP or -1 */
 
 /* shim_defer.c */
@@ -107,6 +112,7 @@ int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_send_wr *wr, struct ibv_send
 void lxf_qp_on_completions(struct ibv_cq *cq, struct ibv_wc *wc, int n);
 int lxf_take_injected(struct ibv_cq *cq, int max, struct ibv_wc *wc);
 void lxf_qp_forget(struct ibv_qp *qp);
+void lxf_qp_release_all(struct lxf_qp_state *qs);
 void lxf_release_ready_all(int force);
 void lxf_progress_start(void);
 void lxf_defer_atfork_child(void);

@@ -18,7 +18,9 @@ from shimtest import Client, client_env, kick_sync, log_by_qp, post_count, run_c
 
 from laxflow.protocol.shm import EventKind, Gate, Segment, Stage
 
-MODES = ["direct", "dlopen"]
+# direct: linked with -libverbs (Mooncake); dlopen: NCCL's ibvwrap; ex: the
+# extended API (ibv_create_qp_ex, ibv_wr_*, ibv_create_cq_ex / ibv_start_poll)
+MODES = ["direct", "dlopen", "ex"]
 
 
 def reference(native_bin, tmp_path, args) -> dict[str, list[str]]:
@@ -245,11 +247,13 @@ def test_killed_daemon_releases_every_deferred_wr(native_bin, shim_lib, tmp_path
         Segment.unlink_name(name)
 
 
-def test_refused_release_becomes_error_completion(native_bin, shim_lib, tmp_path, daemon):
-    # wr_id 3 of thread 0 is its 4th WR, signaled; the fake refuses it.
+@pytest.mark.parametrize("mode", ["direct", "ex"])
+def test_refused_release_becomes_error_completion(native_bin, shim_lib, tmp_path, daemon, mode):
+    # wr_id 3 of thread 0 is its 4th WR, signaled; the fake refuses it.  In
+    # ex mode the error completions come through ibv_start_poll / next_poll.
     log = tmp_path / "shim.log"
     env = client_env(native_bin, log, shim_lib, daemon.name, FAKEVERBS_FAIL_WRID="3")
-    client = Client(native_bin, ["direct", "1", "10", "1", "--wait"], env)
+    client = Client(native_bin, [mode, "1", "10", "1", "--wait"], env)
     pid, qps = client.qps()
     plan = client.plan(1, 1)
     msgs = tag_all(daemon.seg, pid, qps, plan, 0)
@@ -325,14 +329,15 @@ def chains_by_thread(log) -> dict[tuple[str, int], list[tuple[str, ...]]]:
     return out
 
 
-def test_threads_sharing_qps_while_gates_flap(native_bin, shim_lib, tmp_path, daemon):
+@pytest.mark.parametrize("mode", ["direct", "ex"])
+def test_threads_sharing_qps_while_gates_flap(native_bin, shim_lib, tmp_path, daemon, mode):
     """2 threads per QP post while the daemon flips gates open and closed at
     random: every chain still reaches the device exactly once, whole, and
     in each thread's order."""
     import random
     import threading
 
-    args = ["direct", "2", "150", "2", "--tpq", "2"]
+    args = [mode, "2", "150", "2", "--tpq", "2"]
     ref_log = tmp_path / "reference.log"
     assert run_client(native_bin, args, client_env(native_bin, ref_log)).returncode == 0
     log = tmp_path / "shim.log"

@@ -6,6 +6,11 @@
  * MODE direct: calls ibv_* as a program linked with -libverbs (Mooncake).
  * MODE dlopen: dlopen("libibverbs.so.1") and dlvsym(h, name, "IBVERBS_1.1")
  *              for every entry point (NCCL's ibvwrap).
+ * MODE ex:     as direct, but CQs from ibv_create_cq_ex, QPs from
+ *              ibv_create_qp_ex with send_ops_flags, every chain posted as one
+ *              ibv_wr_start .. ibv_wr_* .. ibv_wr_complete batch (inline data
+ *              with ibv_wr_set_inline_data(_list)), completions read with
+ *              ibv_start_poll / ibv_next_poll / ibv_end_poll.
  * K threads per QP (default 1; NQPS * K <= 8 threads posting concurrently).  Each thread posts
  * NPHASES phases of NCHAINS chains: chains of 1-3 WRs, SEND / WRITE / WRITE
  * with immediate, 1-3 SGEs into a fixed buffer, some inline (from a stack
@@ -41,6 +46,10 @@ struct api {
 };
 
 static struct api A;
+static int g_ex;
+static struct ibv_qp_ex **g_qpx;
+static struct ibv_cq_ex **g_cqx;
+static pthread_mutex_t g_qp_lock[8]; /* a qp_ex batch is one thread's at a time */
 static int g_nqps, g_nchains, g_nphases, g_wait, g_sig_all, g_tpq = 1, g_nthreads;
 static struct ibv_qp **g_qp;
 static struct ibv_cq **g_cq;
@@ -103,6 +112,64 @@ static unsigned long long phase_bytes(int t, int p)
     return b;
 }
 
+/* The same chain through the extended send API. */
+static int post_ex(int q, struct ibv_send_wr *wr)
+{
+    struct ibv_qp_ex *x = g_qpx[q];
+    pthread_mutex_lock(&g_qp_lock[q]);
+    ibv_wr_start(x);
+    for (struct ibv_send_wr *w = wr; w; w = w->next) {
+        x->wr_id = w->wr_id;
+        x->wr_flags = w->send_flags & ~IBV_SEND_INLINE;
+        switch (w->opcode) {
+        case IBV_WR_SEND: ibv_wr_send(x); break;
+        case IBV_WR_SEND_WITH_IMM: ibv_wr_send_imm(x, w->imm_data); break;
+        case IBV_WR_RDMA_WRITE: ibv_wr_rdma_write(x, w->wr.rdma.rkey, w->wr.rdma.remote_addr); break;
+        default: ibv_wr_rdma_write_imm(x, w->wr.rdma.rkey, w->wr.rdma.remote_addr, w->imm_data); break;
+        }
+        if (w->send_flags & IBV_SEND_INLINE) {
+            struct ibv_data_buf bufs[3];
+            for (int i = 0; i < w->num_sge; i++)
+                bufs[i] = (struct ibv_data_buf){(void *)(uintptr_t)w->sg_list[i].addr, w->sg_list[i].length};
+            if (w->num_sge == 1)
+                ibv_wr_set_inline_data(x, bufs[0].addr, bufs[0].length);
+            else
+                ibv_wr_set_inline_data_list(x, (size_t)w->num_sge, bufs);
+        } else if (w->num_sge == 1) {
+            ibv_wr_set_sge(x, w->sg_list[0].lkey, w->sg_list[0].addr, w->sg_list[0].length);
+        } else {
+            ibv_wr_set_sge_list(x, (size_t)w->num_sge, w->sg_list);
+        }
+    }
+    int rc = ibv_wr_complete(x);
+    pthread_mutex_unlock(&g_qp_lock[q]);
+    return rc;
+}
+
+/* Up to max completions of CQ q: (wr_id, status) pairs. */
+static int poll_ex(int q, int max, struct ibv_wc *wc)
+{
+    struct ibv_cq_ex *c = g_cqx[q];
+    struct ibv_poll_cq_attr attr = {0};
+    int n = 0;
+    if (ibv_start_poll(c, &attr) != 0)
+        return 0;
+    do {
+        wc[n].wr_id = c->wr_id;
+        wc[n].status = c->status;
+        wc[n].vendor_err = ibv_wc_read_vendor_err(c);
+        wc[n].qp_num = ibv_wc_read_qp_num(c);
+        n++;
+    } while (n < max && ibv_next_poll(c) == 0);
+    ibv_end_poll(c);
+    return n;
+}
+
+static int poll_any(int q, int max, struct ibv_wc *wc)
+{
+    return g_ex ? poll_ex(q, max, wc) : ibv_poll_cq(g_cq[q], max, wc);
+}
+
 static void *poster(void *arg)
 {
     int t = (int)(long)arg;
@@ -156,7 +223,7 @@ static void *poster(void *arg)
                 w->next = k + 1 < n ? &wrs[k + 1] : NULL;
             }
             struct ibv_send_wr *bad = NULL;
-            int rc = ibv_post_send(g_qp[t % g_nqps], wrs, &bad);
+            int rc = g_ex ? post_ex(t % g_nqps, wrs) : ibv_post_send(g_qp[t % g_nqps], wrs, &bad);
             if (rc)
                 fprintf(stderr, "post_send rc=%d\n", rc);
             /* Inline data may be reused once post_send returns. */
@@ -186,7 +253,8 @@ int main(int argc, char **argv)
     g_nthreads = g_nqps * g_tpq;
     if (g_nqps < 1 || g_tpq < 1 || g_nthreads > 8)
         return 2;
-    load_api(argv[1]);
+    g_ex = strcmp(argv[1], "ex") == 0;
+    load_api(g_ex ? "direct" : argv[1]);
     for (int t = 0; t < 8; t++)
         for (int i = 0; i < 4096; i++)
             g_buf[t][i] = (unsigned char)(t * 41 + i * 7);
@@ -199,12 +267,29 @@ int main(int argc, char **argv)
     struct ibv_pd *pd = must(A.alloc_pd(ctx), "ibv_alloc_pd");
     g_qp = calloc(g_nqps, sizeof(*g_qp));
     g_cq = calloc(g_nqps, sizeof(*g_cq));
+    g_qpx = calloc(g_nqps, sizeof(*g_qpx));
+    g_cqx = calloc(g_nqps, sizeof(*g_cqx));
     printf("QPS %d", (int)getpid());
     for (int t = 0; t < g_nqps; t++) {
-        g_cq[t] = must(A.create_cq(ctx, 4096, NULL, NULL, 0), "ibv_create_cq");
-        struct ibv_qp_init_attr ia = {.send_cq = g_cq[t], .recv_cq = g_cq[t], .qp_type = IBV_QPT_RC,
-                                      .sq_sig_all = g_sig_all, .cap = {.max_send_wr = 1024, .max_send_sge = 3}};
-        g_qp[t] = must(A.create_qp(pd, &ia), "ibv_create_qp");
+        pthread_mutex_init(&g_qp_lock[t], NULL);
+        if (g_ex) {
+            struct ibv_cq_init_attr_ex ca = {.cqe = 4096, .wc_flags = IBV_WC_EX_WITH_QP_NUM};
+            g_cqx[t] = must(ibv_create_cq_ex(ctx, &ca), "ibv_create_cq_ex");
+            g_cq[t] = ibv_cq_ex_to_cq(g_cqx[t]);
+            struct ibv_qp_init_attr_ex ia = {
+                .send_cq = g_cq[t], .recv_cq = g_cq[t], .qp_type = IBV_QPT_RC, .sq_sig_all = g_sig_all,
+                .cap = {.max_send_wr = 1024, .max_send_sge = 3, .max_inline_data = 256},
+                .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = pd,
+                .send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_WRITE |
+                                  IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM};
+            g_qp[t] = must(ibv_create_qp_ex(ctx, &ia), "ibv_create_qp_ex");
+            g_qpx[t] = must(ibv_qp_to_qp_ex(g_qp[t]), "ibv_qp_to_qp_ex");
+        } else {
+            g_cq[t] = must(A.create_cq(ctx, 4096, NULL, NULL, 0), "ibv_create_cq");
+            struct ibv_qp_init_attr ia = {.send_cq = g_cq[t], .recv_cq = g_cq[t], .qp_type = IBV_QPT_RC,
+                                          .sq_sig_all = g_sig_all, .cap = {.max_send_wr = 1024, .max_send_sge = 3}};
+            g_qp[t] = must(A.create_qp(pd, &ia), "ibv_create_qp");
+        }
         printf(" %u", g_qp[t]->qp_num);
     }
     printf("\n");
@@ -257,7 +342,7 @@ int main(int argc, char **argv)
     while (completions + errors < expected) {
         for (int t = 0; t < g_nqps; t++) {
             struct ibv_wc wc[16];
-            int n = ibv_poll_cq(g_cq[t], 16, wc);
+            int n = poll_any(t, 16, wc);
             for (int i = 0; i < n; i++) {
                 unsigned t = (unsigned)(wc[i].wr_id >> 32), seq = (unsigned)wc[i].wr_id;
                 if (wc[i].status == IBV_WC_SUCCESS)
@@ -277,7 +362,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < 20; k++) {
         for (int t = 0; t < g_nqps; t++) {
             struct ibv_wc wc[16];
-            int n = ibv_poll_cq(g_cq[t], 16, wc);
+            int n = poll_any(t, 16, wc);
             for (int i = 0; i < n; i++) {
                 unsigned tt = (unsigned)(wc[i].wr_id >> 32), seq = (unsigned)wc[i].wr_id;
                 if (wc[i].status != IBV_WC_SUCCESS && tt < 8 && g_signaled[tt] && !g_signaled[tt][seq])
