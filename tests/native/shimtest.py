@@ -65,13 +65,16 @@ class Daemon:
 
 
 def client_env(native_bin: NativeBin, log: Path | None, shim: Path | None = None,
-               shm_name: str | None = None, **extra: str) -> dict[str, str]:
+               shm_name: str | None = None, runtime: Path | None = None, **extra: str) -> dict[str, str]:
+    """Environment of a verbs program: the fake provider, its log, the shim
+    preloaded (after a sanitizer runtime, which must come first)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAXFLOW_", "FAKEVERBS_", "LD_PRELOAD"))}
     env["LD_LIBRARY_PATH"] = str(native_bin.fakelib_dir)
     if log is not None:
         env["FAKEVERBS_LOG"] = str(log)
-    if shim is not None:
-        env["LD_PRELOAD"] = str(shim)
+    preload = [str(p) for p in (runtime, shim) if p is not None]
+    if preload:
+        env["LD_PRELOAD"] = " ".join(preload)
     env["LAXFLOW_SHM_NAME"] = shm_name or f"/lxf-absent-{os.getpid()}"
     # Tests that hold gates closed must not race the maximum deferral age on
     # a loaded machine; the tests of that bound set it themselves.
@@ -167,3 +170,72 @@ def post_count(log: Path) -> int:
     if not log.exists():
         return 0
     return sum(1 for line in log.read_text().splitlines() if line.startswith("POST "))
+
+
+def chains_by_thread(log: Path) -> dict[tuple[str, int], list[tuple[str, ...]]]:
+    """Each poster thread's chains on each QP, in order; a chain is the WRs
+    of one post_send call (the call counter itself is left out, as threads
+    sharing a QP interleave differently from run to run)."""
+    calls: dict[tuple[str, str], list[str]] = {}
+    for line in log.read_text().splitlines():
+        if line.startswith("POST "):
+            fields = line.split()
+            wr = " ".join(f for f in fields if not f.startswith("call="))
+            calls.setdefault((fields[1], fields[2]), []).append(wr)
+    out: dict[tuple[str, int], list[tuple[str, ...]]] = {}
+    for (qp, _), wrs in calls.items():
+        thread = int(wrs[0].split("wr_id=")[1].split()[0]) >> 32
+        out.setdefault((qp, thread), []).append(tuple(wrs))
+    return out
+
+
+def flap_stress(native_bin: NativeBin, shim: Path, daemon: Daemon, tmp_path: Path, args: list[str],
+                runtime: Path | None = None, **extra: str) -> subprocess.CompletedProcess:
+    """Run verbs_client args (NPHASES phases, several threads per QP) under
+    the shim while a thread flips every message's gate open and closed at
+    random; then open all.  Checks that every chain reached the device
+    exactly once, whole, in each thread's order, and that the daemon saw one
+    completion per message.  Returns the client's outcome (stderr holds any
+    sanitizer report)."""
+    import random
+
+    nqps, nphases = int(args[1]), int(args[3])
+    ref_log = tmp_path / "reference.log"
+    ref = run_client(native_bin, args, client_env(native_bin, ref_log, runtime=runtime, **extra))
+    assert ref.returncode == 0, ref.stderr
+    log = tmp_path / "shim.log"
+    client = Client(native_bin, [*args, "--wait"], client_env(native_bin, log, shim, daemon.name, runtime, **extra))
+    pid, qps = client.qps()
+    plan = client.plan(nqps, nphases)
+    msgs: list[int] = []
+    stop = threading.Event()
+
+    def flap() -> None:
+        rng = random.Random(5)
+        while not stop.is_set():
+            for m in list(msgs):
+                daemon.seg.set_permit(m, rng.choice([0, 1]))
+            time.sleep(0.0002)
+
+    flapper = threading.Thread(target=flap)
+    flapper.start()
+    try:
+        for phase in range(nphases):
+            msgs += [daemon.seg.tag_qp(pid, qp, request_id=1000 + qp, stage=3, layer=phase, bytes=plan[qp, phase])
+                     for qp in qps]
+            client.send()
+            client.expect(f"POSTED {phase}", timeout=120)
+    finally:
+        stop.set()
+        flapper.join()
+    for m in msgs:
+        daemon.seg.set_permit(m, 1)
+    rc = client.wait(timeout=180)
+    stderr = client.proc.stderr.read()
+    assert rc == 0, stderr
+    assert chains_by_thread(log) == chains_by_thread(ref_log)
+    counters = daemon.seg.counters()
+    assert counters["wr_deferred"] == counters["wr_released"] > 0
+    events = daemon.seg.drain_events()
+    assert sorted(events[events["kind"] == 2]["msg_id"].tolist()) == sorted(msgs)
+    return subprocess.CompletedProcess(args, rc, "".join(client.out), stderr)

@@ -1,7 +1,7 @@
 /*
  * verbs_client.c -- a verbs user as NCCL or Mooncake is one, for tests/native.
  *
- *   verbs_client MODE NQPS NCHAINS NPHASES [--wait] [--sig-all] [--tpq K]
+ *   verbs_client MODE NQPS NCHAINS NPHASES [--wait] [--sig-all] [--tpq K] [--poll]
  *
  * MODE direct: calls ibv_* as a program linked with -libverbs (Mooncake).
  * MODE dlopen: dlopen("libibverbs.so.1") and dlvsym(h, name, "IBVERBS_1.1")
@@ -170,6 +170,37 @@ static int poll_any(int q, int max, struct ibv_wc *wc)
     return g_ex ? poll_ex(q, max, wc) : ibv_poll_cq(g_cq[q], max, wc);
 }
 
+/* Completions seen so far; one polling thread at a time. */
+static int completions, errors, uerrors, g_poll, g_stop_poll;
+
+static void poll_count(int q)
+{
+    struct ibv_wc wc[16];
+    int n = poll_any(q, 16, wc);
+    for (int i = 0; i < n; i++) {
+        unsigned t = (unsigned)(wc[i].wr_id >> 32), seq = (unsigned)wc[i].wr_id;
+        if (wc[i].status == IBV_WC_SUCCESS)
+            completions++;
+        else if (t < 8 && g_signaled[t] && !__atomic_load_n(&g_signaled[t][seq], __ATOMIC_RELAXED))
+            uerrors++;
+        else
+            errors++;
+    }
+}
+
+/* --poll: completions are reaped while the posters post (releases, posts and
+ * completions interleave in the shim). */
+static void *poller(void *arg)
+{
+    (void)arg;
+    while (!__atomic_load_n(&g_stop_poll, __ATOMIC_RELAXED)) {
+        for (int q = 0; q < g_nqps; q++)
+            poll_count(q);
+        usleep(50);
+    }
+    return NULL;
+}
+
 static void *poster(void *arg)
 {
     int t = (int)(long)arg;
@@ -218,7 +249,7 @@ static void *poster(void *arg)
                                 ((n_wr_total % 4 == 0 || last) ? IBV_SEND_SIGNALED : 0);
                 if (g_sig_all || (w->send_flags & IBV_SEND_SIGNALED)) {
                     g_expected[t]++;
-                    g_signaled[t][seq - 1] = 1;
+                    __atomic_store_n(&g_signaled[t][seq - 1], 1, __ATOMIC_RELAXED); /* the poller reads it */
                 }
                 w->next = k + 1 < n ? &wrs[k + 1] : NULL;
             }
@@ -246,6 +277,7 @@ int main(int argc, char **argv)
     g_nphases = atoi(argv[4]);
     for (int i = 5; i < argc; i++) {
         g_wait |= strcmp(argv[i], "--wait") == 0;
+        g_poll |= strcmp(argv[i], "--poll") == 0;
         g_sig_all |= strcmp(argv[i], "--sig-all") == 0;
         if (strcmp(argv[i], "--tpq") == 0 && i + 1 < argc)
             g_tpq = atoi(argv[++i]);
@@ -319,11 +351,13 @@ int main(int argc, char **argv)
 
     pthread_barrier_init(&g_start, NULL, g_nthreads + 1);
     pthread_barrier_init(&g_end, NULL, g_nthreads + 1);
-    pthread_t th[8];
+    pthread_t th[8], poller_th;
     for (int t = 0; t < g_nthreads; t++)
         g_signaled[t] = calloc((size_t)g_nphases * g_nchains * 3 + 1, 1);
     for (int t = 0; t < g_nthreads; t++)
         pthread_create(&th[t], NULL, poster, (void *)(long)t);
+    if (g_poll)
+        pthread_create(&poller_th, NULL, poller, NULL);
     for (int p = 0; p < g_nphases; p++) {
         if (g_wait && p > 0 && !fgets(line, sizeof line, stdin))
             return 2;
@@ -334,25 +368,18 @@ int main(int argc, char **argv)
     for (int t = 0; t < g_nthreads; t++)
         pthread_join(th[t], NULL);
 
-    int completions = 0, errors = 0, uerrors = 0, expected = 0;
+    if (g_poll) {
+        __atomic_store_n(&g_stop_poll, 1, __ATOMIC_RELAXED);
+        pthread_join(poller_th, NULL);
+    }
+    int expected = 0;
     for (int t = 0; t < g_nthreads; t++)
         expected += g_expected[t];
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     while (completions + errors < expected) {
-        for (int t = 0; t < g_nqps; t++) {
-            struct ibv_wc wc[16];
-            int n = poll_any(t, 16, wc);
-            for (int i = 0; i < n; i++) {
-                unsigned t = (unsigned)(wc[i].wr_id >> 32), seq = (unsigned)wc[i].wr_id;
-                if (wc[i].status == IBV_WC_SUCCESS)
-                    completions++;
-                else if (t < 8 && g_signaled[t] && !g_signaled[t][seq])
-                    uerrors++;
-                else
-                    errors++;
-            }
-        }
+        for (int q = 0; q < g_nqps; q++)
+            poll_count(q);
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (now.tv_sec - t0.tv_sec > 30)
             break;
@@ -360,15 +387,8 @@ int main(int argc, char **argv)
     }
     /* error completions of unsignaled WRs still on their way */
     for (int k = 0; k < 20; k++) {
-        for (int t = 0; t < g_nqps; t++) {
-            struct ibv_wc wc[16];
-            int n = poll_any(t, 16, wc);
-            for (int i = 0; i < n; i++) {
-                unsigned tt = (unsigned)(wc[i].wr_id >> 32), seq = (unsigned)wc[i].wr_id;
-                if (wc[i].status != IBV_WC_SUCCESS && tt < 8 && g_signaled[tt] && !g_signaled[tt][seq])
-                    uerrors++;
-            }
-        }
+        for (int q = 0; q < g_nqps; q++)
+            poll_count(q);
         usleep(1000);
     }
     printf("DONE completions=%d errors=%d unsignaled_errors=%d expected=%d\n", completions, errors, uerrors,
