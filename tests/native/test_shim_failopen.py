@@ -11,7 +11,7 @@ import time
 from shimtest import (C_DIR, Client, Daemon, client_env, gcc, kick_sync, log_by_qp, post_count, run_client,
                       wait_for)
 
-from laxflow.protocol.shm import EventKind, Gate, Segment, Stage
+from laxflow.protocol.shm import EventKind, Gate, Segment, Stage, proc_start_ticks
 
 ROOT = C_DIR.parents[2]
 
@@ -139,7 +139,7 @@ def test_c_api_attaches_to_a_daemon_started_later(shim_lib):
         while (answer := ask(proc, "api")) != "1 0" and time.monotonic() < deadline:
             time.sleep(0.01)
         assert answer == "1 0"
-        assert proc.pid in d.seg.proc_pids()
+        assert (proc.pid, proc_start_ticks(proc.pid)) in d.seg.procs()  # identity: pid and start time
         ev = d.seg.drain_events()
         assert [(int(e["request_id"]), int(e["layer"])) for e in ev if e["kind"] == EventKind.LAYER_BOUNDARY][-1:] \
             == [(5, 9)]
