@@ -653,6 +653,7 @@ static void *progress_main(void *arg)
     lxf_in_shim = 1;
     for (;;) {
         lxf_maintain(); /* late attach, daemon restarts */
+        lxf_refresh_live();
         if (!lxf_segment()) {
             sleep_us(10000);
             continue;

@@ -81,6 +81,7 @@ void lxf_maintain(void);                   /* every entry point: late attach, re
 uint32_t lxf_generation(void);             /* +1 at each move to a new segment */
 struct lxf_proc *lxf_proc(void);           /* this process's command slot or NULL */
 int lxf_daemon_live(void);                 /* segment attached, heartbeat fresh */
+void lxf_refresh_live(void);               /* progress thread: refresh the cached liveness */
 int lxf_gating(void);                      /* segment attached and gating not switched off */
 void lxf_set_pass_through(int on);         /* LXF_CMD_PASS_THROUGH / LXF_CMD_ENFORCE */
 /* Add n to a counter of the attached segment, if any (field of lxf_counters). */
