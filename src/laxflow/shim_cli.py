@@ -34,11 +34,19 @@ def register(app: typer.Typer) -> None:
         stale_ms: Optional[int] = typer.Option(
             None, "--stale-ms", help="Pass traffic through when the daemon's heartbeat is older (default 100)."
         ),
+        max_defer_ms: Optional[int] = typer.Option(
+            None, "--max-defer-ms",
+            help="Release a work request whose permit has not come after this long (default 300).",
+        ),
     ) -> None:
         """Run CMD with the shim preloaded: laxflow run [--dscp N] -- CMD [ARGS...]."""
-        from laxflow.shim import ShimConfig, daemon_status, exec_under_shim
+        import os
 
-        config = ShimConfig(dscp=dscp, shm_name=shm_name, stale_ms=stale_ms)
+        from laxflow.shim import ShimConfig, daemon_status, exec_under_shim, invisible_paths
+
+        config = ShimConfig(dscp=dscp, shm_name=shm_name, stale_ms=stale_ms, max_defer_ms=max_defer_ms)
+        for what in invisible_paths(os.environ):
+            print(f"laxflow run: warning: {what}", file=sys.stderr)
         if dscp is None:
             why = daemon_status(shm_name)
             if why is not None:
