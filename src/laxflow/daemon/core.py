@@ -41,7 +41,7 @@ from laxflow.daemon.state import BatchInfo, BatchReport, Message, PermitChange, 
 from laxflow.errors import UserError
 from laxflow.policy.base import Snapshot
 from laxflow.policy.config import MfsConfig
-from laxflow.policy.flow import Flow, Stage
+from laxflow.policy.flow import STAGE_OF_CODE, Flow, Stage
 from laxflow.policy.mfs import MfsPolicy
 
 # LAYER_BOUNDARY with this layer means "the request's prefill compute ended"
@@ -49,8 +49,6 @@ from laxflow.policy.mfs import MfsPolicy
 COMPUTE_DONE_LAYER = 0xFFFFFFFF
 EV_SUBMIT, EV_COMPLETION, EV_LAYER_BOUNDARY = 1, 2, 3
 GATE_OPEN = 1
-# Shared-memory stage codes (native/laxflow_shm.h LXF_STAGE_*).
-_SHM_STAGES = {1: Stage.REUSE, 2: Stage.COLLECTIVE, 3: Stage.P2D}
 
 
 @dataclass(frozen=True)
@@ -127,7 +125,7 @@ class DaemonCore:
             now = t_ns * 1e-9
             if kind == EV_SUBMIT:
                 port = self.handle_port.get((pid, handle), self.config.default_port)
-                self.submit(msg_id, str(request), _SHM_STAGES.get(stage), layer, nbytes, now, port=port, pid=pid)
+                self.submit(msg_id, str(request), STAGE_OF_CODE.get(stage), layer, nbytes, now, port=port, pid=pid)
             elif kind == EV_COMPLETION:
                 self.complete(msg_id, now)
             elif kind == EV_LAYER_BOUNDARY:
@@ -313,18 +311,16 @@ class DaemonCore:
             return
         flows = [m.flow for m in live]
         remaining = np.fromiter((m.size - m.done for m in live), float, len(live))
-        snap = Snapshot(now=now, flows=flows, remaining=remaining, capacity=self.capacity, link_load=self.meter.loads())
+        snap = Snapshot(now=now, flows=flows, remaining=remaining, capacity=self.capacity, link_load=self.meter.loads(),
+                        load_window=self.meter.window)
         decision = self.policy.decide(snap)
         self.stats["decisions"] += 1
         self._timer = min(decision.timers) if decision.timers else None
-        queue = getattr(decision, "queue", None)
-        if queue is None:
-            queue = np.fromiter((self.policy.queue_level(f) for f in flows), np.int64, len(flows))
         rank = np.asarray(decision.level, dtype=np.int64)
-        for m, q, r in zip(live, queue.tolist(), rank.tolist()):
+        for m, q, d, r in zip(live, decision.queue.tolist(), decision.dscp.tolist(), rank.tolist()):
             if m.granted is None:  # a granted message keeps the level and DSCP it went with
-                m.level, m.dscp = q, self.dscp_map.dscp(q)
-            m.rank = r
+                m.level, m.dscp = q, d
+            m.rank, m.queue = r, q
         port = np.fromiter((m.port for m in live), np.int64, len(live))
         waiting = np.fromiter((m.granted is None for m in live), bool, len(live))
         for p in np.unique(port[waiting]).tolist():

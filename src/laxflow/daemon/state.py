@@ -59,6 +59,7 @@ class Message:
     level: int = 0  # RMLQ level (K = scavenger) it waits or went at
     dscp: int = 0
     rank: int = 0  # host order (policy's Decision.level)
+    queue: int = 0  # RMLQ level the last decision gave it (= level until granted)
 
 
 @dataclass(frozen=True)
