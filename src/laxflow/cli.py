@@ -43,6 +43,11 @@ def _assemble() -> None:
 
     app.add_typer(sim_app, name="sim")
     app.add_typer(policy_app, name="policy")
+    from laxflow.coordinator.cli import register as register_coordinator  # coordinator, keys
+    from laxflow.status_cli import register as register_status
+
+    register_coordinator(app)
+    register_status(app)
     try:
         from laxflow import shim_cli
     except ImportError:  # the native part is optional until it is built
