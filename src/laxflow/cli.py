@@ -48,6 +48,7 @@ def _assemble() -> None:
 
     register_coordinator(app)
     register_status(app)
+    __import__("laxflow.daemon.cli", fromlist=["register"]).register(app)  # laxflow daemon
     try:
         from laxflow import shim_cli
     except ImportError:  # the native part is optional until it is built

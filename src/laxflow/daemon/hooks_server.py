@@ -117,6 +117,7 @@ class HooksServer:
             env = decode(frame)
         except ProtocolError as exc:
             self.drops.add(exc.reason)
+            self.core.stats["bad_events"] += 1
             self._reply(peer, hm.Ack(False, f"{exc.reason.value}: {exc.detail}"[:512]))
             return
         self.calls += 1
