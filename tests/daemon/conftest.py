@@ -19,3 +19,22 @@ def start_daemon(tmp_path):
     for d in started:
         d.cleanup()
 
+
+
+@pytest.fixture(scope="session")
+def native_bin(tmp_path_factory):
+    """The fake libibverbs and the verbs client of tests/native, built once."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "native"))
+    from shimtest import C_DIR, NativeBin, gcc
+
+    d = tmp_path_factory.mktemp("native-daemon")
+    fakelib = d / "fakelib"
+    fakelib.mkdir()
+    gcc(fakelib / "libibverbs.so.1", "-O1", "-g", "-Wall", "-fPIC", "-shared", "-pthread",
+        "-Wl,-soname,libibverbs.so.1", f"-Wl,--version-script={C_DIR / 'fake_verbs.map'}", str(C_DIR / "fake_verbs.c"))
+    client = gcc(d / "verbs_client", "-O1", "-g", "-Wall", "-no-pie", str(C_DIR / "verbs_client.c"),
+                 "-libverbs", "-ldl", "-pthread")
+    return NativeBin(fakelib, client)
