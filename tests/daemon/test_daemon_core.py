@@ -28,16 +28,19 @@ def granted(result) -> list[int]:
 
 
 def test_gate_grants_the_top_rank_and_holds_lower_ones_until_the_window():
-    rank = np.array([0, 1, 1, 2])
-    rem = np.array([100.0, 50.0, 50.0, 10.0])
-    assert grants(rank, rem, np.ones(4, bool), window=0.0).tolist() == [True, False, False, False]
+    rank = [0, 1, 1, 2]
+    rem = [100.0, 50.0, 50.0, 10.0]
+    everyone = [True] * 4
+    assert grants(rank, rem, everyone, window=0.0) == [True, False, False, False]
     # Below the window the next rank goes too (both of equal rank), and then the third: 100+100 >= 150 stops it.
-    assert grants(rank, rem, np.ones(4, bool), window=150.0).tolist() == [True, True, True, False]
-    assert grants(rank, rem, np.ones(4, bool), window=201.0).tolist() == [True, True, True, True]
+    assert grants(rank, rem, everyone, window=150.0) == [True, True, True, False]
+    assert grants(rank, rem, everyone, window=201.0) == [True, True, True, True]
     # Already granted messages are never granted again but still count ahead.
-    waiting = np.array([False, True, True, True])
-    assert grants(rank, rem, waiting, window=0.0).tolist() == [False, False, False, False]
-    assert grants(rank, np.array([0.0, 50, 50, 10]), waiting, window=0.0).tolist() == [False, True, True, False]
+    waiting = [False, True, True, True]
+    assert grants(rank, rem, waiting, window=0.0) == [False, False, False, False]
+    assert grants(rank, [0.0, 50, 50, 10], waiting, window=0.0) == [False, True, True, False]
+    # Order of the input does not matter, only ranks.
+    assert grants([2, 0, 1], [1.0, 1.0, 1.0], [True] * 3, window=0.0) == [False, True, False]
 
 
 def test_collective_goes_first_reuse_waits_then_follows_on_completion():

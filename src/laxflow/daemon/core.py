@@ -104,6 +104,7 @@ class DaemonCore:
         self.completed_bytes = np.zeros(len(self.ports))  # bytes of messages seen done, per port
         self._counted = [p.counter is None for p in config.ports]  # meter fed from completions
         self._dirty = False
+        self._regate = False
         self._timer: float | None = None
         self._permits: list[PermitChange] = []
         self._cleared: list[int] = []
@@ -233,7 +234,7 @@ class DaemonCore:
         done = min(m.size, max(m.done, float(bytes_done)))
         self._account(m.port, done - m.done, now)
         m.done = done
-        self._dirty = True
+        self._regate = True  # fewer bytes ahead: maybe a grant; levels change only at decisions
 
     def complete(self, msg_id: int, now: float) -> None:
         """The message's last byte is out: it leaves the queue and its permit is cleared."""
@@ -249,8 +250,10 @@ class DaemonCore:
         if batch is not None:
             batch.live -= 1
             batch.last_seen = now
+            if batch.live == 0:
+                self._dirty = True  # the policy re-ranks batches on a batch's departure
             self._maybe_depart(batch, now)
-        self._dirty = True
+        self._regate = True
 
     def port_counter(self, port: int | str, total_bytes: float, now: float) -> None:
         """A port's cumulative transmitted bytes (sysfs ``tx_bytes``), for its link load."""
@@ -275,6 +278,9 @@ class DaemonCore:
         if self._dirty or (self._timer is not None and now >= self._timer):
             self._decide(now)
             decided = True
+        elif self._regate:
+            self._regate = False
+            self._gate(now)
         self._idle_departures(now)
         for info in self._arrivals:
             self._report_arrival(info, now)
@@ -304,7 +310,7 @@ class DaemonCore:
     # ------------------------------------------------------------ internals
 
     def _decide(self, now: float) -> None:
-        self._dirty = False
+        self._dirty = self._regate = False
         live = list(self.messages.values())
         if not live:
             self._timer = None
@@ -321,16 +327,23 @@ class DaemonCore:
             if m.granted is None:  # a granted message keeps the level and DSCP it went with
                 m.level, m.dscp = q, d
             m.rank, m.queue = r, q
-        port = np.fromiter((m.port for m in live), np.int64, len(live))
-        waiting = np.fromiter((m.granted is None for m in live), bool, len(live))
-        for p in np.unique(port[waiting]).tolist():
-            on = np.flatnonzero(port == p)
-            ok = grants(rank[on], remaining[on], waiting[on], float(self.window[p]))
-            for i in on[ok].tolist():
-                m = live[i]
-                m.granted = now
-                self.stats["permits"] += 1
-                self._permits.append(PermitChange(m.msg_id, GATE_OPEN, m.level, m.dscp, m.port, now - m.submitted))
+        self._gate(now)
+
+    def _gate(self, now: float) -> None:
+        """The permit rule on every port with a waiting message, with the ranks of the last decision."""
+        by_port: dict[int, list] = {}
+        for m in self.messages.values():
+            by_port.setdefault(m.port, []).append(m)
+        for p, ms in by_port.items():
+            if all(m.granted is not None for m in ms):
+                continue
+            ok = grants([m.rank for m in ms], [m.size - m.done for m in ms], [m.granted is None for m in ms],
+                        float(self.window[p]))
+            for m, go in zip(ms, ok):
+                if go:
+                    m.granted = now
+                    self.stats["permits"] += 1
+                    self._permits.append(PermitChange(m.msg_id, GATE_OPEN, m.level, m.dscp, m.port, now - m.submitted))
 
     def _account(self, port: int, nbytes: float, now: float) -> None:
         self.completed_bytes[port] += nbytes

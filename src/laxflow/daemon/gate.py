@@ -22,27 +22,34 @@ completions (or progress reports) have accounted for.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Sequence
 
 
-def grants(rank: np.ndarray, remaining: np.ndarray, waiting: np.ndarray, window: float) -> np.ndarray:
+def grants(rank: Sequence[int], remaining: Sequence[float], waiting: Sequence[bool], window: float) -> list[bool]:
     """Which messages of one port to grant now.
 
     ``rank``: host order per live message of the port (smaller goes first);
     ``remaining``: unfinished bytes per message; ``waiting``: True where the
-    message has no permit yet. Returns a boolean mask (subset of ``waiting``).
+    message has no permit yet. Returns one flag per message (a subset of
+    ``waiting``). Plain Python: a port rarely holds more than a few dozen
+    live messages, where this beats array set-up.
     """
-    n = rank.size
-    out = np.zeros(n, dtype=bool)
-    if n == 0 or not waiting.any():
+    n = len(rank)
+    out = [False] * n
+    if not any(waiting):
         return out
-    order = np.argsort(rank, kind="stable")
-    r = rank[order]
-    rem = remaining[order]
-    # Bytes of strictly higher ranks ahead of each message: the cumulative sum
-    # up to the start of its rank group.
-    start = np.searchsorted(r, r, side="left")
-    before = np.concatenate([[0.0], np.cumsum(rem)])[start]
-    ok = (before <= 0.0) | (before < window)
-    out[order] = ok & waiting[order]
+    order = sorted(range(n), key=rank.__getitem__)
+    ahead = 0.0  # unfinished bytes of strictly higher ranks
+    group_bytes = 0.0
+    current = None
+    for i in order:
+        if rank[i] != current:
+            ahead += group_bytes
+            group_bytes = 0.0
+            current = rank[i]
+            if ahead > 0.0 and ahead >= window:
+                break  # this rank and every lower one waits
+        group_bytes += remaining[i]
+        if waiting[i]:
+            out[i] = True
     return out

@@ -84,6 +84,10 @@ class HooksServer:
             self._handle(frames[0], frames[1], now)
         return n
 
+    @property
+    def has_waiting(self) -> bool:
+        return bool(self._waiting)
+
     def answer_permits(self, now: float) -> None:
         """Reply to permit waits that were granted or timed out (after each core step)."""
         for msg_id in list(self._waiting):

@@ -127,8 +127,10 @@ class Daemon:
                 seg.set_permit(p.msg_id, Gate.OPEN, min(p.level, 255), p.dscp)
             for msg_id in out.cleared:
                 seg.clear_permit(msg_id)
-            hooks.answer_permits(now)
-            hooks.publish_pruned()
+            if hooks.has_waiting:
+                hooks.answer_permits(now)
+            if out.decided:
+                hooks.publish_pruned()
             if uplink is not None and out.reports:
                 uplink.report(out.reports)
             self.metrics.observe_step(out)
