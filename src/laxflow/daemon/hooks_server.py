@@ -79,7 +79,9 @@ class HooksServer:
                 break
             n += 1
             if len(frames) != 2:
-                self.drops.add(DropReason.MALFORMED)  # a DEALER always sends one frame
+                self.drops.add(DropReason.MALFORMED)  # a client's DEALER sends one frame per call
+                self.core.stats["bad_events"] += 1
+                self._reply(frames[0], hm.Ack(False, f"malformed: {len(frames) - 1} frames, expected 1"))
                 continue
             self._handle(frames[0], frames[1], now)
         return n
@@ -131,6 +133,10 @@ class HooksServer:
         except (UserError, ValueError) as exc:
             self.core.stats["bad_events"] += 1
             reply = hm.Ack(False, str(exc)[:512])
+        except Exception as exc:  # a bug must not take the node's scheduling down: count, log, answer
+            self.core.stats["internal_errors"] = self.core.stats.get("internal_errors", 0) + 1
+            log.exception("hooks call %s failed", type(body).__name__)
+            reply = hm.Ack(False, f"internal error: {type(exc).__name__}")
         if reply is not None:
             self._reply(peer, reply)
 

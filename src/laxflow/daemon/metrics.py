@@ -43,6 +43,8 @@ class DaemonMetrics:
         self.events = Counter("laxflow_daemon_events", "Ring and hooks events applied", ["node", "kind"], registry=r)
         self.bad_events = Counter("laxflow_daemon_bad_events", "Events or hooks calls dropped as malformed", ["node"],
                                   registry=r)
+        self.internal_errors = Counter("laxflow_daemon_internal_errors", "Events or calls whose handling raised "
+                                       "(logged; the daemon goes on)", ["node"], registry=r)
         self.ring_drops = Gauge("laxflow_daemon_ring_drops", "Event pushes the shims' ring refused (full), since the "
                                 "segment was created", ["node"], registry=r)
         self.shim_failopen = Gauge("laxflow_daemon_shim_failopen_wrs", "Work requests shims released without a permit",
@@ -86,6 +88,7 @@ class DaemonMetrics:
             self._count(self.events.labels(self.node, kind), core.stats, key)
         self._count(self.bad_events.labels(self.node), core.stats, "bad_events")
         self._count(self.decisions.labels(self.node), core.stats, "decisions")
+        self._count(self.internal_errors.labels(self.node), core.stats, "internal_errors")
         self.ring_drops.labels(self.node).set(ring.get("events_dropped", 0))
         self.shim_failopen.labels(self.node).set(ring.get("wr_failopen", 0))
         self.heartbeat_age.labels(self.node).set(heartbeat_age)

@@ -114,8 +114,12 @@ class Daemon:
             busy = 0
             events = seg.drain_events()
             if len(events):
-                core.ingest(events)
                 busy += len(events)
+                try:
+                    core.ingest(events)
+                except Exception:  # a bug must not stop the node's scheduling: count, log, go on
+                    core.stats["internal_errors"] = core.stats.get("internal_errors", 0) + 1
+                    log.exception("applying %d ring events failed", len(events))
             busy += hooks.drain(now)
             if uplink is not None:
                 uplink.tick(now)
