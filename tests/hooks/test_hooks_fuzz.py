@@ -72,6 +72,16 @@ def test_fuzz_hooks_socket(tmp_path):
     sock.linger = 0
     sock.sndhwm = sock.rcvhwm = 0
     sock.connect(d.hooks)
+    replies = 0
+
+    def collect(backlog: int) -> None:
+        # Keep fewer than the daemon's reply queue (ZeroMQ's HWM, 1000) outstanding, as a real client would.
+        nonlocal replies
+        while sent - replies > backlog:
+            assert sock.poll(10_000), f"no reply ({replies} of {sent} answered): " + "".join(d.log[-30:])
+            decode(sock.recv())  # every reply is itself a valid frame
+            replies += 1
+
     try:
         sent = 0
 
@@ -83,6 +93,7 @@ def test_fuzz_hooks_socket(tmp_path):
             nonlocal sent
             sock.send_multipart(parts)
             sent += 1
+            collect(200)
 
         fire()
         rng = random.Random(0)
@@ -97,12 +108,8 @@ def test_fuzz_hooks_socket(tmp_path):
                 frame = bytearray(rng.randbytes(rng.randrange(1, 64)))
             sock.send(bytes(frame))
             sent += 1
-        replies = 0
-        while sock.poll(5000):
-            decode(sock.recv())  # every reply is itself a valid frame
-            replies += 1
-            if replies == sent:
-                break
+            collect(200)
+        collect(0)
         assert replies == sent == FRAMES  # one answer per request, malformed or not
         assert d.proc.poll() is None
         with HooksClient(d.hooks) as hooks:

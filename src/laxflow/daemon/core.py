@@ -122,20 +122,27 @@ class DaemonCore:
             return
         cols = [events[name].tolist() for name in ("kind", "pid", "msg_id", "request_id", "bytes", "t_ns", "stage",
                                                     "layer", "handle")]
-        for kind, pid, msg_id, request, nbytes, t_ns, stage, layer, handle in zip(*cols):
-            now = t_ns * 1e-9
-            if kind == EV_SUBMIT:
-                port = self.handle_port.get((pid, handle), self.config.default_port)
-                self.submit(msg_id, str(request), STAGE_OF_CODE.get(stage), layer, nbytes, now, port=port, pid=pid)
-            elif kind == EV_COMPLETION:
-                self.complete(msg_id, now)
-            elif kind == EV_LAYER_BOUNDARY:
-                if layer == COMPUTE_DONE_LAYER:
-                    self.compute_done(self.request(str(request)).batch, now)
-                else:
-                    self.layer_begin(self.request(str(request)).batch, layer, now)
+        for row in zip(*cols):
+            try:
+                self._event(*row)
+            except (UserError, ValueError, OverflowError):
+                self.stats["bad_events"] += 1  # one bad event costs itself, never the rest of the batch
+
+    def _event(self, kind: int, pid: int, msg_id: int, request: int, nbytes: int, t_ns: int, stage: int, layer: int,
+               handle: int) -> None:
+        now = t_ns * 1e-9
+        if kind == EV_SUBMIT:
+            port = self.handle_port.get((pid, handle), self.config.default_port)
+            self.submit(msg_id, str(request), STAGE_OF_CODE.get(stage), layer, nbytes, now, port=port, pid=pid)
+        elif kind == EV_COMPLETION:
+            self.complete(msg_id, now)
+        elif kind == EV_LAYER_BOUNDARY:
+            if layer == COMPUTE_DONE_LAYER:
+                self.compute_done(self.request(str(request)).batch, now)
             else:
-                self.stats["bad_events"] += 1
+                self.layer_begin(self.request(str(request)).batch, layer, now)
+        else:
+            self.stats["bad_events"] += 1
 
     def bind_handle(self, pid: int, handle: int, port: str | int) -> None:
         """Say which port a process's QP or socket sends on (hooks, adapters)."""

@@ -20,7 +20,7 @@ import zmq
 from laxflow.daemon.core import DaemonCore
 from laxflow.errors import UserError
 from laxflow.hooks import messages as hm
-from laxflow.hooks.api import estimate_ttft, request_key
+from laxflow.hooks.api import estimate_ttft, request_key, unranked
 from laxflow.policy.flow import Stage
 from laxflow.protocol.wire import SOCKET_MAX_BYTES, DropCounter, DropReason, ProtocolError, decode, encode
 
@@ -174,7 +174,8 @@ class HooksServer:
         elif isinstance(body, hm.Dispatch):
             rates = {p.name: p.rate for p in core.ports}
             loads = dict(zip(rates, core.meter.loads().tolist()))
-            return hm.Advice(tuple(estimate_ttft(body.instances, rates, loads)))
+            ranked = estimate_ttft(body.instances, rates, loads)
+            return hm.Advice(tuple(ranked), unranked(body.instances, ranked))
         elif isinstance(body, hm.StatusQuery):
             return self.status()
         else:
@@ -184,7 +185,13 @@ class HooksServer:
 
     def _reply(self, peer: bytes, msg) -> None:
         try:
-            self.socket.send_multipart([peer, encode(msg, self.sender)], zmq.NOBLOCK)
+            frame = encode(msg, self.sender)
+        except ProtocolError as exc:  # a reply our own validator refuses is a bug: say so to the caller
+            self.core.stats["internal_errors"] = self.core.stats.get("internal_errors", 0) + 1
+            log.error("hooks reply %s not encodable: %s", type(msg).__name__, exc.detail)
+            frame = encode(hm.Ack(False, f"internal error: reply {type(msg).__name__} not encodable"), self.sender)
+        try:
+            self.socket.send_multipart([peer, frame], zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # peer gone or its queue full: the reply is lost, the daemon goes on
             log.debug("hooks reply to %r lost: %s", peer, exc)
 

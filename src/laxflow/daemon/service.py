@@ -100,54 +100,58 @@ class Daemon:
         self._stop.set()
 
     def run(self) -> None:
-        cfg = self.config
-        seg, core, hooks, uplink = self.segment, self.core, self.hooks, self.uplink
-        beat = cfg.stale_ms * 1e-3 / 4
-        poll = cfg.poll_us * 1e-6
-        next_beat = next_counter = next_refresh = 0.0
-        last_busy = 0.0
+        """The loop (see the module docstring), until :meth:`stop`."""
+        poll = self.config.poll_us * 1e-6
+        self._beat = self.config.stale_ms * 1e-3 / 4
+        self._next_beat = self._next_counter = self._next_refresh = self._last_busy = 0.0
         while not self._stop.is_set():
+            try:
+                busy = self._iteration(time.monotonic())
+            except Exception:  # a bug must not stop the node's scheduling: count, log, go on
+                self.core.stats["internal_errors"] = self.core.stats.get("internal_errors", 0) + 1
+                log.exception("daemon loop iteration failed")
+                busy = False
             now = time.monotonic()
-            if now >= next_beat:
-                seg.heartbeat()
-                next_beat = now + beat
-            busy = 0
-            events = seg.drain_events()
-            if len(events):
-                busy += len(events)
-                try:
-                    core.ingest(events)
-                except Exception:  # a bug must not stop the node's scheduling: count, log, go on
-                    core.stats["internal_errors"] = core.stats.get("internal_errors", 0) + 1
-                    log.exception("applying %d ring events failed", len(events))
-            busy += hooks.drain(now)
-            if uplink is not None:
-                uplink.tick(now)
-            if self._counters and now >= next_counter:
-                self._read_counters(now)
-                next_counter = now + cfg.counter_interval_s
-            out = core.step(time.monotonic())
-            for p in out.permits:
-                seg.set_permit(p.msg_id, Gate.OPEN, min(p.level, 255), p.dscp)
-            for msg_id in out.cleared:
-                seg.clear_permit(msg_id)
-            if hooks.has_waiting:
-                hooks.answer_permits(now)
-            if out.decided:
-                hooks.publish_pruned()
-            if uplink is not None and out.reports:
-                uplink.report(out.reports)
-            self.metrics.observe_step(out)
-            if now >= next_refresh:
-                self._refresh(now)
-                next_refresh = now + 0.25
-            if busy or out.permits:
-                last_busy = now
-            elif now - last_busy > 0.02:
-                # Idle for a while: nap longer, so an idle daemon costs little CPU on a shared host.
-                time.sleep(min(beat, 20 * poll))
+            if busy:
+                self._last_busy = now
+            elif now - self._last_busy > 0.02:
+                time.sleep(min(self._beat, 20 * poll))  # idle a while: nap longer, an idle daemon costs little CPU
             else:
                 time.sleep(poll)
+
+    def _iteration(self, now: float) -> bool:
+        """One pass of the loop; True if it moved anything (events, calls or permits)."""
+        seg, core, hooks, uplink = self.segment, self.core, self.hooks, self.uplink
+        if now >= self._next_beat:
+            seg.heartbeat()
+            self._next_beat = now + self._beat
+        busy = 0
+        events = seg.drain_events()
+        if len(events):
+            busy += len(events)
+            core.ingest(events)
+        busy += hooks.drain(now)
+        if uplink is not None:
+            uplink.tick(now)
+        if self._counters and now >= self._next_counter:
+            self._read_counters(now)
+            self._next_counter = now + self.config.counter_interval_s
+        out = core.step(time.monotonic())
+        for p in out.permits:
+            seg.set_permit(p.msg_id, Gate.OPEN, min(p.level, 255), p.dscp)
+        for msg_id in out.cleared:
+            seg.clear_permit(msg_id)
+        if hooks.has_waiting:
+            hooks.answer_permits(now)
+        if out.decided:
+            hooks.publish_pruned()
+        if uplink is not None and out.reports:
+            uplink.report(out.reports)
+        self.metrics.observe_step(out)
+        if now >= self._next_refresh:
+            self._refresh(now)
+            self._next_refresh = now + 0.25
+        return bool(busy or out.permits)
 
     def shutdown(self) -> None:
         """Open every gate, tell shims to pass through, close sockets; the segment stays valid."""

@@ -41,6 +41,7 @@ the caller's clock for the in-process implementation.
 from __future__ import annotations
 
 import hashlib
+import math
 from abc import ABC, abstractmethod
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -65,7 +66,8 @@ def estimate_ttft(instances: Sequence[Instance], port_rate: Mapping[str, float],
                   ) -> list[Estimate]:
     """Rank instances by queue + compute + network time, best first (ties by name).
 
-    Network time = bytes / (bandwidth x (1 - measured load of the port)); the
+    An instance whose estimate is not finite (a bandwidth near zero) is left
+    out; :func:`unranked` names those. Network time = bytes / (bandwidth x (1 - measured load of the port)); the
     bandwidth is the instance's own, or the port's line rate. A saturated
     port (load 1) counts at 1 % of its rate rather than forever.
     """
@@ -74,8 +76,16 @@ def estimate_ttft(instances: Sequence[Instance], port_rate: Mapping[str, float],
         rate = inst.bandwidth if inst.bandwidth > 0 else port_rate.get(inst.port, 0.0)
         free = max(0.01, 1.0 - port_load.get(inst.port, 0.0))
         net = inst.nbytes / (rate * free) if inst.nbytes > 0 and rate > 0 else 0.0
-        out.append(Estimate(inst.name, inst.queue_s + inst.compute_s + net, net))
+        total = inst.queue_s + inst.compute_s + net
+        if math.isfinite(total):
+            out.append(Estimate(inst.name, total, net))
     return sorted(out, key=lambda e: (e.ttft_s, e.name))
+
+
+def unranked(instances: Sequence[Instance], ranked: Sequence[Estimate]) -> tuple[str, ...]:
+    """Names of instances ``estimate_ttft`` could not rank."""
+    names = {e.name for e in ranked}
+    return tuple(i.name for i in instances if i.name not in names)
 
 
 class Hooks(ABC):

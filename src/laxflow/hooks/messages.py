@@ -108,7 +108,11 @@ class Bind:
 @dataclass(frozen=True)
 class WaitPermit:
     msg_id: int
-    timeout_s: float
+    timeout_s: float  # 0..60: the reply comes at the permit or at the timeout
+
+    def validate(self) -> None:
+        if not 0 <= self.timeout_s <= 60:
+            raise ValueError(f"timeout_s must be in 0..60 s, got {self.timeout_s!r}")
 
 
 @message("hooks_permit")
@@ -146,6 +150,10 @@ class Instance:
     port: str  # this node's port the transfer crosses ("" = none known)
     bandwidth: float  # bytes/s of that path (0 = the port's line rate)
 
+    def validate(self) -> None:
+        if min(self.queue_s, self.compute_s, self.nbytes, self.bandwidth) < 0:
+            raise ValueError(f"instance {self.name!r}: queue_s, compute_s, nbytes and bandwidth must be >= 0")
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -165,6 +173,7 @@ class Dispatch:
 @dataclass(frozen=True)
 class Advice:
     ranked: tuple[Estimate, ...]  # best first
+    unranked: tuple[str, ...]  # instances whose estimate is not a finite number (e.g. a bandwidth near 0)
 
 
 @message("hooks_status_query")
