@@ -44,14 +44,22 @@ def register(app: typer.Typer) -> None:
         stale_ms: Optional[int] = typer.Option(
             None, "--stale-ms", help="Pass traffic through when the daemon's heartbeat is older (default 100)."
         ),
+        max_defer_ms: Optional[int] = typer.Option(
+            None, "--max-defer-ms",
+            help="Release a work request whose permit has not come after this long (default 300).",
+        ),
         ports: str = typer.Option("auto", "--ports", help="Embedded daemon only: ports file or 'auto' (sysfs)."),
         no_daemon: bool = typer.Option(False, "--no-daemon", help="Never start an embedded daemon."),
     ) -> None:
         """Run CMD with the shim preloaded: laxflow run [--dscp N] -- CMD [ARGS...]."""
-        from laxflow.errors import UserError
-        from laxflow.shim import ShimConfig, daemon_status, exec_under_shim
+        import os
 
-        config = ShimConfig(dscp=dscp, shm_name=shm_name, stale_ms=stale_ms)
+        from laxflow.errors import UserError
+        from laxflow.shim import ShimConfig, daemon_status, exec_under_shim, invisible_paths
+
+        config = ShimConfig(dscp=dscp, shm_name=shm_name, stale_ms=stale_ms, max_defer_ms=max_defer_ms)
+        for what in invisible_paths(os.environ):
+            print(f"laxflow run: warning: {what}", file=sys.stderr)
         command = list(ctx.args)
         if not command:
             raise UserError("run: expected a command after '--' (laxflow run [--dscp N] -- CMD ...)")
