@@ -145,13 +145,17 @@ def _wait_decision(link, predicate, timeout: float) -> m.Decision:
 
 
 def bench_permit_latency(args: argparse.Namespace) -> dict:
-    """Node daemon: submit-to-permit latency at 10,000 messages/s (daemon helper fills this in)."""
-    return {"permit_p50_us": None, "permit_p99_us": None}
+    """Node daemon: submit-to-permit latency at 10,000 messages/s (bench/_daemon_bench.py)."""
+    from _daemon_bench import bench_permit_latency as run
+
+    return run(args)
 
 
 def bench_event_rate(args: argparse.Namespace) -> dict:
-    """Node daemon: largest sustained event rate (daemon helper fills this in)."""
-    return {"events_per_s": None}
+    """Node daemon: largest sustained event rate (bench/_daemon_bench.py)."""
+    from _daemon_bench import bench_event_rate as run
+
+    return run(args)
 
 
 SECTIONS = {"inter": bench_inter, "permit": bench_permit_latency, "events": bench_event_rate}
