@@ -22,6 +22,7 @@ test: install
 install: apt $(VENV)/bin/python
 	$(PIP) install -q --upgrade pip setuptools wheel cffi
 	$(PIP) install -q --no-build-isolation -e '.[$(EXTRAS)]'
+	$(MAKE) -s -C native/nccl_profiler OUT=$(CURDIR)/src/laxflow/_native
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)

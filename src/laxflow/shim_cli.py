@@ -46,4 +46,7 @@ def register(app: typer.Typer) -> None:
                     f"laxflow run: no live daemon ({why}); traffic passes through until one starts",
                     file=sys.stderr,
                 )
+        from laxflow.adapters.nccl import apply_run_env
+
+        apply_run_env(dscp=dscp)  # NCCL / Gloo: NCCL_IB_TC, stage 2, profiler plugin
         exec_under_shim(list(ctx.args), config)
