@@ -16,8 +16,8 @@ from laxflow.protocol.shm import EventKind, Gate, Segment
 
 
 class SegmentDaemon:
-    def __init__(self, decide=None, beat_s: float = 0.005) -> None:
-        self.name = f"/lxf-adapters-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    def __init__(self, decide=None, beat_s: float = 0.005, name: str | None = None) -> None:
+        self.name = name or f"/lxf-adapters-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.seg = Segment.create(self.name, stale_ns=200_000_000)
         self.decide = decide or (lambda ev: (Gate.OPEN, 0, 0))
         self.events: list[dict] = []

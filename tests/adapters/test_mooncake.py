@@ -132,6 +132,27 @@ def test_stale_heartbeat_releases_waiting_transfer(pair):
         daemon.close()
 
 
+def test_restarted_daemon_is_attached_again(pair):
+    first = SegmentDaemon(lambda ev: (Gate.OPEN, 3, 36))
+    eng = wrap(pair, first.name)
+    local, remote = pair["local"], pair["remote"]
+    second = None
+    try:
+        assert eng.transfer_sync_read(pair["target"], local.ctypes.data, remote.ctypes.data, 4096, request=1) == 0
+        first.close()  # the daemon exits and removes its segment
+        second = SegmentDaemon(lambda ev: (Gate.OPEN, 3, 36), name=first.name)
+        # announced to the old mapping until its heartbeat is stale (200 ms), then failed open
+        assert eng.transfer_sync_read(pair["target"], local.ctypes.data, remote.ctypes.data, 4096, request=2) == 0
+        assert eng.transfer_sync_read(pair["target"], local.ctypes.data, remote.ctypes.data, 4096, request=3) == 0
+        second.wait_for(lambda evs: any(e["request_id"] == 3 and e["kind"] == EventKind.COMPLETION for e in evs))
+        stats = eng.gate.stats  # request 2 failed open, or was gated by the new daemon on a slow machine
+        assert stats["released"] + stats["failopen"] == 3 and stats["released"] >= 2 and stats["bypassed"] == 0
+    finally:
+        eng.close()
+        if second is not None:
+            second.close()
+
+
 scapy_all = pytest.importorskip("scapy.all")
 from scapy.all import IP, TCP, AsyncSniffer  # noqa: E402
 

@@ -64,6 +64,7 @@ class _Waiting:
     nbytes: int
     run: Callable[[Permit | None], object]
     future: Future
+    generation: int = 0
 
 
 class PermitGate:
@@ -78,6 +79,7 @@ class PermitGate:
         self._seg: Segment | None = None
         self._why_bypass: str | None = "not attached yet"
         self._next_attach = 0.0
+        self._generation = 0  # bumped whenever the mapped segment is replaced
         self._waiting: dict[int, _Waiting] = {}
         self._wake = threading.Condition(self._lock)
         self._closed = False
@@ -102,6 +104,18 @@ class PermitGate:
             return None
         if not self._seg.live():
             self._why_bypass = f"segment {self.config.shm_name!r}: daemon heartbeat is stale"
+            if now >= self._next_attach:  # a restarted daemon has a new segment under the same name
+                self._seg.close(unlink=False)
+                self._seg = None
+                self._generation += 1  # messages announced to the old daemon are failed open
+                self._next_attach = now + self.config.reattach_s
+                try:
+                    self._seg = Segment.attach(self.config.shm_name)
+                except SegmentError:
+                    pass
+                if self._seg is not None and self._seg.live():
+                    self._why_bypass = None
+                    return self._seg
             return None
         self._why_bypass = None
         return self._seg
@@ -141,7 +155,7 @@ class PermitGate:
                 if not seg.push_event(EventKind.SUBMIT, msg_id, request_id, nbytes, stage, layer, handle):
                     seg, msg_id = None, 0  # ring full: counted by the segment, fail open
             self.stats["submitted"] += 1
-            item = _Waiting(msg_id, request_id, stage, layer, nbytes, run, future)
+            item = _Waiting(msg_id, request_id, stage, layer, nbytes, run, future, self._generation)
             if seg is None:
                 self.stats["bypassed"] += 1
             else:
@@ -164,7 +178,7 @@ class PermitGate:
                     return
                 seg = self._attach_locked() if not self._closed else None
                 for msg_id, item in list(self._waiting.items()):
-                    if seg is None:
+                    if seg is None or item.generation != self._generation:
                         released.append((item, None))
                         self.stats["failopen"] += 1
                     else:
@@ -197,7 +211,7 @@ class PermitGate:
     def _complete(self, item: _Waiting, nbytes: int) -> None:
         with self._lock:
             self.stats["completed"] += 1
-            if item.msg_id and self._seg is not None:
+            if item.msg_id and self._seg is not None and item.generation == self._generation:
                 self._seg.push_event(
                     EventKind.COMPLETION, item.msg_id, item.request_id, nbytes, item.stage, item.layer
                 )
