@@ -7,9 +7,14 @@ Two engines in this process (P2P handshake, no metadata server); the
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -193,6 +198,47 @@ def test_permit_dscp_on_the_wire_and_socket_tags(pair):
     finally:
         eng.close()
         daemon.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="capturing on lo needs root")
+def test_write_to_a_peer_process_carries_the_permit_dscp(pair):
+    """The target engine runs in another process: our socket sends the written bytes."""
+    peer = subprocess.Popen([sys.executable, str(Path(__file__).with_name("mooncake_target.py")), str(SIZE)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    daemon = SegmentDaemon(lambda ev: (Gate.OPEN, 4, 35))
+    eng = wrap(pair, daemon.name)
+    local = pair["local"]
+    try:
+        info = json.loads(peer.stdout.readline())
+        target = f"127.0.0.1:{info['port']}"
+        assert eng.transfer_sync_write(target, local.ctypes.data, info["addr"], 4096, request=5, layer=1) == 0
+        socks = eng._peers[target].sockets
+        assert socks and all(s.remote[0] == "127.0.0.1" for s in socks)
+        mine = {s.local[1] for s in socks}
+        ready = threading.Event()
+        sniffer = AsyncSniffer(iface="lo", started_callback=ready.set, store=True,
+                               lfilter=lambda p: TCP in p and p[TCP].sport in mine and len(p[TCP].payload) > 0)
+        sniffer.start()
+        assert ready.wait(5)
+        local[:SIZE] = np.random.default_rng(5).integers(0, 256, SIZE, dtype=np.uint8)
+        h = eng.batch_transfer_async_write(target, [local.ctypes.data], [info["addr"]], [SIZE], request=5, layer=2)
+        assert eng.get_batch_transfer_status([h]) == 0
+        time.sleep(0.3)
+        sniffer.stop()
+        peer.stdin.write(f"0 {SIZE}\n")
+        peer.stdin.flush()
+        assert peer.stdout.readline().strip() == hashlib.sha256(local[:SIZE].tobytes()).hexdigest()
+        # scapy on a busy 2-core box drops part of a 4 MB burst; what it keeps must be marked
+        packets = [p for p in sniffer.results if p[TCP].sport in mine]
+        assert len(packets) >= 2
+        assert {p[IP].tos >> 2 for p in packets} == {35}
+        stages = {e["stage"] for e in daemon.of_kind(EventKind.SUBMIT)}
+        assert stages == {Stage.P2D}  # writes default to stage 3
+    finally:
+        eng.close()
+        daemon.close()
+        peer.stdin.close()
+        peer.wait(timeout=30)
 
 
 def test_mc_ib_tc_keeps_mooncake_class_on_rdma_only():
