@@ -132,8 +132,10 @@ class TransferEngine:
     ) -> Future:
         """One message of ``op`` ('read' or 'write'); the Future gives 0 or Mooncake's error.
 
-        ``stage`` defaults to reuse (1) for reads and p2d (3) for writes.
-        ``deadline``: the request's TTFT deadline (CLOCK_MONOTONIC seconds).
+        ``request``: the request's 63-bit id in shared memory (the hooks API's
+        ``request_key``).  ``stage`` defaults to reuse (1) for reads and p2d (3)
+        for writes.  ``deadline``: the request's TTFT deadline, in the units of
+        the hooks API's ``register_request`` (handed to ``on_deadline``).
         """
         if op not in (_READ, _WRITE):
             raise ValueError(f"op: expected 'read' or 'write', got {op!r}")

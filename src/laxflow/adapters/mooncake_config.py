@@ -72,8 +72,8 @@ class MooncakeAdapterConfig:
       class the shim gives untagged QPs.
     on_deadline: called once per request with (request_id, deadline) the first
       time a transfer carries a deadline; the shared-memory event has no
-      deadline field, so the daemon learns it through the hooks API that this
-      callable feeds.
+      deadline field, so the daemon learns it through the hooks API, e.g.
+      ``lambda r, d: hooks.register_request(str(r), d, 0)``.
     """
 
     gate: GateConfig = field(default_factory=GateConfig)
