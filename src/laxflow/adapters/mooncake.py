@@ -63,7 +63,8 @@ class _PeerSockets:
     def __init__(self) -> None:
         self.sockets: list[TcpSocket] = []
         self.inflight: dict[int, int] = {}  # token -> (level << 8 | dscp)
-        self.scanned_at = 0.0  # time.monotonic() of the last /proc scan
+        self.scanned_at = 0.0  # time.monotonic() of the last scan
+        self.first_contact: set[int] = set()  # tokens of transfers that started with no known socket
 
 
 class TransferEngine:
@@ -259,6 +260,8 @@ class TransferEngine:
         with self._peers_lock:
             peer = self._peers.setdefault(target, _PeerSockets())
             peer.inflight[token] = permit.level << 8 | dscp
+            if not peer.sockets:
+                peer.first_contact.add(token)
         for sock in self._refresh_marks(target, peer):
             self._gate.write_tag(TagKind.SOCKET, sock.fd, TagValue(permit.msg_id, request, nbytes, stage, layer, dscp))
         return peer
@@ -271,7 +274,8 @@ class TransferEngine:
             still = bool(peer.inflight)
             # Learned while the first transfer ran, the set may lack the
             # peer's accepted end (connected before accept() gave it an fd).
-            stale = time.monotonic() - peer.scanned_at < 0.5 or not peer.sockets
+            stale = token in peer.first_contact or not peer.sockets
+            peer.first_contact.discard(token)
         if still:
             self._refresh_marks(target, peer)
         if stale:

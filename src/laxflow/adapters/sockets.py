@@ -2,52 +2,38 @@
 
 Libraries such as Mooncake open their data connections on their own threads,
 so an adapter cannot wrap ``connect``; it finds the sockets afterwards:
-``/proc/self/fd`` maps descriptors to socket inodes and ``/proc/self/net/tcp``
-(``tcp6``) maps inodes to addresses and state.  Called by the Mooncake
-wrapper's worker threads; a few hundred microseconds per scan, done only when
-a peer's connections are not known yet or have changed.
+``/proc/self/fd`` lists the socket descriptors, and a duplicate of each
+(``getsockname``/``getpeername`` on it) gives its addresses.  That costs
+microseconds per socket, where reading ``/proc/net/tcp`` walks the whole
+namespace's table (tens of milliseconds on a busy host).  Called by the
+Mooncake wrapper's worker threads, only when a peer's connections are not
+known yet or have changed.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
 from dataclasses import dataclass
 
-_STATES = {"01": "ESTABLISHED", "0A": "LISTEN"}
-
 
 @dataclass(frozen=True)
 class TcpSocket:
-    """One TCP socket of this process (``/proc`` view)."""
+    """One TCP socket of this process."""
 
     fd: int
     inode: int
     local: tuple[str, int]
-    remote: tuple[str, int]
-    state: str  # ESTABLISHED, LISTEN or the kernel's hex code
+    remote: tuple[str, int]  # ("", 0) when not connected
+    state: str  # ESTABLISHED (has a peer) or LISTEN (no peer: listening or not yet connected)
 
 
-def _addr(hexaddr: str) -> tuple[str, int]:
-    host, port = hexaddr.split(":")
-    raw = bytes.fromhex(host)
-    if len(raw) == 4:
-        ip = ipaddress.IPv4Address(raw[::-1])
-    else:  # four host-order 32-bit words
-        words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
-        v6 = ipaddress.IPv6Address(words)
-        ip = v6.ipv4_mapped or v6
-    return str(ip), int(port, 16)
-
-
-def socket_inodes(pid: int | str = "self") -> dict[int, int]:
-    """inode -> fd for every socket descriptor of a process."""
+def socket_inodes() -> dict[int, int]:
+    """inode -> fd for every socket descriptor of this process."""
     out: dict[int, int] = {}
-    base = f"/proc/{pid}/fd"
-    for name in os.listdir(base):
+    for name in os.listdir("/proc/self/fd"):
         try:
-            link = os.readlink(f"{base}/{name}")
+            link = os.readlink(f"/proc/self/fd/{name}")
         except OSError:
             continue  # closed meanwhile
         if link.startswith("socket:["):
@@ -55,25 +41,41 @@ def socket_inodes(pid: int | str = "self") -> dict[int, int]:
     return out
 
 
-def tcp_sockets(pid: int | str = "self") -> list[TcpSocket]:
-    """Every TCP socket (IPv4 and IPv6) the process holds a descriptor of."""
-    inodes = socket_inodes(pid)
+def _host(addr: tuple) -> tuple[str, int]:
+    host = addr[0]
+    if host.startswith("::ffff:") and "." in host:
+        host = host[7:]  # v4-mapped
+    return host, int(addr[1])
+
+
+def tcp_sockets() -> list[TcpSocket]:
+    """Every TCP socket (IPv4 and IPv6) this process holds a descriptor of."""
     found: list[TcpSocket] = []
-    for table in ("tcp", "tcp6"):
+    for inode, fd in socket_inodes().items():
         try:
-            with open(f"/proc/{pid}/net/{table}") as fh:
-                lines = fh.read().splitlines()[1:]
+            dup = os.dup(fd)
         except OSError:
             continue
-        for line in lines:
-            parts = line.split()
-            inode = int(parts[9])
-            fd = inodes.get(inode)
-            if fd is None or inode == 0:
-                continue
-            found.append(
-                TcpSocket(fd, inode, _addr(parts[1]), _addr(parts[2]), _STATES.get(parts[3], parts[3]))
-            )
+        try:
+            same = os.fstat(dup).st_ino == inode
+            sock = socket.socket(fileno=dup) if same else None
+        except OSError:
+            sock = None
+        if sock is None:
+            os.close(dup)
+            continue
+        try:
+            with sock:  # closes the duplicate only
+                if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+                    continue
+                local = _host(sock.getsockname())
+                try:
+                    remote, state = _host(sock.getpeername()), "ESTABLISHED"
+                except OSError:
+                    remote, state = ("", 0), "LISTEN"
+        except OSError:
+            continue
+        found.append(TcpSocket(fd, inode, local, remote, state))
     return found
 
 
