@@ -26,8 +26,11 @@ place that combines them (read by :mod:`laxflow.adapters.mooncake`):
   lowest level LOW, the rest MEDIUM).  TENT's timed promotion and global slot
   rotation (``shared_quota_shm_path``) are a second scheduler; leave the
   slot rotation off and the promotion timeout long when laxflow schedules.
-  The classic engine in the ``mooncake-transfer-engine-non-cuda`` wheel has
-  no priority argument, so there the mapping is informational.
+  In the ``mooncake-transfer-engine-non-cuda`` wheel (0.3.13) the Python
+  ``TransferEngine`` can run on TENT (``MC_USE_TENT=1``) but its calls take
+  no priority, so every request enters TENT at its default ``PRIO_HIGH`` and
+  laxflow's gating alone orders them; the mapping is for callers of TENT's
+  own request API.
 """
 
 from __future__ import annotations
