@@ -93,6 +93,8 @@ class TransferEngine:
         self._deadlines_sent: set[int] = set()
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # never recurse through a half-built wrapper
+            raise AttributeError(name)
         return getattr(self._engine, name)
 
     @property
