@@ -76,6 +76,33 @@ def test_fail_open_without_daemon_moves_the_bytes(pair):
         eng.close()
 
 
+def test_mooncake_calls_keep_their_meaning(pair):
+    """transfer_submit_write + transfer_check_status, batch_transfer_async(opcode), transfer_sync(opcode)."""
+    daemon = SegmentDaemon(lambda ev: (Gate.OPEN, 3, 36))
+    eng = wrap(pair, daemon.name)
+    local, remote = pair["local"], pair["remote"]
+    saved = remote[SIZE : SIZE + 8192].copy()
+    try:
+        local[:8192] = 9
+        h = eng.transfer_submit_write(pair["target"], local.ctypes.data, remote.ctypes.data + SIZE, 4096, request=6)
+        while (status := eng.transfer_check_status(h)) == 0:
+            time.sleep(0.001)
+        assert status == 1 and (remote[SIZE : SIZE + 4096] == 9).all()
+        op = mooncake_engine.TransferOpcode
+        h = eng.batch_transfer_async(pair["target"], [local.ctypes.data], [remote.ctypes.data + SIZE + 4096], [4096],
+                                     op.Write, request=6, stage=Stage.P2D, layer=4)
+        assert eng.get_batch_transfer_status([h]) == 0 and (remote[SIZE + 4096 : SIZE + 8192] == 9).all()
+        local[:4096] = 0
+        assert eng.transfer_sync(pair["target"], local.ctypes.data, remote.ctypes.data, 4096, op.Read, request=6) == 0
+        assert np.array_equal(local[:4096], remote[:4096])
+        daemon.wait_for(lambda evs: sum(e["kind"] == EventKind.COMPLETION for e in evs) == 3)
+        assert [e["stage"] for e in daemon.of_kind(EventKind.SUBMIT)] == [Stage.P2D, Stage.P2D, Stage.REUSE]
+    finally:
+        remote[SIZE : SIZE + 8192] = saved
+        eng.close()
+        daemon.close()
+
+
 def test_gated_lower_level_waits_while_higher_level_runs(pair):
     """Request 2 (level 5) waits until request 1 (level 1) has completed, then runs."""
     order: list[tuple[str, int]] = []
