@@ -22,13 +22,16 @@ their caller as Mooncake's do; the asynchronous ones
 Mooncake's batch ids; :meth:`TransferEngine.submit` returns a Future.
 
 *Finding Mooncake's sockets.*  Mooncake's TCP transport opens its data
-connections on its own threads and keeps them per peer.  The wrapper takes the
-socket inodes of the process before ``initialize`` (those are not
-Mooncake's); afterwards, Mooncake's connections to a target ``host:rpc_port``
-are the established sockets created since, whose remote address is the
-target's host and whose ports are not the target's RPC (handshake) port.  The
-first transfer to a new peer is marked as soon as its connection appears
-(the worker rescans while it polls); later ones before they start.  Mooncake
+connections on its own threads, during the first transfer to a peer, and
+keeps them.  The wrapper notes the process's sockets before its first
+transfer to a target ``host:rpc_port``, sends that transfer's first
+``PRIME_BYTES`` alone, and takes the connection that appeared meanwhile
+towards the target's host (not to its RPC port) as Mooncake's: its remote
+port is the peer's TcpTransport port.  From then on the peer's connections
+are the sockets to (or, for a peer in this process, from) that
+``host:port``; they are marked, then the rest of the transfer is sent, and
+later transfers are marked before they start (the set is looked up again
+when a socket is gone or ``RESCAN_S`` has passed).  Mooncake
 multiplexes concurrent transfers to one peer over those connections, so a
 connection carries the most urgent (lowest level) class among the transfers
 in flight to that peer.  The data of a READ is sent by the peer's socket:
@@ -55,16 +58,19 @@ from laxflow.protocol.shm import Permit, Stage, TagKind, TagValue
 
 _READ, _WRITE = "read", "write"
 RESCAN_S = 1.0  # at most this long before a peer's connections are looked up again
+PRIME_BYTES = 4096  # first transfer to a new peer: sent alone to open and learn the connection
 
 
 class _PeerSockets:
     """Mooncake's known connections to one target, and the classes in flight there."""
 
-    def __init__(self) -> None:
+    def __init__(self, before: set[int]) -> None:
+        self.before = before  # socket inodes of the process before the first transfer here
+        self.data_port: int | None = None  # the peer's TcpTransport port, learned at first contact
         self.sockets: list[TcpSocket] = []
         self.inflight: dict[int, int] = {}  # token -> (level << 8 | dscp)
         self.scanned_at = 0.0  # time.monotonic() of the last scan
-        self.first_contact: set[int] = set()  # tokens of transfers that started with no known socket
+        self.first_contact: set[int] = set()  # tokens of transfers that started before data_port was known
 
 
 class TransferEngine:
@@ -230,24 +236,38 @@ class TransferEngine:
     # ---------------------------------------------------------- execution
 
     def _execute(self, op, target, buffers, peers, lengths, hint, permit, request, stage, layer, nbytes) -> int:
-        """Worker thread: mark, start Mooncake's asynchronous batch, poll it to the end."""
+        """Worker thread: mark, run Mooncake's asynchronous batch, poll it to the end."""
         dscp = self.config.wire_dscp(self._protocol, permit.dscp if permit else None)
         token = next(self._tokens)
         peer = self._mark_start(target, token, permit, dscp, request, stage, layer, nbytes)
         try:
             opcode = self._engine.TransferOpcode.Read if op == _READ else self._engine.TransferOpcode.Write
-            batch = self._engine.batch_transfer_async(target, buffers, peers, lengths, opcode, hint)
-            if batch is None or batch <= 0:
-                return -1 if batch is None or batch == 0 else batch
-            sleep = 5e-5
-            while (status := self._engine.transfer_check_status(batch)) == 0:
-                if peer is not None and dscp >= 0 and not peer.sockets:
-                    self._refresh_marks(target, peer)  # first contact: the connection appears now
-                time.sleep(sleep)
-                sleep = min(sleep * 2, 1e-3)
-            return 0 if status == 1 else status
+            if peer is not None and dscp >= 0 and peer.data_port is None and lengths[0] > PRIME_BYTES:
+                # First contact: Mooncake connects during the first transfer.
+                # Send its first bytes alone, learn and mark the connection,
+                # then the rest, so all but PRIME_BYTES carry the class.
+                status = self._run_batch(target, buffers[:1], peers[:1], [PRIME_BYTES], opcode, hint)
+                if status != 0:
+                    return status
+                self._refresh_marks(target, peer, rescan=True)
+                self._tag_sockets(peer, permit, request, stage, layer, nbytes, dscp)
+                buffers = [buffers[0] + PRIME_BYTES, *buffers[1:]]
+                peers = [peers[0] + PRIME_BYTES, *peers[1:]]
+                lengths = [lengths[0] - PRIME_BYTES, *lengths[1:]]
+            return self._run_batch(target, buffers, peers, lengths, opcode, hint)
         finally:
             self._mark_end(target, peer, token)
+
+    def _run_batch(self, target, buffers, peers, lengths, opcode, hint) -> int:
+        """One Mooncake batch, polled to its end: 0, or Mooncake's error."""
+        batch = self._engine.batch_transfer_async(target, buffers, peers, lengths, opcode, hint)
+        if batch is None or batch <= 0:
+            return -1 if batch is None or batch == 0 else batch
+        sleep = 5e-5
+        while (status := self._engine.transfer_check_status(batch)) == 0:
+            time.sleep(sleep)
+            sleep = min(sleep * 2, 1e-3)
+        return 0 if status == 1 else status
 
     def _mark_start(self, target, token, permit, dscp, request, stage, layer, nbytes) -> _PeerSockets | None:
         if permit is None or dscp < 0 and self._protocol != "rdma":
@@ -260,13 +280,23 @@ class TransferEngine:
         if not self.config.tag_sockets:
             return None
         with self._peers_lock:
-            peer = self._peers.setdefault(target, _PeerSockets())
+            peer = self._peers.get(target)
+            if peer is None:
+                peer = self._peers[target] = _PeerSockets(set(socket_inodes()))
             peer.inflight[token] = permit.level << 8 | dscp
-            if not peer.sockets:
+            if peer.data_port is None:  # nothing to mark before Mooncake connects
                 peer.first_contact.add(token)
-        for sock in self._refresh_marks(target, peer):
-            self._gate.write_tag(TagKind.SOCKET, sock.fd, TagValue(permit.msg_id, request, nbytes, stage, layer, dscp))
+                return peer
+        self._refresh_marks(target, peer)
+        self._tag_sockets(peer, permit, request, stage, layer, nbytes, dscp)
         return peer
+
+    def _tag_sockets(self, peer: _PeerSockets, permit: Permit, request, stage, layer, nbytes, dscp) -> None:
+        """Socket flow tags for the shim: this message now rides the peer's connections."""
+        with self._peers_lock:
+            known = list(peer.sockets)
+        for sock in known:
+            self._gate.write_tag(TagKind.SOCKET, sock.fd, TagValue(permit.msg_id, request, nbytes, stage, layer, dscp))
 
     def _mark_end(self, target: str, peer: _PeerSockets | None, token: int) -> None:
         if peer is None:
@@ -281,38 +311,53 @@ class TransferEngine:
         if still:
             self._refresh_marks(target, peer)
         if stale:
-            found = self._discover(target)
+            found = self._discover(target, peer)
             with self._peers_lock:
                 peer.sockets, peer.scanned_at = found, time.monotonic()
 
-    def _refresh_marks(self, target: str, peer: _PeerSockets) -> list[TcpSocket]:
+    def _refresh_marks(self, target: str, peer: _PeerSockets, rescan: bool = False) -> list[TcpSocket]:
         """Mark the peer's connections with the most urgent class in flight; rescan if needed."""
         with self._peers_lock:
             if not peer.inflight:
                 return peer.sockets
             dscp = min(peer.inflight.values()) & 0xFF
             known = list(peer.sockets)
-        due = time.monotonic() - peer.scanned_at > RESCAN_S  # Mooncake may have opened more
+        due = rescan or time.monotonic() - peer.scanned_at > RESCAN_S  # Mooncake may have opened more
         if due or not known or not all(set_dscp(s.fd, s.inode, dscp) for s in known):
-            known = self._discover(target)
+            known = self._discover(target, peer)
             for s in known:
                 set_dscp(s.fd, s.inode, dscp)
             with self._peers_lock:
                 peer.sockets, peer.scanned_at = known, time.monotonic()
         return known
 
-    def _discover(self, target: str) -> list[TcpSocket]:
+    def _discover(self, target: str, peer: _PeerSockets) -> list[TcpSocket]:
+        """Mooncake's connections to target: to or from its TcpTransport port.
+
+        That port is learned at first contact: the connection that appeared
+        since ``peer.before`` towards the target's host (its accepted end, when
+        the peer lives in this process, is on one of our listening ports).
+        """
         host, _, port = target.rpartition(":")
         try:
             rpc_port = int(port)
             ip = socket.gethostbyname(host)
         except (ValueError, OSError):
             return []
-        return [
-            s for s in tcp_sockets()
-            if s.state == "ESTABLISHED" and s.inode not in self._baseline
-            and s.remote[0] == ip and rpc_port not in (s.remote[1], s.local[1])
-        ]
+        socks = tcp_sockets()
+        if peer.data_port is None:
+            listening = {s.local[1] for s in socks if s.state == "LISTEN"}
+            towards = [s for s in socks if s.state == "ESTABLISHED" and s.inode not in self._baseline
+                       and s.remote[0] == ip and rpc_port not in (s.remote[1], s.local[1])]
+            # an engine handed over after it had talked to the peer: its old connections
+            new = [s for s in towards if s.inode not in peer.before] or towards
+            accepted = [s for s in new if s.local[1] in listening]
+            if not new:
+                return []
+            with self._peers_lock:
+                peer.data_port = accepted[0].local[1] if accepted else new[0].remote[1]
+        data = (ip, peer.data_port)
+        return [s for s in socks if s.state == "ESTABLISHED" and data in (s.remote, s.local)]
 
 
 def _op(opcode: Any) -> str:
