@@ -73,7 +73,9 @@ def run_pair_rank(rank: int, world: int, port: int, spec: dict[str, Any], out: A
     ``spec``: ``config`` (ModelConfig kwargs), ``requests`` (list of
     ``[delay_s, slo_s, token_ids]``, arrivals at rank 0 in order),
     ``flags`` (per rank, a list of delays in s after which that rank raises
-    a preemption flag on its own), ``policy`` (prefill scheduler name).
+    a preemption flag on its own), ``policy`` (prefill scheduler name),
+    ``hold_first`` (rank 0 holds the first request at layer 1's start until
+    the scheduler raised its preemption signal: makes a preemption certain).
     Result: rank, the pool's yields (task, kind, layer, op, ops_done), and on
     rank 0 whether every request's logits equal an uninterrupted TP run of
     the same batch (``bitwise``).
@@ -89,8 +91,11 @@ def run_pair_rank(rank: int, world: int, port: int, spec: dict[str, Any], out: A
         delays = spec.get("flags", [[]] * world)[rank]
         if rank == 0:
             predictor = TtftPredictor([(1, 0.001), (256, 0.01), (1024, 0.05)])
+            hold = _HoldFirst() if spec.get("hold_first") else None
             engine = PrefillEngine(model, create_prefill_scheduler(spec.get("policy", "flowprefill"), predictor),
-                                   collective=coll).start()
+                                   hooks=hold, collective=coll).start()
+            if hold is not None:
+                hold.pool = engine.pool
             pool = engine.pool
             flagger = _flagger(pool, delays)
             ids = []
@@ -120,6 +125,25 @@ def run_pair_rank(rank: int, world: int, port: int, spec: dict[str, Any], out: A
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+class _HoldFirst:
+    """Layer hooks that hold the first request at layer 1 until the pool's flag is raised."""
+
+    def __init__(self) -> None:
+        self.pool: ExecutionPool | None = None
+        self.first: str | None = None
+
+    def layer_begin(self, request: Any, layer: int) -> None:
+        self.first = self.first or request.id
+        if request.id == self.first and layer == 1 and self.pool is not None:
+            end = time.monotonic() + 10
+            while not self.pool._flag.is_set() and time.monotonic() < end:
+                time.sleep(0.001)
+            self.pool = None
+
+    def layer_end(self, request: Any, layer: int) -> None:
+        pass
 
 
 def _flagger(pool: ExecutionPool, delays: list[float]) -> threading.Thread:
