@@ -93,6 +93,7 @@ class ExecutionPool:
         self._requested: Task | None = None  # the running task the scheduler asked to preempt
         self._signal_at = 0.0
         self.blocking_s: list[float] = []  # signal raised -> task suspended, per requested preemption
+        self.yielded_at: list[float] = []  # time.perf_counter() of each requested suspension
         self.yields: list[tuple[int, Boundary, int, int, int]] = []  # (task id, kind, layer, op, ops_done)
         self.hook_errors = 0
 
@@ -194,6 +195,7 @@ class ExecutionPool:
             self._flag.clear()
             if requested:
                 self.blocking_s.append(now - self._signal_at)
+                self.yielded_at.append(now)
             elif leader:  # nobody asked: go on with the same task
                 self._commands.appendleft(("run", task))
         if requested:
