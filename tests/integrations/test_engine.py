@@ -33,21 +33,26 @@ def tokens(n: int, seed: int) -> list[int]:
 
 
 class GateHooks:
-    """Records every hook call; blocks the worker when ``gate_request`` begins ``gate_layer``."""
+    """Records every hook call by request; blocks the worker when ``gate_request``'s batch begins ``gate_layer``."""
 
     def __init__(self, gate_request: str | None = None, gate_layer: int = 1):
         self.calls: list[tuple[str, str, int]] = []
+        self.members: dict[str, list[str]] = {}
         self.gate_request, self.gate_layer = gate_request, gate_layer
         self.reached, self.go = threading.Event(), threading.Event()
 
-    def layer_begin(self, request, layer):
-        self.calls.append(("begin", request.id, layer))
-        if request.id == self.gate_request and layer == self.gate_layer and not self.reached.is_set():
+    def batch_formed(self, batch, requests):
+        self.members[batch] = list(requests)
+
+    def layer_begin(self, batch, layer):
+        self.calls += [("begin", r, layer) for r in self.members[batch]]
+        if self.gate_request in self.members[batch] and layer == self.gate_layer and not self.reached.is_set():
             self.reached.set()
             assert self.go.wait(30)
 
-    def layer_end(self, request, layer):
-        self.calls.append(("end", request.id, layer))
+    def layer_end(self, batch, layer, last=False):
+        self.calls += [("end", r, layer) for r in self.members[batch]]
+        assert last == (layer == CONFIG.layers - 1)
 
 
 def wait_for(cond, timeout=30.0):
@@ -100,7 +105,7 @@ class StopAt:
     def __init__(self, model, stop_at):
         self.model, self.stop_at = model, stop_at
         self.pool = self.task = None
-        self.start, self.total_ops = model.start, model.total_ops
+        self.start, self.total_ops, self.config = model.start, model.total_ops, model.config
 
     def run_op(self, s):
         self.model.run_op(s)
@@ -137,19 +142,21 @@ def test_hooks_see_every_layer_and_hook_errors_do_not_stop_prefill(model):
         def __init__(self):
             self.seen = []
 
-        def layer_begin(self, request, layer):
-            self.seen.append(("b", request.id, layer))
+        def layer_begin(self, batch, layer):
+            self.seen.append(("b", batch, layer))
             raise RuntimeError("hook down")
 
-        def layer_end(self, request, layer):
-            self.seen.append(("e", request.id, layer))
+        def layer_end(self, batch, layer, last=False):
+            self.seen.append(("e", batch, layer, last))
 
     hooks = Broken()
     engine = PrefillEngine(model, create_prefill_scheduler("flowprefill", PRED), hooks=hooks)
     with engine:
         engine.add_request(tokens(30, 5), slo=10.0, request_id="x")
         engine.result("x", 60)
-    assert hooks.seen == [(k, "x", layer) for layer in range(4) for k in ("b", "e")]
+    (task, _), = engine.completed_tasks
+    batch = f"prefill-{task.id}"
+    assert hooks.seen == [e for layer in range(4) for e in (("b", batch, layer), ("e", batch, layer, layer == 3))]
     assert engine.pool.hook_errors == 4
 
 

@@ -37,16 +37,25 @@ from laxflow.integrations.prefill.base import Boundary, Task, yields_at
 
 
 class LayerHooks(Protocol):
-    """What the pool calls on every layer of every request it computes (on the worker thread).
+    """What the pool calls, once per task (batch) and layer, on its worker thread only.
 
-    ``laxflow.hooks`` clients satisfy it; anything with these two methods does.
-    Exceptions raised by a hook are counted in ``ExecutionPool.hook_errors``
-    and otherwise ignored: a hook never stops a prefill.
+    The signatures are those of ``laxflow.hooks.Hooks`` (daemon branch), so a
+    ``HooksClient`` or ``InProcessHooks`` plugs in as is; anything with these
+    methods does. ``batch`` is :func:`batch_name` of the task. If the object
+    also has ``batch_formed(batch, requests)`` it is called once, before the
+    task's first layer, with the request ids. Exceptions raised by a hook are
+    counted in ``ExecutionPool.hook_errors`` and otherwise ignored: a hook
+    never stops a prefill.
     """
 
-    def layer_begin(self, request: Any, layer: int) -> None: ...
+    def layer_begin(self, batch: str, layer: int) -> None: ...
 
-    def layer_end(self, request: Any, layer: int) -> None: ...
+    def layer_end(self, batch: str, layer: int, last: bool = False) -> None: ...
+
+
+def batch_name(task: Task) -> str:
+    """The batch id hooks see for ``task``."""
+    return f"prefill-{task.id}"
 
 
 class Collective(Protocol):
@@ -167,12 +176,15 @@ class ExecutionPool:
         state = self._suspended.pop(task.id, None)
         if state is None:
             state = self.model.start([r.payload for r in task.requests])
+            if self.hooks is not None and hasattr(self.hooks, "batch_formed"):
+                self._hook("batch_formed", batch_name(task), [r.id for r in task.requests])
+        last_layer = self.model.config.layers - 1
         while True:
             if state.op == 0:
-                self._hook("layer_begin", task, state.layer)
+                self._hook("layer_begin", batch_name(task), state.layer)
             self.model.run_op(state)
             if state.op == 0:
-                self._hook("layer_end", task, state.layer - 1)
+                self._hook("layer_end", batch_name(task), state.layer - 1, state.layer - 1 == last_layer)
             if state.done:
                 break
             kind = Boundary.LAYER if state.op == 0 else Boundary.OPERATOR
@@ -201,11 +213,10 @@ class ExecutionPool:
         if requested:
             self.on_event("preempted", task, (kind, state.ops_done / self.model.total_ops))
 
-    def _hook(self, name: str, task: Task, layer: int) -> None:
+    def _hook(self, name: str, *args: Any) -> None:
         if self.hooks is None:
             return
-        for request in task.requests:
-            try:
-                getattr(self.hooks, name)(request, layer)
-            except Exception:  # a hook never stops a prefill
-                self.hook_errors += 1
+        try:
+            getattr(self.hooks, name)(*args)
+        except Exception:  # a hook never stops a prefill
+            self.hook_errors += 1

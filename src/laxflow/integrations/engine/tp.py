@@ -99,9 +99,11 @@ def run_pair_rank(rank: int, world: int, port: int, spec: dict[str, Any], out: A
             pool = engine.pool
             flagger = _flagger(pool, delays)
             ids = []
-            for delay, slo, tokens in spec["requests"]:
+            for i, (delay, slo, tokens) in enumerate(spec["requests"]):
                 time.sleep(delay)
                 ids.append(engine.add_request(tokens, slo).id)
+                if i == 0 and hold is not None:  # the others arrive while the first is held
+                    hold.reached.wait(30)
             for rid in ids:
                 engine.result(rid, timeout=120)
             flagger.join()
@@ -133,16 +135,18 @@ class _HoldFirst:
     def __init__(self) -> None:
         self.pool: ExecutionPool | None = None
         self.first: str | None = None
+        self.reached = threading.Event()
 
-    def layer_begin(self, request: Any, layer: int) -> None:
-        self.first = self.first or request.id
-        if request.id == self.first and layer == 1 and self.pool is not None:
+    def layer_begin(self, batch: str, layer: int) -> None:
+        self.first = self.first or batch
+        if batch == self.first and layer == 1 and self.pool is not None:
+            self.reached.set()
             end = time.monotonic() + 10
             while not self.pool._flag.is_set() and time.monotonic() < end:
                 time.sleep(0.001)
             self.pool = None
 
-    def layer_end(self, request: Any, layer: int) -> None:
+    def layer_end(self, batch: str, layer: int, last: bool = False) -> None:
         pass
 
 
