@@ -167,3 +167,25 @@ def test_model_config_and_input_errors(model):
         model.start([[0, CONFIG.vocab]])
     with pytest.raises(ValueError, match="operator or layer"):
         ExecutionPool(model, granularity=Boundary.CHUNK)
+
+
+def test_preempt_of_a_queued_task_keeps_it_until_resumed(model):
+    events = queue.Queue()
+    pool = ExecutionPool(model, on_event=lambda kind, t, payload: events.put((kind, t, payload)))
+    a = Task((PrefillRequest("a", 0, 1, 9, tokens(9, 8)),))
+    b = Task((PrefillRequest("b", 0, 1, 11, tokens(11, 9)),))
+    pool.submit(a)
+    pool.submit(b)
+    pool.preempt(b)  # not started: dropped from the queue, kept as suspended
+    with pytest.raises(ValueError, match="neither suspended nor running"):
+        pool.resume(Task((PrefillRequest("c", 0, 1, 1, [1]),)))
+    worker = threading.Thread(target=pool.run, daemon=True)
+    worker.start()
+    kind, task, logits = events.get(timeout=30)
+    assert (kind, task) == ("completed", a)
+    pool.resume(b)
+    kind, task, logits = events.get(timeout=30)
+    pool.close()
+    worker.join(30)
+    assert (kind, task) == ("completed", b) and pool.yields == []
+    assert torch.equal(logits, model.forward([b.requests[0].payload]))
