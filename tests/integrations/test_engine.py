@@ -189,3 +189,38 @@ def test_preempt_of_a_queued_task_keeps_it_until_resumed(model):
     worker.join(30)
     assert (kind, task) == ("completed", b) and pool.yields == []
     assert torch.equal(logits, model.forward([b.requests[0].payload]))
+
+
+def test_layer_hooks_reach_a_daemon_core_through_laxflow_hooks(model):
+    from laxflow.daemon.core import CoreConfig, DaemonCore
+    from laxflow.daemon.ports import PortSpec
+    from laxflow.hooks.inprocess import InProcessHooks
+
+    class RecordingCore(DaemonCore):
+        def __init__(self, config):
+            super().__init__(config)
+            self.seen = []
+
+        def batch_formed(self, batch, requests, now, compute=0.0, traffic=None):
+            self.seen.append(("formed", batch, tuple(requests)))
+            super().batch_formed(batch, requests, now, compute, traffic)
+
+        def layer_begin(self, batch, layer, now):
+            self.seen.append(("layer", batch, layer))
+            super().layer_begin(batch, layer, now)
+
+        def compute_done(self, batch, now):
+            self.seen.append(("done", batch))
+            super().compute_done(batch, now)
+
+    core = RecordingCore(CoreConfig(ports=(PortSpec("eth0", 12.5e9),), window_bytes=0.0))
+    hooks = InProcessHooks(core, time.monotonic)
+    engine = PrefillEngine(model, create_prefill_scheduler("flowprefill", PRED), hooks=hooks)
+    with engine:
+        engine.add_request(tokens(40, 6), slo=10.0, request_id="x")
+        engine.result("x", 60)
+    (task, _), = engine.completed_tasks
+    batch = f"prefill-{task.id}"
+    assert core.seen[0][:2] == ("formed", batch)
+    assert core.seen[1:] == [("layer", batch, j) for j in range(CONFIG.layers)] + [("done", batch)]
+    assert engine.pool.hook_errors == 0
