@@ -26,6 +26,9 @@ from laxflow.integrations.prefill.iteration import (
 from laxflow.integrations.prefill.latency import LinearBatchModel
 
 
+_EPS = 1e-9  # a budget that is an exact multiple of b must not lose a token to float rounding
+
+
 @dataclass(frozen=True)
 class FairBatchingConfig:
     # MAX_TOKEN_BUDGET: kept only as a cap (CUDA-graph sizes), §3.2; the time budget decides.
@@ -88,7 +91,7 @@ class FairBatching(BatchScheduler):
                 # Line 43-45: chunk to what the time and token budgets leave. (The
                 # paper's line 45 prints "- b*cp + c*context"; the cost charged is
                 # b*cp + c*context, as in line 40.)
-                take = min(tokens_left, s.remaining_prefill, math.floor((time_left - m.c * s.context) / m.b))
+                take = min(tokens_left, s.remaining_prefill, math.floor((time_left - m.c * s.context) / m.b + _EPS))
                 if take < 1:
                     continue
             else:
