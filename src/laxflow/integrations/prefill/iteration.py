@@ -145,7 +145,8 @@ def build_config(config_class: type, options: dict[str, Any]) -> Any:
     valid = [f.name for f in fields(config_class)]
     unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise ValueError(f"{config_class.__name__}: unknown option {unknown[0]!r} (expected one of {', '.join(valid)})")
+        expected = f"expected one of {', '.join(valid)}" if valid else "it takes no options"
+        raise ValueError(f"{config_class.__name__}: unknown option {unknown[0]!r} ({expected})")
     return config_class(**options)
 
 
