@@ -75,6 +75,16 @@ def test_sufficient_capacity_takes_everything():
     assert [(e.id, e.new_tokens) for e in batch.entries] == [("p", 20), ("d", 1)]
 
 
+def test_urgent_decodes_always_join_even_past_the_budget():
+    # 12 decodes each 1 ms + 0.1 s of context (1,000 tokens): slack 0.05 s, TPOT 0.1 s ->
+    # budget 0.1 s, all urgent; they cost 1.2 s, far past it, yet all run; the prefill waits.
+    burst = [SequenceView(f"d{k:02d}", 0.0, 1.0, 0.1, 991, 991, 10) for k in range(12)]
+    burst.append(SequenceView("p", 1.5, 1.0, 0.1, 100))
+    batch = FairBatching(MODEL).schedule(burst, 1.95)
+    assert batch.ids == [f"d{k:02d}" for k in range(12)]
+    assert batch.predicted_seconds == pytest.approx(A + 12 * (B + 1000 * C))
+
+
 def test_token_and_kv_caps():
     fb = FairBatching(MODEL, FairBatchingConfig(max_token_budget=30))
     assert [(e.id, e.new_tokens) for e in fb.schedule(seqs(), 10.0).entries] == [("d1", 1), ("p1", 29)]

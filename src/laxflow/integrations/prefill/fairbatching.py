@@ -4,8 +4,9 @@
 ``max(min slack, min TPOT SLO)``; sequences fall in three groups -- urgent
 decodes (slack < budget + min TPOT SLO), prefills, other decodes -- each
 sorted by slack; they are admitted whole while the linear model
-``a + b*new + c*context`` fits the budget, and the first one that does not
-fit is chunked to what is left. ``prefill_admission_budget`` is §3.4's PAB
+``a + b*new + c*context`` fits the budget, and a prefill that does not
+fit is chunked to what is left; urgent decodes join even past the budget
+(§3.3: "urgent decode tasks are always included"). ``prefill_admission_budget`` is §3.4's PAB
 (Appendix A), which each instance reports to the ``pab`` router.
 """
 
@@ -83,10 +84,17 @@ class FairBatching(BatchScheduler):
             tokens_left = min(tokens_left, kv_free_tokens)
         entries: list[BatchEntry] = []
         new_total = ctx_total = 0
+        urgent = {id(s) for s in groups[0]}
         for s in (s for group in groups for s in group):
             cost = m.b * s.new_tokens + m.c * s.context
             if cost <= time_left and s.new_tokens <= tokens_left:
                 take = s.new_tokens
+            elif id(s) in urgent and tokens_left >= 1:
+                # §3.3: urgent decodes are always in the batch (skipping one likely
+                # misses its next token; a deferred prefill can still move). Line
+                # 38 alone would drop them once the time budget is spent; under a
+                # decode burst the step then degrades to Sarathi's decode-first.
+                take = 1
             elif s.is_prefill and tokens_left > 0 and m.c * s.context <= time_left:
                 # Line 43-45: chunk to what the time and token budgets leave. (The
                 # paper's line 45 prints "- b*cp + c*context"; the cost charged is
