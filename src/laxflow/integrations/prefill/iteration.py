@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, Sequence
 
 
@@ -88,6 +88,16 @@ class SequenceView:
 
     def slack(self, now: float) -> float:
         return self.deadline() - now
+
+    def after(self, entry: "BatchEntry") -> "SequenceView":
+        """The view once ``entry`` ran: a chunk adds computed tokens (the last one emits the first
+        output token), a decode emits one token. For executors that keep views between steps."""
+        if entry.id != self.id or entry.is_prefill != self.is_prefill or not 1 <= entry.new_tokens <= self.new_tokens:
+            raise ValueError(f"entry {entry} does not fit sequence {self.id}")
+        if not self.is_prefill:
+            return replace(self, output_tokens=self.output_tokens + 1)
+        computed = self.computed_tokens + entry.new_tokens
+        return replace(self, computed_tokens=computed, output_tokens=1 if computed == self.prompt_tokens else 0)
 
 
 @dataclass(frozen=True)
