@@ -83,6 +83,9 @@ def test_colocated_counts_decodes_and_decode_pick_by_free_blocks():
     assert g.estimate_exec(v, 0.0) == pytest.approx(0.1 + 20 * 0.001)  # no per-batch t_c colocated
     decoders = [InstanceView("d1", free_kv_blocks=10), InstanceView("d2", free_kv_blocks=40)]
     assert g.route(request(), [v], 0.0, decoders).decode == "d2"
+    tied = [InstanceView("d9", free_kv_blocks=40), InstanceView("d3", free_kv_blocks=40, decoding=1),
+            InstanceView("d5", free_kv_blocks=40)]
+    assert g.route(request(), [v], 0.0, tied).decode == "d5"  # fewer decodes, then lowest id
     assert create_router("dplb").route(request(), [v], 0.0).decode is None
 
 

@@ -91,4 +91,6 @@ def most_free_decode(decode_instances: Sequence[InstanceView]) -> str | None:
     """LOADBALANCE(D): the decode instance with the most free KV blocks (ProServe §4.3)."""
     if not decode_instances:
         return None
-    return max(decode_instances, key=lambda v: (v.free_kv_blocks, -v.decoding, v.id)).id
+    # max() keeps the first of equals: ties go to fewer decodes, then the lowest id.
+    ordered = sorted(decode_instances, key=lambda v: v.id)
+    return max(ordered, key=lambda v: (v.free_kv_blocks, -v.decoding)).id
