@@ -67,3 +67,15 @@ def test_after_rejects_a_mismatched_entry():
     assert s.after(BatchEntry("s", 10, True)).output_tokens == 1
     with pytest.raises(ValueError, match="does not fit"):
         s.after(BatchEntry("s", 11, True))
+
+
+def test_recomputing_sequence_keeps_its_token_index():
+    # Preempted after 3 outputs of a 100-token prompt: it rebuilds 103 tokens, then emits token 3.
+    s = SequenceView("s", 0.0, 1.0, 0.1, prompt_tokens=103, output_tokens=3, folded_outputs=3)
+    assert s.is_prefill and s.deadline() == pytest.approx(1.3)
+    done = s.after(BatchEntry("s", 103, True))
+    assert done.output_tokens == 4 and done.context == 103  # feeds token 3 over 100 + 3 cached
+    plain = SequenceView("t", 0.0, 1.0, 0.1, prompt_tokens=100, computed_tokens=100, output_tokens=4)
+    assert plain.context == done.context
+    with pytest.raises(ValueError, match="folded_outputs"):
+        SequenceView("x", 0.0, 1.0, 0.1, prompt_tokens=10, output_tokens=2)

@@ -41,6 +41,9 @@ class SequenceView:
     ``computed_tokens`` of the ``prompt_tokens`` are already prefilled (their
     KV is cached); ``output_tokens`` were emitted. A sequence decodes once its
     prompt is computed. ``weight`` is ProServe's priority weight w_p(r).
+    A sequence recomputing after a preemption (vLLM's recompute mode) counts
+    the outputs it rebuilds in ``prompt_tokens`` and says how many in
+    ``folded_outputs``; its next token keeps its index (``output_tokens``).
     """
 
     id: str
@@ -51,14 +54,18 @@ class SequenceView:
     computed_tokens: int = 0
     output_tokens: int = 0
     weight: float = 1.0
+    folded_outputs: int = 0
 
     def __post_init__(self) -> None:
         if self.prompt_tokens < 1:
             raise ValueError(f"sequence {self.id}: prompt_tokens must be >= 1, got {self.prompt_tokens}")
         if not 0 <= self.computed_tokens <= self.prompt_tokens:
             raise ValueError(f"sequence {self.id}: computed_tokens must be in [0, prompt_tokens], got {self.computed_tokens}")
-        if self.output_tokens < 0 or (self.computed_tokens < self.prompt_tokens and self.output_tokens):
-            raise ValueError(f"sequence {self.id}: output_tokens must be >= 0 and 0 while prefilling")
+        if not 0 <= self.folded_outputs <= self.output_tokens:
+            raise ValueError(f"sequence {self.id}: need 0 <= folded_outputs <= output_tokens")
+        if self.computed_tokens < self.prompt_tokens and self.output_tokens != self.folded_outputs:
+            raise ValueError(f"sequence {self.id}: while prefilling, output_tokens must equal folded_outputs "
+                             f"(0 unless recomputing), got {self.output_tokens} and {self.folded_outputs}")
         if not (self.ttft_slo > 0 and self.tpot_slo > 0 and math.isfinite(self.arrival)):
             raise ValueError(f"sequence {self.id}: ttft_slo and tpot_slo must be > 0, arrival finite")
         if not self.weight > 0:
@@ -80,7 +87,9 @@ class SequenceView:
     @property
     def context(self) -> int:
         """KV tokens the step reads before its new ones (cached prompt, plus outputs fed back)."""
-        return self.computed_tokens if self.is_prefill else self.prompt_tokens + self.output_tokens - 1
+        if self.is_prefill:
+            return self.computed_tokens
+        return self.prompt_tokens + self.output_tokens - self.folded_outputs - 1
 
     def deadline(self) -> float:
         """Deadline of the next output token (FairBatching's request_ddl)."""
@@ -97,7 +106,8 @@ class SequenceView:
         if not self.is_prefill:
             return replace(self, output_tokens=self.output_tokens + 1)
         computed = self.computed_tokens + entry.new_tokens
-        return replace(self, computed_tokens=computed, output_tokens=1 if computed == self.prompt_tokens else 0)
+        emitted = 1 if computed == self.prompt_tokens else 0
+        return replace(self, computed_tokens=computed, output_tokens=self.output_tokens + emitted)
 
 
 @dataclass(frozen=True)
