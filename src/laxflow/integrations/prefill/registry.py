@@ -43,3 +43,35 @@ def prefill_scheduler_class(name: str) -> type[PrefillScheduler]:
 def create_prefill_scheduler(name: str, predictor: TtftPredictor, token_budget: int = 8192) -> PrefillScheduler:
     """A fresh scheduler (one per prefill instance)."""
     return prefill_scheduler_class(name)(predictor, token_budget)
+
+
+# Iteration-level batch schedulers (``iteration.py``): a separate name space,
+# because they are driven per step with a snapshot, not with Submit/Preempt.
+_BATCH_BUILTIN: dict[str, str] = {
+    "fairbatching": "laxflow.integrations.prefill.fairbatching:FairBatching",
+    "sarathi": "laxflow.integrations.prefill.sarathi:Sarathi",
+    "slidebatching": "laxflow.integrations.prefill.slidebatching:SlideBatching",
+    "edf": "laxflow.integrations.prefill.edf_batching:EdfBatching",
+    "sjf": "laxflow.integrations.prefill.sjf:Sjf",
+    "priority": "laxflow.integrations.prefill.priority:Priority",
+}
+_BATCH_LOADED: dict = {}
+
+
+def batch_scheduler_names() -> list[str]:
+    return sorted(set(_BATCH_BUILTIN) | set(_BATCH_LOADED))
+
+
+def batch_scheduler_class(name: str):
+    """The iteration-level scheduler class for ``name``; raises ValueError naming the valid choices."""
+    if name not in _BATCH_LOADED:
+        if name not in _BATCH_BUILTIN:
+            raise ValueError(f"unknown batch scheduler {name!r} (expected one of {', '.join(batch_scheduler_names())})")
+        module, _, attr = _BATCH_BUILTIN[name].partition(":")
+        _BATCH_LOADED[name] = getattr(importlib.import_module(module), attr)
+    return _BATCH_LOADED[name]
+
+
+def create_batch_scheduler(name: str, samples, **options):
+    """A fresh scheduler (one per instance) with its latency model fitted to ``samples`` (BatchSample list)."""
+    return batch_scheduler_class(name).from_profile(samples, **options)
