@@ -160,11 +160,20 @@ def allocate(
     ``from_level`` keep ``prev_rate`` (the caller guarantees those levels and
     their flows' caps are unchanged since ``prev_rate`` was computed, which
     makes their allocation identical) and only the rest is recomputed.
+    Small inputs go to the bit-identical scalar path
+    (:mod:`~laxflow.sim.network.allocator_scalar`).
     """
     n = usage.num_flows
-    rates = np.zeros(n)
     if n == 0:
-        return rates
+        return np.zeros(0)
+    if usage.link.size <= allocator_scalar.FEW_ENTRIES:
+        return np.array(
+            allocator_scalar.allocate_few(
+                capacity, usage.ptr.tolist(), usage.link.tolist(), usage.weight.tolist(), level.tolist(),
+                cap.tolist(), from_level, None if prev_rate is None else prev_rate.tolist(),
+            )  # fmt: skip
+        )
+    rates = np.zeros(n)
     residual = capacity.astype(np.float64, copy=True)
     counts = usage.nnz
     lowest = int(level.min())
@@ -218,3 +227,6 @@ def _snap_saturated(residual: np.ndarray, capacity: np.ndarray, links: np.ndarra
         return
     left = residual[links]
     residual[links[left <= capacity[links] * SATURATED_REL_EPS]] = 0.0
+
+
+from laxflow.sim.network import allocator_scalar  # noqa: E402  (it reads this module's constants)
