@@ -53,7 +53,7 @@ from laxflow.policy.base import Decision, FlowPolicy, Snapshot
 from laxflow.policy.config import MfsConfig
 from laxflow.policy.dscp import DscpMap
 from laxflow.policy.flow import STAGE_CODES, Flow, Stage
-from laxflow.policy.inter_request import LoadTable, schedule_table
+from laxflow.policy.inter_request import LoadTableBuilder, schedule_table
 from laxflow.policy.mfs_scalar import FEW_FLOWS, decide_few
 from laxflow.policy.mlu import level_of, mlu, thresholds
 from laxflow.policy.red import red_order
@@ -404,17 +404,10 @@ class MfsPolicy(FlowPolicy):
         cannot take their bytes off a port.
         """
         remaining = {f: r for f, r in zip(snap.flows, snap.remaining)}
-        # Algorithm 1's arrays, as the coordinator keeps them: ports are the
-        # link indices, requests listed batch by batch, one entry per
-        # (request, link) with its summed load.
-        batch_ids: list[str] = []
-        compute: list[float] = []
-        request_ids: list[str] = []
-        request_batch: list[int] = []
-        deadline: list[float] = []
-        e_req: list[int] = []
-        e_port: list[int] = []
-        e_load: list[float] = []
+        # Algorithm 1's table as the coordinator keeps it: ports are the link
+        # indices, requests listed batch by batch, one entry per (request,
+        # link) with its summed load.
+        table = LoadTableBuilder()
         for b in live:
             loads: dict[int, dict[int, float]] = {}
             longest = 0.0
@@ -430,35 +423,11 @@ class MfsPolicy(FlowPolicy):
                 for link, w in zip(f.links.tolist(), f.weights.tolist()):
                     load[link] = load.get(link, 0.0) + float(remaining[f]) * w
                 longest = max(longest, f.downstream)
-            if not loads:
-                continue
-            for r, load in loads.items():
-                e_req.extend([len(request_ids)] * len(load))
-                e_port.extend(load)
-                e_load.extend(load.values())
-                request_ids.append(self._request_names[r])
-                request_batch.append(len(batch_ids))
-                deadline.append(self._request_deadline[r])
-            batch_ids.append(self._batch_names[b])
-            compute.append(longest)
-        if not batch_ids:
+            if loads:
+                requests = ((self._request_names[r], self._request_deadline[r], load) for r, load in loads.items())
+                table.add_batch(self._batch_names[b], longest, requests)
+        if not table.batch_ids:
             return
-        entry_load = np.array(e_load, dtype=float)
-        keep = entry_load > 0
-        result = schedule_table(
-            LoadTable(
-                now=snap.now,
-                drop_budget=self.config.drop_budget,
-                bandwidth=np.asarray(snap.capacity, dtype=float),
-                batch_ids=batch_ids,
-                compute=np.array(compute, dtype=float),
-                request_ids=request_ids,
-                request_batch=np.array(request_batch, dtype=np.int64),
-                deadline=np.array(deadline, dtype=float),
-                entry_request=np.array(e_req, dtype=np.int64)[keep],
-                entry_port=np.array(e_port, dtype=np.int64)[keep],
-                entry_load=entry_load[keep],
-            )
-        )
+        result = schedule_table(table.build(snap.now, self.config.drop_budget, snap.capacity))
         for name in result.pruned:
             self._pruned[self._request_index[name]] = True

@@ -167,12 +167,7 @@ def allocate(
     if n == 0:
         return np.zeros(0)
     if usage.link.size <= allocator_scalar.FEW_ENTRIES:
-        return np.array(
-            allocator_scalar.allocate_few(
-                capacity, usage.ptr.tolist(), usage.link.tolist(), usage.weight.tolist(), level.tolist(),
-                cap.tolist(), from_level, None if prev_rate is None else prev_rate.tolist(),
-            )  # fmt: skip
-        )
+        return allocator_scalar.allocate_few(capacity, usage, level, cap, from_level, prev_rate)
     rates = np.zeros(n)
     residual = capacity.astype(np.float64, copy=True)
     counts = usage.nnz

@@ -12,113 +12,111 @@ it when ``usage`` has at most :data:`FEW_ENTRIES` entries.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from laxflow.sim.network import allocator
 
 # Up to this many usage entries (flow x link) the scalar path is faster.
-FEW_ENTRIES = 64
+FEW_ENTRIES = 16
 
 
 def allocate_few(
     capacity: np.ndarray,
-    ptr: list[int],
-    links: list[int],
-    weights: list[float],
-    level: list[int],
-    cap: list[float],
+    usage: allocator.Usage,
+    level: np.ndarray,
+    cap: np.ndarray,
     from_level: int | None,
-    prev_rate: list[float] | None,
-) -> list[float]:
-    """Rates of all flows (see ``allocate``), from its inputs as Python lists."""
-    n = len(level)
+    prev_rate: np.ndarray | None,
+) -> np.ndarray:
+    """Rates of all flows (see ``allocate``; same arguments)."""
+    n = usage.num_flows
+    ptr = usage.ptr.tolist()
+    links = usage.link.tolist()
+    weights = usage.weight.tolist()
+    entries = [list(zip(links[ptr[i] : ptr[i + 1]], weights[ptr[i] : ptr[i + 1]])) for i in range(n)]
+    levels = level.tolist()
+    caps = cap.tolist()
     rates = [0.0] * n
-    residual = {link: float(capacity[link]) for link in links}
-    limit = {link: float(capacity[link]) * allocator.SATURATED_REL_EPS for link in residual}
-    lowest = min(level)
+    link_cap = capacity[usage.link].tolist()
+    residual = dict(zip(links, link_cap))
+    eps = allocator.SATURATED_REL_EPS
+    limit = {link: c * eps for link, c in zip(links, link_cap)}
+    lowest = min(levels)
     if from_level is not None and from_level <= lowest:
         from_level = None
-    order = sorted(range(n), key=level.__getitem__)  # stable, as np.argsort(kind="stable")
+    order = sorted(range(n), key=levels.__getitem__)  # stable, as np.argsort(kind="stable")
     if from_level is not None and prev_rate is not None:
+        prev = prev_rate.tolist()
         used: dict[int, float] = {}
         for i in range(n):
-            if level[i] < from_level:
-                rates[i] = prev_rate[i]
-                for e in range(ptr[i], ptr[i + 1]):
-                    used[links[e]] = used.get(links[e], 0.0) + weights[e] * prev_rate[i]
+            if levels[i] < from_level:
+                rates[i] = r = prev[i]
+                for link, w in entries[i]:
+                    used[link] = used.get(link, 0.0) + w * r
         for link, load in used.items():
             residual[link] -= load
-        _snap(residual, limit, residual)
-        order = [i for i in order if level[i] >= from_level]
+        _snap(residual, limit, list(residual))
+        order = [i for i in order if levels[i] >= from_level]
     start = 0
     while start < len(order):
-        end = start
-        while end < len(order) and level[order[end]] == level[order[start]]:
+        end = start + 1
+        while end < len(order) and levels[order[end]] == levels[order[start]]:
             end += 1
         group = order[start:end]
-        _fill(residual, group, ptr, links, weights, cap, rates)
-        _snap(residual, limit, [links[e] for i in group for e in range(ptr[i], ptr[i + 1])])
+        _fill(residual, group, entries, caps, rates)
+        _snap(residual, limit, [link for i in group for link, _ in entries[i]])
         start = end
-    return rates
+    return np.array(rates)
 
 
-def _snap(residual: dict[int, float], limit: dict[int, float], links) -> None:  # type: ignore[no-untyped-def]
+def _snap(residual: dict[int, float], limit: dict[int, float], links: list[int]) -> None:
     for link in links:
         if residual[link] <= limit[link]:
             residual[link] = 0.0
 
 
 def _fill(
-    residual: dict[int, float],
-    flows: list[int],
-    ptr: list[int],
-    links: list[int],
-    weights: list[float],
-    cap: list[float],
-    rates: list[float],
+    residual: dict[int, float], flows: list[int], entries: list[list[tuple[int, float]]], cap: list[float], rates: list[float]
 ) -> None:
     """``water_fill`` for the given flows (global indices) on ``residual``; writes ``rates``."""
     if len(flows) == 1:
         i = flows[0]
-        es = range(ptr[i], ptr[i + 1])
-        share = min([residual[links[e]] / weights[e] for e in es])
-        rate = max(0.0, min(share, cap[i]))
-        rates[i] = rate
-        for e in es:
-            residual[links[e]] = max(residual[links[e]] - weights[e] * rate, 0.0)
+        share = min([residual[link] / w for link, w in entries[i]])
+        rates[i] = rate = max(0.0, min(share, cap[i]))
+        for link, w in entries[i]:
+            residual[link] = max(residual[link] - w * rate, 0.0)
         return
-    for link in {links[e] for i in flows for e in range(ptr[i], ptr[i + 1])}:
-        residual[link] = max(residual[link], 0.0)
-    capped = any(cap[i] != np.inf and cap[i] == cap[i] for i in flows)
+    for i in flows:
+        for link, _ in entries[i]:
+            residual[link] = max(residual[link], 0.0)
+    capped = any(cap[i] != math.inf and cap[i] == cap[i] for i in flows)
     below, above = 1.0 - allocator.REL_EPS, 1.0 + allocator.REL_EPS  # read here: one definition
-    alive = list(flows)
+    alive = flows
     while True:
         load: dict[int, float] = {}
         for i in alive:
-            for e in range(ptr[i], ptr[i + 1]):
-                load[links[e]] = load.get(links[e], 0.0) + weights[e]
+            for link, w in entries[i]:
+                load[link] = load.get(link, 0.0) + w
         share = {link: residual[link] / w for link, w in load.items()}
-        best = {}
-        for i in alive:
-            b = min([share[links[e]] for e in range(ptr[i], ptr[i + 1])])
-            best[i] = min(b, cap[i]) if capped else b
+        best = [min([share[link] for link, _ in entries[i]]) for i in alive]
+        if capped:
+            best = [min(b, cap[i]) for b, i in zip(best, alive)]
         blocked = set()
-        for i in alive:
-            for e in range(ptr[i], ptr[i + 1]):
-                if best[i] < share[links[e]] * below:
-                    blocked.add(links[e])
-        freeze = []
-        thaw = []
-        for i in alive:
-            frozen = any(links[e] not in blocked for e in range(ptr[i], ptr[i + 1]))
-            if capped and cap[i] <= best[i] * above:
-                frozen = True
-            (freeze if frozen else thaw).append(i)
+        for i, b in zip(alive, best):
+            for link, _ in entries[i]:
+                if b < share[link] * below:
+                    blocked.add(link)
         used: dict[int, float] = {}
-        for i in freeze:
-            rates[i] = best[i]
-            for e in range(ptr[i], ptr[i + 1]):
-                used[links[e]] = used.get(links[e], 0.0) + weights[e] * best[i]
+        thaw = []
+        for i, b in zip(alive, best):
+            if any(link not in blocked for link, _ in entries[i]) or (capped and cap[i] <= b * above):
+                rates[i] = b
+                for link, w in entries[i]:
+                    used[link] = used.get(link, 0.0) + w * b
+            else:
+                thaw.append(i)
         for link, amount in used.items():
             residual[link] = max(residual[link] - amount, 0.0)
         if not thaw:
