@@ -15,9 +15,8 @@ from laxflow.sim.network.allocator import Usage, allocate
 
 @pytest.fixture(autouse=True, params=["scalar", "vectorized"])
 def path(request, monkeypatch):
-    """Run the test with small inputs on the scalar path (default) or forced onto the vectorized one."""
-    if request.param == "vectorized":
-        monkeypatch.setattr(allocator_scalar, "FEW_ENTRIES", -1)
+    """Run the test with every input forced onto the scalar path or onto the vectorized one."""
+    monkeypatch.setattr(allocator_scalar, "FEW_ENTRIES", 10**6 if request.param == "scalar" else -1)
     return request.param
 
 

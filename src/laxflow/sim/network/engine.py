@@ -49,6 +49,7 @@ DONE_REL_EPS = 1e-9
 # now) to send: its finish time is not representable as later than now.
 DONE_TIME_EPS = 1e-12
 _NUM_CODES = max(STAGE_CODES.values()) + 1  # bincount length over stage codes
+_STAGE_ITEMS = tuple(STAGE_OF_CODE.items())
 
 Callback = Callable[[Flow], None]
 
@@ -79,6 +80,7 @@ class FluidNetwork:
         self.capacity = topology.capacity
         self.bytes_delivered_by_stage: dict[Stage, float] = {s: 0.0 for s in Stage}
         self.link_load = np.zeros(topology.num_links)
+        self._load_idle = True  # link_load and the utilization are all 0 (until the first rates)
         self.events = 0  # engine events handled (completions, timers, recomputes)
 
         self._flows: list[Flow] = []
@@ -87,6 +89,7 @@ class FluidNetwork:
         self._rate = np.zeros(0)
         self._level = np.zeros(0, dtype=np.int64)  # -1: not decided yet
         self._cap = np.zeros(0)
+        self._no_cap = np.zeros(0)  # the all-inf caps of decisions without caps, reused
         self._queue = np.zeros(0, dtype=np.int64)  # the decision's queue (switch class) per flow
         self._dscp = np.zeros(0, dtype=np.uint8)  # ... and its DSCP
         self._size = np.zeros(0)
@@ -179,11 +182,16 @@ class FluidNetwork:
             sent = self._rate * dt
             np.minimum(sent, self._remaining, out=sent)
             self._remaining -= sent
-            by_stage = np.bincount(self._stage, weights=sent, minlength=_NUM_CODES)
-            for code, stage in STAGE_OF_CODE.items():
-                self.bytes_delivered_by_stage[stage] += float(by_stage[code])
-        decay = math.exp(-dt / self.load_window)
-        self.link_load = self._link_util + (self.link_load - self._link_util) * decay
+            by_stage = np.bincount(self._stage, weights=sent, minlength=_NUM_CODES).tolist()
+            for code, stage in _STAGE_ITEMS:
+                self.bytes_delivered_by_stage[stage] += by_stage[code]
+        if self._load_idle:
+            return  # nothing ever loaded a link: the average stays 0
+        # util + (load - util) * decay, in place (one pass less, no temporaries).
+        load = self.link_load
+        np.subtract(load, self._link_util, out=load)
+        load *= math.exp(-dt / self.load_window)
+        load += self._link_util
 
     def _schedule_recompute(self) -> None:
         now = self.queue.now
@@ -257,8 +265,11 @@ class FluidNetwork:
             return
         decision = self.policy.decide(self._snapshot(now))
         level, cap, queue, dscp = self._check(decision, n)
-        self._allocate(level, cap)
-        self._write_back(level, cap, queue, dscp)
+        # Flows whose level or cap changed (new flows have level -1): they
+        # need new rates and their Flow objects new values.
+        moved = (self._level != level) | (self._cap != cap)
+        self._allocate(level, cap, moved)
+        self._write_back(level, cap, queue, dscp, moved | (self._queue != queue) | (self._dscp != dscp))
         self._level, self._cap, self._queue, self._dscp = level, cap, queue, dscp
         for t in decision.timers:
             if t > now and t not in self._timers and math.isfinite(t):
@@ -287,6 +298,7 @@ class FluidNetwork:
         return snap
 
     def _check(self, decision: Decision, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The decision's arrays, validated (one clear error naming the policy and field)."""
         name = type(self.policy).__name__
         level = np.asarray(decision.level)
         if level.shape != (n,):
@@ -294,44 +306,51 @@ class FluidNetwork:
         if level.dtype.kind not in "iu":
             if not np.all(np.isfinite(level)) or np.any(level != np.round(level)):
                 raise ValueError(f"policy {name}: decision.level must be integers")
-        level = level.astype(np.int64)
-        if np.any(level < 0):
+        level = level.astype(np.int64)  # a copy: the engine keeps it
+        if level.min() < 0:
             raise ValueError(f"policy {name}: decision.level must be >= 0")
         if decision.cap is None:
-            cap = np.full(n, np.inf)
+            if self._no_cap.size != n:
+                self._no_cap = np.full(n, np.inf)
+                self._no_cap.flags.writeable = False  # shared by decisions until n changes
+            cap = self._no_cap
         else:
             cap = np.asarray(decision.cap, dtype=np.float64).copy()
             if cap.shape != (n,):
                 raise ValueError(f"policy {name}: decision.cap has shape {cap.shape}, expected ({n},)")
-            if np.any(np.isnan(cap)) or np.any(cap < 0):
+            if not cap.min() >= 0:  # also catches NaN
                 raise ValueError(f"policy {name}: decision.cap must be >= 0 (inf for none)")
         queue = np.asarray(decision.queue)
-        if queue.shape != (n,) or queue.dtype.kind not in "iu" or (n and queue.min() < 0):
+        if queue.shape != (n,) or queue.dtype.kind not in "iu" or queue.min() < 0:
             raise ValueError(f"policy {name}: decision.queue must be {n} integers >= 0 (one per flow)")
         dscp = np.asarray(decision.dscp)
-        if dscp.shape != (n,) or dscp.dtype != np.uint8 or (n and dscp.max() > 63):
+        if dscp.shape != (n,) or dscp.dtype != np.uint8 or dscp.max() > 63:
             raise ValueError(f"policy {name}: decision.dscp must be {n} uint8 codepoints in 0..63 (one per flow)")
         return level, cap, queue.astype(np.int64, copy=False), dscp
 
-    def _allocate(self, level: np.ndarray, cap: np.ndarray) -> None:
-        """Rates for the new decision, reusing the levels no change touched."""
+    def _allocate(self, level: np.ndarray, cap: np.ndarray, changed: np.ndarray) -> None:
+        """Rates for the new decision, reusing the levels no change touched
+        (``changed``: flows whose level or cap is not the last decision's)."""
         old = self._level
-        changed = (old < 0) | (old != level) | (self._cap != cap)
-        touched = [int(level[changed].min())] if changed.any() else []
-        prev = old[changed & (old >= 0)]
-        if prev.size:
-            touched.append(int(prev.min()))
+        touched = []
+        if changed.any():
+            touched.append(int(level[changed].min()))
+            prev = old[changed]
+            if prev.max() >= 0:
+                touched.append(int(prev[prev >= 0].min()))
         if self._removed_min_level is not None:
             touched.append(self._removed_min_level)
         self._removed_min_level = None
         if not touched:
             return  # same flows, levels and caps: same rates
         self._rate = allocate(self.capacity, self._usage, level, cap, from_level=min(touched), prev_rate=self._rate)
-        self._link_util = self._usage.link_load(self._rate, self.capacity.size) / self.capacity
+        self._link_util = self._usage.link_load(self._rate, self.capacity.size)
+        self._link_util /= self.capacity
+        self._load_idle = False
 
-    def _write_back(self, level: np.ndarray, cap: np.ndarray, queue: np.ndarray, dscp: np.ndarray) -> None:
-        """Write levels, caps, queues and DSCPs into the Flow objects (only those that changed)."""
-        changed = np.flatnonzero((self._level != level) | (self._cap != cap) | (self._queue != queue) | (self._dscp != dscp))
+    def _write_back(self, level: np.ndarray, cap: np.ndarray, queue: np.ndarray, dscp: np.ndarray, changed: np.ndarray) -> None:
+        """Write levels, caps, queues and DSCPs into the Flow objects (only those that ``changed``)."""
+        changed = np.flatnonzero(changed)
         flows = self._flows
         rows = zip(changed.tolist(), level[changed].tolist(), cap[changed].tolist(), queue[changed].tolist(), dscp[changed].tolist())
         for i, lev, c, q, d in rows:
