@@ -166,7 +166,10 @@ def allocate(
     n = usage.num_flows
     if n == 0:
         return np.zeros(0)
-    if usage.link.size <= allocator_scalar.FEW_ENTRIES:
+    entries, few = usage.link.size, allocator_scalar.FEW_ENTRIES
+    # The vectorized path costs a few dozen NumPy calls per level, the scalar
+    # one a few Python steps per entry: scalar for few entries per level.
+    if entries <= few or entries <= few * (int(level.max()) - int(level.min()) + 1):
         return allocator_scalar.allocate_few(capacity, usage, level, cap, from_level, prev_rate)
     rates = np.zeros(n)
     residual = capacity.astype(np.float64, copy=True)

@@ -103,7 +103,10 @@ class FluidNetwork:
         self._usage = Usage(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
         self._pending: list[tuple[Flow, Callback | None, np.ndarray, np.ndarray]] = []
         self._removed_min_level: int | None = None  # lowest level a removal touched
-        self._link_util = np.zeros(topology.num_links)
+        # Utilization of the links live flows use (all others are at 0), as
+        # (link indices, values): the average's update touches only those.
+        self._util_links = np.zeros(0, dtype=np.int64)
+        self._util = np.zeros(0)
         self._t = self.queue.now  # time up to which bytes are accounted
         self._recompute_at: float | None = None
         self._completion_gen = 0
@@ -187,11 +190,13 @@ class FluidNetwork:
                 self.bytes_delivered_by_stage[stage] += by_stage[code]
         if self._load_idle:
             return  # nothing ever loaded a link: the average stays 0
-        # util + (load - util) * decay, in place (one pass less, no temporaries).
-        load = self.link_load
-        np.subtract(load, self._link_util, out=load)
-        load *= math.exp(-dt / self.load_window)
-        load += self._link_util
+        # load <- util + (load - util) * decay: where util is 0 that is
+        # load * decay, the same float result, done in one pass in place.
+        decay = math.exp(-dt / self.load_window)
+        load, links, util = self.link_load, self._util_links, self._util
+        old = load[links]
+        load *= decay
+        load[links] = util + (old - util) * decay
 
     def _schedule_recompute(self) -> None:
         now = self.queue.now
@@ -259,7 +264,7 @@ class FluidNetwork:
         n = len(self._flows)
         if n == 0:
             self._rate = np.zeros(0)
-            self._link_util = np.zeros(self.capacity.size)
+            self._util_links, self._util = np.zeros(0, dtype=np.int64), np.zeros(0)
             self._removed_min_level = None
             self._completion_gen += 1
             return
@@ -285,7 +290,7 @@ class FluidNetwork:
             flows=list(self._flows),  # a copy: the engine edits its list in place
             remaining=self._remaining.copy(),
             capacity=self.capacity,
-            link_load=np.clip(self.link_load, 0.0, 1.0),
+            link_load=np.minimum(np.maximum(self.link_load, 0.0), 1.0),  # clip, at a third of np.clip's cost
             load_window=self.load_window,
         )
         # Columns the engine already holds as arrays: fill the snapshot's
@@ -344,8 +349,10 @@ class FluidNetwork:
         if not touched:
             return  # same flows, levels and caps: same rates
         self._rate = allocate(self.capacity, self._usage, level, cap, from_level=min(touched), prev_rate=self._rate)
-        self._link_util = self._usage.link_load(self._rate, self.capacity.size)
-        self._link_util /= self.capacity
+        # Per entry (a link may repeat: the same value is then written twice).
+        links = self._usage.link
+        self._util_links = links
+        self._util = self._usage.link_load(self._rate, self.capacity.size)[links] / self.capacity[links]
         self._load_idle = False
 
     def _write_back(self, level: np.ndarray, cap: np.ndarray, queue: np.ndarray, dscp: np.ndarray, changed: np.ndarray) -> None:
