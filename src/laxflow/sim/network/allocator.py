@@ -166,18 +166,22 @@ def allocate(
     n = usage.num_flows
     if n == 0:
         return np.zeros(0)
+    if n <= 256:  # Python min/max: a NumPy reduction costs more on a short array
+        levels = level.tolist()
+        lowest, highest = min(levels), max(levels)
+    else:
+        lowest, highest = int(level.min()), int(level.max())
     entries, few = usage.link.size, allocator_scalar.FEW_ENTRIES
     # The vectorized path costs a few dozen NumPy calls per level, the scalar
     # one a few Python steps per entry: scalar for few entries per level.
-    if entries <= few or entries <= few * (int(level.max()) - int(level.min()) + 1):
+    if entries <= few * (highest - lowest + 1):
         return allocator_scalar.allocate_few(capacity, usage, level, cap, from_level, prev_rate)
     rates = np.zeros(n)
     residual = capacity.astype(np.float64, copy=True)
     counts = usage.nnz
-    lowest = int(level.min())
     if from_level is not None and from_level <= lowest:
         from_level = None  # every level is recomputed
-    if from_level is None and lowest == level.max():
+    if from_level is None and lowest == highest:
         # One level (fair sharing): no reordering needed.
         rates = water_fill(residual, usage.link, usage.weight, counts, cap)
         _snap_saturated(residual, capacity, usage.link)
