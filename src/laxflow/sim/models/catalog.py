@@ -95,9 +95,14 @@ DEPLOYMENTS: dict[str, Deployment] = {
         # Not in the paper: the testbed's layout on the simulation's A100 nodes.
         Deployment(name="mixtral-8x7b", model="mixtral-8x7b", tp=1, ep=8, gpus=8,
                    source="testbed layout (paper §6.2) on A100 nodes", **_A100_NODE),
-        Deployment(name="testbed-mixtral-8x7b", model="mixtral-8x7b", tp=1, ep=8, gpus=8,
+        # The testbed runs vLLM (PyTorch 2.8, so vLLM 0.10/0.11) with DP+EP on
+        # PCIe GeForce cards, where DeepEP's NVLink/GPUDirect kernels do not
+        # run: its MoE exchange is vLLM's default all2all backend,
+        # allgather_reducescatter (every token to every EP rank), not a top-k dispatch.
+        Deployment(name="testbed-mixtral-8x7b", model="mixtral-8x7b", tp=1, ep=8, gpus=8, ep_comm="allgather",
                    source="MFS paper §2.2/§6.1/§6.2: 8 servers x 4 RTX 3090, 2 x 100 Gbit/s ConnectX-5 "
-                   "per server, PCIe Gen3 inside; prefill cluster of 16 GPUs = two TP1 EP8 units",
+                   "per server, PCIe Gen3 inside; prefill cluster of 16 GPUs = two TP1 EP8 units; vLLM's "
+                   "default DP+EP all2all backend (allgather_reducescatter)",
                    **_TESTBED_NODE),
     )
 }
