@@ -34,7 +34,20 @@ _H = {
     "trace_format": "Trace format: qwen-bailian, mooncake, azure, burstgpt.",
     "preset": "demo, testbed-qwenA, testbed-qwenB, fig10-mixtral, ..., fig13 (see README).",
     "quiet": "No progress bar.",
+    "kv_placement": "Where reusable KV lives: pool (the paper's: on the unit that computed it, others fetch it) "
+    "or local-cache (every unit keeps a copy). Default: pool.",
 }
+
+
+def _with_kv_placement(config: Any, meta: dict[str, Any], placement: Optional[str]) -> tuple[Any, dict[str, Any]]:
+    """``--kv-placement`` over the preset's config (validated by ServingConfig itself)."""
+    if placement is not None:
+        try:
+            config = replace(config, kv_placement=placement)
+        except UserError as exc:
+            raise UserError(f"--kv-placement: {exc}".replace("kv_placement: ", "")) from None
+    meta["kv_placement"] = config.kv_placement
+    return config, meta
 
 
 def _split(value: str, flag: str) -> list[str]:
@@ -211,6 +224,7 @@ def serve(
     preset: Optional[str] = typer.Option(None, "--preset", help=_H["preset"]),
     jobs: int = typer.Option(0, "--jobs", help="Parallel worker processes (0: one per CPU, up to 8)."),
     quiet: bool = typer.Option(False, "--quiet", help=_H["quiet"]),
+    kv_placement: Optional[str] = typer.Option(None, "--kv-placement", help=_H["kv_placement"]),
 ) -> None:
     """Run every policy on the same workload at one rate; print a table."""
     from laxflow.sim.serving.experiment import default_jobs
@@ -220,6 +234,7 @@ def serve(
     _check_out(plot, "--plot")
     config, names, wl, n, sd, meta = _build(preset, model, workload, policies, requests, warmup, seed, servers,
                                             slo_scale, topology, trace, trace_format)
+    config, meta = _with_kv_placement(config, meta, kv_placement)
     if rate is None:
         rate = 0.0 if trace is not None else meta["preset_rates"][-1]  # a trace keeps its own timestamps
     elif not (math.isfinite(rate) and rate > 0):
@@ -257,6 +272,7 @@ def sweep(
     jobs: int = typer.Option(0, "--jobs", help="Parallel worker processes (0: one per CPU, up to 8)."),
     ray_address: Optional[str] = typer.Option(None, "--ray", help="Run on a Ray cluster at this address (extra 'ray')."),
     quiet: bool = typer.Option(False, "--quiet", help=_H["quiet"]),
+    kv_placement: Optional[str] = typer.Option(None, "--kv-placement", help=_H["kv_placement"]),
 ) -> None:
     """Sweep the request rate: attainment table, attainment-vs-rate plot, goodput per policy."""
     from laxflow.sim.serving.experiment import default_jobs
@@ -266,6 +282,7 @@ def sweep(
     _check_out(plot, "--plot")
     config, names, wl, n, sd, meta = _build(preset, model, workload, policies, requests, warmup, seed, servers,
                                             slo_scale, topology, trace, trace_format)
+    config, meta = _with_kv_placement(config, meta, kv_placement)
     rate_list = _rates(rates) if rates is not None else meta["preset_rates"]
     rows = _execute(config, names, wl, n, sd, rate_list, trace, trace_format, jobs or default_jobs(), ray_address,
                     quiet)
