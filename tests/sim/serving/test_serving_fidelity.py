@@ -156,3 +156,18 @@ def test_serving_config_validates_on_construction():
     with pytest.raises(UserError, match="servers"):
         ClusterConfig(servers=1)
     assert ServingConfig().kv_placement == "pool"  # the paper's setting is the default
+
+
+def test_testbed_allgather_rings_spread_over_every_nic():
+    """vLLM's allgather_reducescatter on the testbed: NCCL rings, one per channel, each crossing between
+    the two servers at a different GPU, so all 8 NICs carry the same share (not 2 of them everything)."""
+    from laxflow.sim.serving.plan import ModelRunner
+
+    runner = ModelRunner("mixtral-8x7b", "testbed-mixtral-8x7b")
+    cluster = Cluster(ClusterConfig(servers=8, gpus_per_server=4, nic_gbps=50.0, nvswitch_gbps=126.0,
+                                    topology="testbed"), runner.unit_gpus)
+    plan = runner.plan(cluster, cluster.prefill_units[0], [1000] * 8, [1000] * 8, list(range(8)))
+    dispatch = next(s for s in plan.segments if s.name == "ep-dispatch")
+    assert dispatch.pattern.pairs == 8  # 4 rings x 2 crossing hops
+    share = dispatch.pattern.weights / dispatch.pattern.pairs  # share of the group's network bytes per link
+    assert share.max() == pytest.approx(1 / 8)  # one ring would put 1/2 on each of two NICs

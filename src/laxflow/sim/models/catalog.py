@@ -92,9 +92,12 @@ _PAPER = "MFS paper §6.1/§6.3"
 #     15.75 GB/s per direction for intra-server traffic;
 #   * the MoE exchange, from the software the paper names (vLLM on PyTorch
 #     2.8, DP+EP): vLLM's default all2all backend allgather_reducescatter.
-# With these, one 2,000-token request alone spends 34 % of each layer in the
-# all-to-alls and a full step (8 ranks x 8,192 tokens) 47 %: the paper's
-# range, where the top-k dispatch we modelled before gave about 6 %.
+#   * NCCL's rings: one per channel, spread over the NICs (serving/plan.py).
+# With these, one 2,000-token request alone spends 13 % of each layer in the
+# all-to-alls and a full step (8 ranks x 8,192 tokens) 21 % (PCIe, not the
+# NICs, is the bottleneck), against about 60 % implied by Fig. 5. Matching
+# that would take the network at about 10-16 % of line rate; we have no
+# measurement that justifies such a derating, so we do not apply one.
 _A100_NODE = dict(gpu=GPUS["a100"], nic_gbps=200.0, gpus_per_node=8, intra_node_gbps=900 * 8.0)
 _TESTBED_NODE = dict(gpu=GPUS["rtx3090"], nic_gbps=50.0, gpus_per_node=4,
                      # PCIe Gen3 x16: 15.75 GB/s per direction.

@@ -120,19 +120,22 @@ class ModelRunner:
             groups = [[a * size + r * self.tp + k for r in range(self.sp)] for a in range(gpus // size) for k in range(self.tp)]
             segs.append(self._coll(cluster, unit, "sp", "ring", groups, traffic.sp_bytes))
         if self.ep > 1 and traffic.ep_dispatch_bytes + traffic.ep_combine_bytes > 0:
+            per_gpu = float(traffic.ep_dispatch_bytes)
             if d.ep_comm == "allgather":
-                pattern = cluster.collective(unit, "ring", [list(range(gpus))])
+                # NCCL runs one ring per channel and spreads the channels over the NICs: ring c
+                # enters and leaves each server at its c-th GPU, so every NIC carries 1/rings.
+                rings = self._nccl_rings(cluster, unit)
+                pattern = cluster.collective(unit, "ring", rings)
+                per_gpu /= len(rings)
             else:
                 gps = int(cluster.config.gpus_per_server)
                 hits = m.ep_node_hits(self.model, d, gps)
                 fanout = self.model.top_k * d.expert_tp * (1.0 - 1.0 / min(gps, gpus))
                 pattern = cluster.ep_hierarchical(unit, tuple(hits), fanout)
             segs.append(Segment("compute", t.total - t.experts))
-            segs.append(Segment("collective", name="ep-dispatch", pattern=pattern,
-                                per_gpu_bytes=float(traffic.ep_dispatch_bytes)))
+            segs.append(Segment("collective", name="ep-dispatch", pattern=pattern, per_gpu_bytes=per_gpu))
             segs.append(Segment("compute", t.experts))
-            segs.append(Segment("collective", name="ep-combine", pattern=pattern,
-                                per_gpu_bytes=float(traffic.ep_combine_bytes)))
+            segs.append(Segment("collective", name="ep-combine", pattern=pattern, per_gpu_bytes=per_gpu))
         else:
             segs.append(Segment("compute", t.total))
         if self.tp > cluster.config.gpus_per_server and traffic.tp_bytes > 0:
@@ -140,6 +143,17 @@ class ModelRunner:
             segs.append(self._coll(cluster, unit, "tp", "ring", groups, traffic.tp_bytes))
         segs = [s for s in segs if not (s.kind == "compute" and s.seconds <= 0)]
         return LayerPlan(tuple(segs), float(t.total))
+
+    @staticmethod
+    def _nccl_rings(cluster: Cluster, unit: Unit) -> list[list[int]]:
+        """One ring over the unit per GPU of a server (positions in ``unit.gpus``), rotated so that ring c
+        crosses between servers at each server's c-th GPU."""
+        servers: dict[int, list[int]] = {}
+        for pos, g in enumerate(unit.gpus):
+            servers.setdefault(cluster.server_of(g), []).append(pos)
+        nodes = [servers[k] for k in sorted(servers)]
+        width = max(len(n) for n in nodes)
+        return [[n[(c + 1 + i) % len(n)] for n in nodes for i in range(len(n))] for c in range(width)]
 
     def _coll(self, cluster: Cluster, unit: Unit, name: str, kind: str, groups: list[list[int]], nbytes: float) -> Segment:
         return Segment("collective", name=name, pattern=cluster.collective(unit, kind, groups), per_gpu_bytes=float(nbytes))
