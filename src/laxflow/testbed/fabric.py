@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from laxflow.errors import UserError
+from laxflow.errors import UserError, user_errors
 from laxflow.policy.dscp import CNP_DSCP, LOSSLESS_DSCP, DscpMap, default_dscp_map
 
 STATE_DIR = Path("/run/laxflow/testbed")
@@ -100,10 +100,8 @@ class FabricConfig:
         if not _NAME_RE.match(self.name):
             raise UserError(f"--name: expected 1-12 lowercase letters/digits starting with a letter, got {self.name!r}")
         parse_rate(self.rate)
-        try:
+        with user_errors("levels"):
             default_dscp_map(self.levels)
-        except ValueError as exc:
-            raise UserError(f"levels: {exc}") from None
         if not 10 <= self.queue_packets <= 100_000:
             raise UserError(f"queue_packets: expected 10..100000, got {self.queue_packets}")
 

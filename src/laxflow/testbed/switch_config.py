@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import re
 
-from laxflow.errors import UserError
+from laxflow.errors import UserError, user_errors
 from laxflow.policy.dscp import DscpMap, default_dscp_map
 
 VENDORS = ("sonic", "onyx", "cumulus")
@@ -145,10 +145,8 @@ def render(vendor: str, nic: str | None = None, ports: str | None = None, levels
         raise UserError(f"--vendor: expected one of {', '.join(VENDORS)}, got {vendor!r}")
     if nic is not None and nic not in NICS:
         raise UserError(f"--nic: expected one of {', '.join(NICS)}, got {nic!r}")
-    try:
+    with user_errors("--levels"):
         dscp_map = default_dscp_map(levels)
-    except ValueError as exc:
-        raise UserError(f"--levels: {exc}") from None
     port_list = [p.strip() for p in (ports or DEFAULT_PORTS[vendor]).split(",") if p.strip()]
     for port in port_list:
         if not _PORT_RE[vendor].match(port):

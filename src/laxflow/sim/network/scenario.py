@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from laxflow.errors import UserError, read_json_file
+from laxflow.errors import UserError, read_json_file, user_errors
 from laxflow.policy.flow import Flow, Stage
 from laxflow.policy.registry import create_policy
 from laxflow.sim.events import EventQueue, Priority
@@ -121,10 +121,8 @@ def _parse_flow(raw: Any, k: int, topology: Topology, source: str) -> FlowSpec:
     size = _number(raw["size"], f"{where}: field 'size'", positive=True)
     arrival = _number(raw.get("arrival", 0.0), f"{where}: field 'arrival'", minimum=0.0)
     stage_text = raw.get("stage", Stage.P2D.value)
-    try:
+    with user_errors(f"{where}: field 'stage'"):
         stage = Stage.parse(stage_text) if isinstance(stage_text, str) else Stage.parse(repr(stage_text))
-    except ValueError as exc:
-        raise UserError(f"{where}: field 'stage': {exc}") from None
     request = raw.get("request", flow_id)
     if not isinstance(request, str) or not request:
         raise UserError(f"{where}: field 'request' must be a non-empty string")
