@@ -45,7 +45,7 @@ class FourLevels(FlowPolicy):
     name = "bench-4-levels"
 
     def decide(self, snap: Snapshot) -> Decision:
-        return Decision(level=np.array([f.state["level"] for f in snap.flows], dtype=np.int64))
+        return self.decision(np.array([f.state["level"] for f in snap.flows], dtype=np.int64))
 
 
 def random_usage(topo, n: int, rng: np.random.Generator) -> Usage:
@@ -67,7 +67,7 @@ class RotatingLevels(FlowPolicy):
     def decide(self, snap: Snapshot) -> Decision:
         self.calls += 1
         base = np.arange(len(snap.flows), dtype=np.int64)
-        return Decision(level=(base + self.calls) % LEVELS)
+        return self.decision((base + self.calls) % LEVELS)
 
 
 def recompute_ms(topo, n: int, repeats: int, rng: np.random.Generator) -> float:

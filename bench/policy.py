@@ -53,7 +53,7 @@ def bench_decision(repeats: int = 7) -> tuple[float, float]:
     remaining = np.array([f.size for f in flows])
 
     def snap(now: float) -> Snapshot:
-        return Snapshot(now=now, flows=flows, remaining=remaining, capacity=capacity, link_load=rng.uniform(0, 0.9, LINKS))
+        return Snapshot(now=now, flows=flows, remaining=remaining, capacity=capacity, link_load=rng.uniform(0, 0.9, LINKS), load_window=0.01)
 
     t0 = time.perf_counter()
     policy.decide(snap(0.0))

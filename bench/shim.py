@@ -11,6 +11,14 @@ then measures (medians over repetitions):
   defer_release_ns   ns the shim adds per work request posted while its gate
                      is closed, deep-copied, queued and posted on release;
                      target <= 1000.
+  tagged_open_ns     ns the shim adds per work request on a tagged QP whose
+                     gate is open (tag and permit read, message accounting);
+                     target <= 60.
+  reattach_ms        ms from a new daemon's first heartbeat (its segment's
+                     creation) until every one of 4 running processes has
+                     re-attached to it, the old daemon having stopped beating
+                     at that moment; target <= 2 x the staleness limit
+                     (100 ms by default).
   ring_events_per_s  events/s through the event ring, C producers -> C
                      consumer, with 1 and 4 producer threads.
   python_drain_events_per_s
@@ -122,6 +130,40 @@ def python_drain_full(producer: Path, seg: Segment) -> float:
     return got / (time.perf_counter() - t0)
 
 
+def reattach_ms(bench: Path, env: dict[str, str], name: str, nprocs: int) -> float:
+    """Daemon restart: nprocs processes attached to daemon A; A stops beating
+    and its name goes; B creates the segment anew.  ms from B's creation (its
+    first heartbeat) until all nprocs processes have claimed a slot in B."""
+    env = {**env, "LAXFLOW_SHM_NAME": name}
+    a = Heartbeat(name)
+    procs = [subprocess.Popen([str(bench), "idle"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for _ in range(nprocs)]
+    b = None
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready"
+        pids = {p.pid for p in procs}
+        deadline = time.monotonic() + 30
+        while not pids <= set(a.seg.proc_pids()):
+            if time.monotonic() > deadline:
+                raise RuntimeError("processes never attached to the first daemon")
+            time.sleep(0.001)
+        a.close()  # stops beating and unlinks the name
+        b = Heartbeat(name)
+        created = b.seg.raw.header.created_ns
+        while not pids <= set(b.seg.proc_pids()):
+            if time.monotonic() > deadline + 30:
+                raise RuntimeError("processes never re-attached")
+            time.sleep(0.0005)
+        return (time.monotonic_ns() - created) / 1e6
+    finally:
+        for p in procs:
+            p.stdin.close()
+            p.wait()
+        if b:
+            b.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
@@ -143,6 +185,8 @@ def main() -> None:
             n_defer = 4096
             defer_base = median_of_runs(bench, base, "defer", n_defer, 21, runs)
             defer_shim = median_of_runs(bench, shim, "defer", n_defer, 21, runs)
+            open_base = median_of_runs(bench, base, "open", n_post, 9, runs)
+            open_shim = median_of_runs(bench, shim, "open", n_post, 9, runs)
             counters = hb.seg.counters()
             ring = {}
             for p in (1, 4):
@@ -156,10 +200,13 @@ def main() -> None:
         # no segment at all: the fail-open path
         absent = {**shim, "LAXFLOW_SHM_NAME": f"/lxf-bench-absent-{os.getpid()}"}
         no_daemon = median_of_runs(bench, absent, "post", n_post, 9, runs)
+        reattach = [reattach_ms(bench, shim, f"/lxf-bench-re-{os.getpid()}-{i}", 4) for i in range(3)]
 
     result = {
         "passthrough_ns": round(live_untagged - baseline, 1),
         "defer_release_ns": round(defer_shim - defer_base, 1),
+        "tagged_open_ns": round(open_shim - open_base, 1),
+        "reattach_ms": round(statistics.median(reattach), 1),
         "ring_events_per_s": {k: round(v) for k, v in ring.items()},
         "python_drain_events_per_s": round(drain),
         "detail": {
@@ -169,6 +216,10 @@ def main() -> None:
             "passthrough_ns_no_daemon": round(no_daemon - baseline, 1),
             "defer_cycle_ns_without_shim": round(defer_base, 1),
             "defer_cycle_ns_with_shim": round(defer_shim, 1),
+            "post_ns_tagged_open_without_shim": round(open_base, 1),
+            "post_ns_tagged_open_with_shim": round(open_shim, 1),
+            "reattach_ms_runs": [round(x, 1) for x in reattach],
+            "stale_ms": lib.LXF_DEFAULT_STALE_NS / 1e6,
             "wr_deferred": counters["wr_deferred"],
             "wr_released": counters["wr_released"],
             "python_drain_full_ring_events_per_s": round(drain_full),

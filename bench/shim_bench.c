@@ -5,6 +5,10 @@
  *   shim_bench defer N REPS    ns per WR to post N WRs on a tagged QP whose gate
  *                              is closed, open the gate and have them released
  *                              (without the shim: the same posts, gate ignored)
+ *   shim_bench open N REPS     ns per ibv_post_send of a 1-WR chain on a QP tagged
+ *                              with a message whose gate is open
+ *   shim_bench idle            open a device (the shim's progress thread starts),
+ *                              print "ready", wait for stdin to close
  *   shim_bench ring P N        events/s through the event ring, P producer
  *                              threads, one C consumer thread
  * Prints one number per rep (or one for ring).  Runs against the fake
@@ -108,6 +112,46 @@ static void bench_defer(long n, int reps)
     }
 }
 
+static void bench_open(long n, int reps)
+{
+    setup_verbs();
+    int status;
+    struct lxf_segment *seg = lxf_segment_attach(getenv("LAXFLOW_SHM_NAME"), &status);
+    if (!seg) {
+        fprintf(stderr, "no segment (status %d)\n", status);
+        exit(2);
+    }
+    /* bytes 0: the message never ends, every post belongs to it */
+    struct lxf_tag_value tag = {.msg_id = lxf_msg_id_alloc(seg), .request_id = 1, .stage = LXF_STAGE_P2D,
+                                .dscp = -1};
+    lxf_permit_set(seg, tag.msg_id, LXF_GATE_OPEN, 0, 0);
+    lxf_tag_write(seg, (uint32_t)getpid(), LXF_TAG_QP, g_qp->qp_num, &tag);
+    struct lxf_event sink[8192];
+    for (int r = 0; r < reps; r++) {
+        uint64_t t0 = lxf_now_ns();
+        for (long i = 0; i < n; i++) {
+            post_one((uint64_t)i);
+            if (i % 4096 == 4095)
+                drain_cq();
+        }
+        uint64_t t1 = lxf_now_ns();
+        drain_cq();
+        while (lxf_event_pop_batch(seg, sink, 8192) > 0) {
+        }
+        printf("%.3f\n", (double)(t1 - t0) / (double)n);
+    }
+}
+
+static void idle(void)
+{
+    setup_verbs();
+    printf("ready\n");
+    fflush(stdout);
+    char buf[64];
+    while (fgets(buf, sizeof buf, stdin)) {
+    }
+}
+
 /* ------------------------------------------------------------------ ring */
 
 static struct lxf_segment *g_seg;
@@ -154,9 +198,15 @@ static void bench_ring(int producers, long total)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "idle") == 0) {
+        idle();
+        return 0;
+    }
     if (argc < 4)
         return 2;
-    if (strcmp(argv[1], "post") == 0)
+    if (strcmp(argv[1], "open") == 0)
+        bench_open(atol(argv[2]), atoi(argv[3]));
+    else if (strcmp(argv[1], "post") == 0)
         bench_post(atol(argv[2]), atoi(argv[3]));
     else if (strcmp(argv[1], "defer") == 0)
         bench_defer(atol(argv[2]), atoi(argv[3]));

@@ -40,7 +40,7 @@ extern "C" {
 /* LAXFLOW_CDEF_BEGIN */
 
 #define LXF_SHM_MAGIC 0x4C58464C4F57534D
-#define LXF_SHM_VERSION 1
+#define LXF_SHM_VERSION 2
 
 #define LXF_EVENT_RING_SLOTS 65536
 #define LXF_CMD_RING_SLOTS 256
@@ -51,6 +51,13 @@ extern "C" {
 
 /* default staleness of the daemon heartbeat, used when header.stale_ns is 0 */
 #define LXF_DEFAULT_STALE_NS 100000000
+
+/* A push gives up (dropped, counted) after this many failed tries: a corrupt
+ * slot or a wedged ring never holds a posting thread. */
+#define LXF_RING_PUSH_TRIES 4096
+/* The consumer skips (counts) a slot claimed but not published for longer
+ * than this: its producer died between claim and publish. */
+#define LXF_RING_SKIP_NS 50000000
 
 /* lxf_event.kind */
 #define LXF_EV_SUBMIT 1
@@ -111,6 +118,15 @@ struct lxf_counters {
                                   release-all or pass-through command, QP destroyed, internal error */
     uint64_t wr_post_errors;   /* deferred work requests the device refused at release */
     uint64_t shim_internal_errors; /* allocation failures and the like, each failed open */
+    uint64_t events_skipped;   /* ring slots the consumer skipped: claimed and never published
+                                  (producer died) or a corrupt sequence number, repaired */
+    uint64_t reattaches;       /* shims that moved to this segment from a replaced one */
+    uint64_t wr_defer_timeouts; /* deferred WRs released because they waited longer than the
+                                   maximum deferral age (also in wr_failopen) */
+    uint64_t injected_dropped; /* error completions a shim could not hold (buffer full) */
+    uint64_t sock_tos_set;     /* setsockopt(IP_TOS) calls made because a socket's class changed */
+    uint64_t sock_msgs;        /* socket messages (tagged socket, new msg_id) seen by shims */
+    uint64_t pad[2];
 };
 
 /* One event, shim or adapter -> daemon.  56 bytes. */
@@ -131,10 +147,14 @@ struct lxf_event_slot {
     struct lxf_event ev;
 };
 
-/* MPSC ring: producers claim with CAS on tail, one consumer advances head. */
+/* MPSC ring: producers claim with CAS on tail, one consumer advances head.
+ * stall_pos / stall_since_ns are the consumer's own: the position + 1 of a
+ * slot seen claimed but unpublished, and since when (LXF_RING_SKIP_NS). */
 struct lxf_event_ring {
     uint64_t head;        /* consumer cursor (daemon only) */
-    uint64_t head_pad[7];
+    uint64_t stall_pos;
+    uint64_t stall_since_ns;
+    uint64_t head_pad[5];
     uint64_t tail;        /* producer claim cursor */
     uint64_t tail_pad[7];
     struct lxf_event_slot slots[LXF_EVENT_RING_SLOTS];
@@ -154,19 +174,24 @@ struct lxf_cmd_slot {
 };
 
 struct lxf_cmd_ring {
-    uint64_t head;
-    uint64_t head_pad[7];
+    uint64_t head;        /* consumer cursor (the shim's progress thread) */
+    uint64_t stall_pos;
+    uint64_t stall_since_ns;
+    uint64_t head_pad[5];
     uint64_t tail;
     uint64_t tail_pad[7];
     struct lxf_cmd_slot slots[LXF_CMD_RING_SLOTS];
 };
 
-/* One attached process.  pid 0 = free; claimed with CAS by the shim. */
+/* One attached process.  pid 0 = free; claimed with CAS by the shim.  A
+ * process is (pid, start_ticks): a pid reused by a later process has another
+ * start time, so the daemon never takes it for the process that attached. */
 struct lxf_proc {
     uint32_t pid;
     uint32_t state;       /* reserved */
     uint64_t attach_ns;   /* CLOCK_MONOTONIC ns when claimed */
-    uint64_t pad[6];
+    uint64_t start_ticks; /* field 22 of /proc/<pid>/stat: start time in clock ticks since boot */
+    uint64_t pad[5];
     struct lxf_cmd_ring cmds;
 };
 
@@ -238,8 +263,9 @@ int lxf_event_pop_batch(struct lxf_segment *seg, struct lxf_event *out, int max)
 int lxf_cmd_push(struct lxf_segment *seg, struct lxf_proc *proc, const struct lxf_command *cmd);
 int lxf_cmd_pop_batch(struct lxf_proc *proc, struct lxf_command *out, int max);
 
-/* Process slots: claim returns NULL when all are taken. */
-struct lxf_proc *lxf_proc_claim(struct lxf_segment *seg, uint32_t pid);
+/* Process slots: claim returns NULL when all are taken.  A slot is found by
+ * (pid, start_ticks); find matches the pid alone (the daemon's commands). */
+struct lxf_proc *lxf_proc_claim(struct lxf_segment *seg, uint32_t pid, uint64_t start_ticks);
 struct lxf_proc *lxf_proc_find(struct lxf_segment *seg, uint32_t pid);
 void lxf_proc_release(struct lxf_proc *proc);
 

@@ -11,9 +11,11 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "shim_internal.h"
@@ -28,6 +30,14 @@ static struct lxf_segment *g_seg;   /* set once attached, read with acquire */
 static struct lxf_proc *g_proc;     /* our command-ring slot */
 static int g_pass_through;          /* daemon said LXF_CMD_PASS_THROUGH */
 static uint32_t g_pid;
+static uint64_t g_start_ticks;      /* our start time: (pid, start) is our identity */
+static uint32_t g_gen;              /* +1 each time we move to a new segment */
+static uint64_t g_next_check_ns;    /* rate limit of lxf_maintain */
+/* The progress thread's view of the daemon's liveness, refreshed on each of
+ * its turns, so that the post path reads a flag instead of the clock (a
+ * clock read costs 20-150 ns, more than the whole open-gate path). */
+static int g_live_cached;
+static int g_live_valid;            /* set while a progress thread keeps it fresh */
 
 /* ----------------------------------------------------------- configuration */
 
@@ -53,7 +63,29 @@ static void load_config(void)
     lxf_cfg.static_dscp = (int)env_long("LAXFLOW_DSCP", -1, 0, 63);
     lxf_cfg.stale_ns = (uint64_t)env_long("LAXFLOW_STALE_MS", LXF_DEFAULT_STALE_NS / 1000000, 1, 3600000) * 1000000ULL;
     lxf_cfg.progress_us = (uint32_t)env_long("LAXFLOW_PROGRESS_US", 50, 1, 1000000);
+    lxf_cfg.max_defer_ns = (uint64_t)env_long("LAXFLOW_MAX_DEFER_MS", LXF_DEFAULT_MAX_DEFER_MS, 1, 3600000) * 1000000ULL;
     lxf_cfg.disabled = (int)env_long("LAXFLOW_SHIM_DISABLE", 0, 0, 1);
+}
+
+/* Field 22 of /proc/self/stat (start time in clock ticks since boot); 0 if
+ * unreadable.  Raw syscalls only: also called in the atfork child. */
+static uint64_t read_start_ticks(void)
+{
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and ')' */
+    if (!p)
+        return 0;
+    for (int field = 2; field < 22 && p; field++)
+        p = strchr(p + 1, ' ');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
 }
 
 /* -------------------------------------------------------- real symbols */
@@ -70,11 +102,17 @@ static void resolve_symbols(void)
     lxf_real.connect = next_sym("connect", NULL);
     lxf_real.accept = next_sym("accept", NULL);
     lxf_real.accept4 = next_sym("accept4", NULL);
+    lxf_real.listen = next_sym("listen", NULL);
+    lxf_real.send = next_sym("send", NULL);
+    lxf_real.sendmsg = next_sym("sendmsg", NULL);
+    lxf_real.write = next_sym("write", NULL);
+    lxf_real.writev = next_sym("writev", NULL);
     lxf_real.ibv_open_device = next_sym("ibv_open_device", "IBVERBS_1.1");
     lxf_real.ibv_close_device = next_sym("ibv_close_device", "IBVERBS_1.1");
     lxf_real.ibv_create_qp = next_sym("ibv_create_qp", "IBVERBS_1.1");
     lxf_real.ibv_modify_qp = next_sym("ibv_modify_qp", "IBVERBS_1.1");
     lxf_real.ibv_destroy_qp = next_sym("ibv_destroy_qp", "IBVERBS_1.1");
+    lxf_real.ibv_qp_to_qp_ex = next_sym("ibv_qp_to_qp_ex", "IBVERBS_1.6");
 }
 
 /* ------------------------------------------------------------ the segment */
@@ -89,8 +127,19 @@ struct lxf_proc *lxf_proc(void)
     return __atomic_load_n(&g_proc, __ATOMIC_ACQUIRE);
 }
 
-/* Called by lxf_init and, while unattached, by the progress thread about
- * once a second, so a daemon started after the job is picked up. */
+static struct lxf_segment *attach_live(void)
+{
+    int status;
+    struct lxf_segment *seg = lxf_segment_attach(lxf_cfg.shm_name, &status);
+    if (seg && !lxf_segment_live(seg, lxf_now_ns(), lxf_cfg.stale_ns)) {
+        lxf_segment_detach(seg);
+        seg = NULL;
+    }
+    return seg;
+}
+
+/* Attach when unattached.  Called by lxf_init and lxf_maintain; the lock
+ * serialises attach and re-attach. */
 int lxf_try_attach(void)
 {
     if (lxf_segment())
@@ -102,12 +151,75 @@ int lxf_try_attach(void)
         int status;
         struct lxf_segment *seg = lxf_segment_attach(lxf_cfg.shm_name, &status);
         if (seg) {
-            __atomic_store_n(&g_proc, lxf_proc_claim(seg, g_pid), __ATOMIC_RELEASE);
+            __atomic_store_n(&g_proc, lxf_proc_claim(seg, g_pid, g_start_ticks), __ATOMIC_RELEASE);
             __atomic_store_n(&g_seg, seg, __ATOMIC_RELEASE);
         }
     }
     pthread_mutex_unlock(&g_attach_lock);
     return lxf_segment() != NULL;
+}
+
+/* The daemon restarted: its old segment is stale and the name maps a new,
+ * live one.  Move to it.  The old mapping is replaced in place by zero pages
+ * (never unmapped: other threads may still hold the pointer; they now read
+ * "no tag, no permit" and pass through), so the unlinked segment's memory is
+ * freed.  Work deferred under the old segment is released by the next
+ * release pass (its generation no longer matches: fail open). */
+static void try_reattach(struct lxf_segment *old)
+{
+    struct lxf_segment *seg = attach_live();
+    if (!seg)
+        return;
+    if (seg->header.created_ns == old->header.created_ns && seg->header.daemon_pid == old->header.daemon_pid) {
+        lxf_segment_detach(seg); /* the same segment, its daemon just slow */
+        return;
+    }
+    pthread_mutex_lock(&g_attach_lock);
+    if (g_seg != old) { /* another thread moved first */
+        pthread_mutex_unlock(&g_attach_lock);
+        lxf_segment_detach(seg);
+        return;
+    }
+    struct lxf_proc *old_proc = g_proc;
+    __atomic_fetch_add(&g_gen, 1, __ATOMIC_ACQ_REL);
+    __atomic_store_n(&g_proc, lxf_proc_claim(seg, g_pid, g_start_ticks), __ATOMIC_RELEASE);
+    __atomic_store_n(&g_pass_through, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_seg, seg, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&seg->counters.reattaches, 1, __ATOMIC_RELAXED);
+    if (old_proc && __atomic_load_n(&old_proc->pid, __ATOMIC_RELAXED) == g_pid)
+        lxf_proc_release(old_proc);
+    mmap(old, sizeof(*old), PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    pthread_mutex_unlock(&g_attach_lock);
+    lxf_release_ready_all(0);
+}
+
+/* Keep the attachment right: attach to a daemon started after us, move to
+ * a restarted daemon's new segment.  Called by the progress thread on every
+ * turn and by every other entry point (sockets, the C API) so that processes
+ * without verbs attach too; does real work at most every
+ * LXF_ATTACH_RETRY_NS, and never blocks on the daemon. */
+void lxf_maintain(void)
+{
+    if (lxf_cfg.disabled)
+        return;
+    uint64_t now = lxf_now_ns();
+    uint64_t next = __atomic_load_n(&g_next_check_ns, __ATOMIC_RELAXED);
+    if (now < next ||
+        !__atomic_compare_exchange_n(&g_next_check_ns, &next, now + LXF_ATTACH_RETRY_NS, 0, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED))
+        return; /* checked recently, or another thread is checking */
+    lxf_in_shim++;
+    struct lxf_segment *seg = lxf_segment();
+    if (!seg)
+        lxf_try_attach();
+    else if (!lxf_segment_live(seg, now, lxf_cfg.stale_ns))
+        try_reattach(seg);
+    lxf_in_shim--;
+}
+
+uint32_t lxf_generation(void)
+{
+    return __atomic_load_n(&g_gen, __ATOMIC_ACQUIRE);
 }
 
 uint32_t lxf_self_pid(void)
@@ -117,8 +229,19 @@ uint32_t lxf_self_pid(void)
 
 int lxf_daemon_live(void)
 {
+    if (__atomic_load_n(&g_live_valid, __ATOMIC_RELAXED))
+        return __atomic_load_n(&g_live_cached, __ATOMIC_RELAXED);
     struct lxf_segment *seg = lxf_segment();
     return seg && lxf_segment_live(seg, lxf_now_ns(), lxf_cfg.stale_ns);
+}
+
+/* Progress thread, every turn (at most 1 ms apart). */
+void lxf_refresh_live(void)
+{
+    struct lxf_segment *seg = lxf_segment();
+    int live = seg && lxf_segment_live(seg, lxf_now_ns(), lxf_cfg.stale_ns);
+    __atomic_store_n(&g_live_cached, live, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_live_valid, 1, __ATOMIC_RELAXED);
 }
 
 int lxf_gating(void)
@@ -129,12 +252,6 @@ int lxf_gating(void)
 void lxf_set_pass_through(int on)
 {
     __atomic_store_n(&g_pass_through, on, __ATOMIC_RELAXED);
-}
-
-void lxf_count(uint64_t *counter, uint64_t n)
-{
-    if (lxf_segment() && n)
-        __atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
 }
 
 int lxf_emit(uint32_t kind, uint64_t msg_id, const struct lxf_tag_value *tag, uint64_t handle)
@@ -163,11 +280,14 @@ static void atfork_child(void)
     /* The child is a new process: new pid, no progress thread, and the
      * parent's deferred work requests and command slot are not its own. */
     g_pid = (uint32_t)getpid();
+    g_start_ticks = read_start_ticks();
+    g_next_check_ns = 0;
+    g_live_valid = 0; /* no progress thread here until the child opens a device */
     pthread_mutex_init(&g_attach_lock, NULL);
     __atomic_store_n(&g_proc, NULL, __ATOMIC_RELEASE);
     struct lxf_segment *seg = lxf_segment();
     if (seg)
-        __atomic_store_n(&g_proc, lxf_proc_claim(seg, g_pid), __ATOMIC_RELEASE);
+        __atomic_store_n(&g_proc, lxf_proc_claim(seg, g_pid, g_start_ticks), __ATOMIC_RELEASE);
     lxf_defer_atfork_child();
 }
 
@@ -177,6 +297,7 @@ static void do_init(void)
 {
     lxf_in_shim++;
     g_pid = (uint32_t)getpid();
+    g_start_ticks = read_start_ticks();
     load_config();
     resolve_symbols();
     pthread_atfork(NULL, NULL, atfork_child);
@@ -216,24 +337,90 @@ static void *self_handle(int mode)
     return lxf_real.dlopen(info.dli_fname, RTLD_NOLOAD | RTLD_NOW | (mode & RTLD_GLOBAL));
 }
 
-/* Called by anything in the process that dlopens, notably NCCL when it loads
- * libibverbs.so(.1) for its IB transport. */
-LXF_EXPORT void *dlopen(const char *file, int mode)
+static void *dlopen_self(const char *file, int mode)
 {
-    lxf_init();
-    if (LXF_UNLIKELY(!lxf_real.dlopen)) {
-        errno = ENOSYS;
-        return NULL;
-    }
-    if (file && !lxf_in_shim && !lxf_cfg.disabled && is_ibverbs_name(file)) {
-        lxf_in_shim++;
-        void *h = self_handle(mode);
-        lxf_in_shim--;
-        if (h)
-            return h;
-    }
-    return lxf_real.dlopen(file, mode);
+    lxf_in_shim++;
+    void *h = self_handle(mode);
+    lxf_in_shim--;
+    return h ? h : lxf_real.dlopen(file, mode);
 }
+
+static void *dlopen_enosys(const char *file, int mode)
+{
+    (void)file;
+    (void)mode;
+    errno = ENOSYS;
+    return NULL;
+}
+
+/* Where the public dlopen goes, called with dlopen's own arguments by the
+ * trampoline below.  glibc's dlopen searches the library path of its caller
+ * (DT_RPATH / DT_RUNPATH with $ORIGIN), which it finds from its return
+ * address; so the real dlopen must be reached by a jump that leaves the
+ * application's return address in place, never by a call from the shim.
+ * The trampoline guarantees that at any optimisation level or under a
+ * sanitizer (a plain C wrapper only gets it when gcc happens to emit a
+ * tail jump). */
+__attribute__((used, visibility("hidden"))) void *lxf_dlopen_target(const char *file, int mode)
+{
+    (void)mode;
+    lxf_init();
+    if (LXF_UNLIKELY(!lxf_real.dlopen))
+        return (void *)dlopen_enosys;
+    if (file && !lxf_in_shim && !lxf_cfg.disabled && is_ibverbs_name(file))
+        return (void *)dlopen_self;
+    return (void *)lxf_real.dlopen;
+}
+
+/* dlopen: called by anything in the process that loads a library, notably
+ * NCCL loading libibverbs.so(.1) for its IB transport.  Saves the two
+ * arguments, asks lxf_dlopen_target where to go, restores them and jumps
+ * there with the caller's return address untouched. */
+#if defined(__x86_64__)
+__asm__(".text\n"
+        ".globl dlopen\n"
+        ".type dlopen, @function\n"
+        "dlopen:\n"
+        ".cfi_startproc\n"
+        "  pushq %rdi\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        "  pushq %rsi\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        "  subq $8, %rsp\n" /* the call needs a 16-byte aligned stack */
+        ".cfi_adjust_cfa_offset 8\n"
+        "  call lxf_dlopen_target\n"
+        "  addq $8, %rsp\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "  popq %rsi\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "  popq %rdi\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "  jmp *%rax\n"
+        ".cfi_endproc\n"
+        ".size dlopen, .-dlopen\n");
+#elif defined(__aarch64__)
+__asm__(".text\n"
+        ".globl dlopen\n"
+        ".type dlopen, %function\n"
+        "dlopen:\n"
+        ".cfi_startproc\n"
+        "  stp x29, x30, [sp, #-32]!\n"
+        ".cfi_def_cfa_offset 32\n"
+        ".cfi_offset 29, -32\n"
+        ".cfi_offset 30, -24\n"
+        "  mov x29, sp\n"
+        "  stp x0, x1, [sp, #16]\n"
+        "  bl lxf_dlopen_target\n"
+        "  mov x16, x0\n"
+        "  ldp x0, x1, [sp, #16]\n"
+        "  ldp x29, x30, [sp], #32\n"
+        ".cfi_def_cfa_offset 0\n"
+        "  br x16\n"
+        ".cfi_endproc\n"
+        ".size dlopen, .-dlopen\n");
+#else
+#error "liblaxflow_shim: dlopen trampoline written for x86_64 and aarch64 only"
+#endif
 
 /* ----------------------------------------------------------- exported API */
 
@@ -242,6 +429,7 @@ LXF_EXPORT void *dlopen(const char *file, int mode)
 LXF_EXPORT int laxflow_shim_active(void)
 {
     lxf_init();
+    lxf_maintain();
     return lxf_gating() && lxf_daemon_live();
 }
 
@@ -250,6 +438,7 @@ LXF_EXPORT int laxflow_shim_active(void)
 LXF_EXPORT int laxflow_shim_layer_boundary(uint64_t request_id, uint32_t layer)
 {
     lxf_init();
+    lxf_maintain();
     struct lxf_segment *seg = lxf_segment();
     if (!seg)
         return -1;
@@ -263,5 +452,6 @@ LXF_EXPORT int laxflow_shim_layer_boundary(uint64_t request_id, uint32_t layer)
 LXF_EXPORT void laxflow_shim_progress(void)
 {
     lxf_init();
+    lxf_maintain();
     lxf_release_ready_all(0);
 }

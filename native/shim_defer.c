@@ -44,7 +44,9 @@ uint32_t lxf_n_injected;
 struct lxf_chain {
     struct lxf_chain *next;
     uint64_t msg_id;
+    uint64_t queued_ns;     /* when deferred: released past lxf_cfg.max_defer_ns */
     uint32_t n_wr;
+    uint32_t gen;           /* segment generation: a chain of a replaced segment goes at once */
     int ungated;            /* queued only to keep order: goes when it reaches the head */
     struct ibv_send_wr *wr;
 };
@@ -61,6 +63,7 @@ struct lxf_open_msg {
     int posted_any;
     int closed;             /* no more WRs of it will come on this QP */
     int submitted;          /* the daemon was told: it gets the completion too */
+    uint32_t gen;           /* segment generation it was submitted to */
 };
 
 struct lxf_qp_state {
@@ -73,6 +76,7 @@ struct lxf_qp_state {
     struct lxf_chain *head, *tail;  /* deferred chains, FIFO */
     uint32_t n_deferred;            /* WRs in the queue */
     uint64_t cur_msg;               /* message of the last post (submit once per message) */
+    uint32_t cur_gen;               /* segment generation of cur_msg and of the open messages */
     uint64_t post_seq;              /* WRs handed to the provider */
     struct lxf_mark marks[LXF_MARKS];
     uint32_t mk_head, mk_tail;
@@ -187,6 +191,7 @@ struct lxf_qp_state *lxf_qp_claim(struct ibv_qp *qp)
             qs->qp_num = qp->qp_num;
             qs->qp = qp;
             qs->sig_all = sig_all_take(qp->context, qp->qp_num);
+            qs->cur_gen = lxf_generation();
             g_any_claimed = 1;
             __atomic_store_n(&qs->state, 1, __ATOMIC_RELEASE);
             __atomic_fetch_add(&lxf_n_tracked, 1, __ATOMIC_RELAXED);
@@ -221,7 +226,9 @@ static struct lxf_open_msg *open_msg_find(struct lxf_qp_state *qs, uint64_t msg_
 
 static void retire_message(struct lxf_qp_state *qs, struct lxf_open_msg *om)
 {
-    if (om->submitted)
+    /* A message of a replaced segment: its daemon is gone, the new one
+     * never heard of it. */
+    if (om->submitted && om->gen == lxf_generation())
         lxf_emit(LXF_EV_COMPLETION, om->tag.msg_id, &om->tag, qs->qp_num);
     qs->om_head++;
 }
@@ -240,12 +247,13 @@ static void begin_message(struct lxf_qp_state *qs, const struct lxf_tag_value *t
     if (qs->om_tail - qs->om_head == LXF_OPEN_MSGS) {
         /* Too many messages in flight on one QP: report the oldest now
          * rather than lose it (counted: it is a tracking error). */
-        lxf_count(&lxf_segment()->counters.shim_internal_errors, 1);
+        LXF_COUNT(shim_internal_errors, 1);
         retire_message(qs, &qs->msgs[qs->om_head & (LXF_OPEN_MSGS - 1)]);
     }
     struct lxf_open_msg *om = &qs->msgs[qs->om_tail++ & (LXF_OPEN_MSGS - 1)];
     memset(om, 0, sizeof(*om));
     om->tag = *tag;
+    om->gen = lxf_generation();
     /* A message the daemon never heard of would never get a permit: if the
      * submit cannot be pushed (ring full), the message goes ungated. */
     om->submitted = live && lxf_emit(LXF_EV_SUBMIT, tag->msg_id, tag, qs->qp_num) == 0;
@@ -320,6 +328,8 @@ static struct lxf_chain *chain_copy(const struct ibv_send_wr *wr, uint64_t msg_i
     char *data = (char *)(sges + n_sge);
     c->next = NULL;
     c->msg_id = msg_id;
+    c->queued_ns = lxf_now_ns();
+    c->gen = lxf_generation();
     c->n_wr = (uint32_t)n_wr;
     c->ungated = 0;
     c->wr = wrs;
@@ -349,6 +359,9 @@ static struct lxf_chain *chain_copy(const struct ibv_send_wr *wr, uint64_t msg_i
     return c;
 }
 
+/* A WR the device refused at release.  Verbs reports a failed WR with a
+ * completion whether it was signaled or not (errors are always reported),
+ * so every refused WR gets one.  One that does not fit is counted. */
 static void inject_error(struct lxf_qp_state *qs, const struct ibv_send_wr *w)
 {
     struct ibv_wc wc;
@@ -362,8 +375,11 @@ static void inject_error(struct lxf_qp_state *qs, const struct ibv_send_wr *w)
         g_injected[lxf_n_injected].cq = qs->qp->send_cq;
         g_injected[lxf_n_injected].wc = wc;
         __atomic_store_n(&lxf_n_injected, lxf_n_injected + 1, __ATOMIC_RELEASE);
+        spin_unlock(&g_injected_lock);
+        return;
     }
     spin_unlock(&g_injected_lock);
+    LXF_COUNT(injected_dropped, 1);
 }
 
 /* Called by wrap_poll_cq: hand out the errors made up for cq, oldest first. */
@@ -386,7 +402,9 @@ int lxf_take_injected(struct ibv_cq *cq, int max, struct ibv_wc *wc)
 /* Post the head chain of the queue and free it.  A WR the provider refuses
  * at this point cannot be refused to the caller any more: signaled ones come
  * back as error completions instead. */
-static void post_head(struct lxf_qp_state *qs, lxf_post_send_fn real, int failopen)
+enum { REL_PERMIT, REL_FAILOPEN, REL_TIMEOUT };
+
+static void post_head(struct lxf_qp_state *qs, lxf_post_send_fn real, int why)
 {
     struct lxf_chain *c = qs->head;
     /* head is peeked without the lock by lxf_release_ready_all */
@@ -394,30 +412,48 @@ static void post_head(struct lxf_qp_state *qs, lxf_post_send_fn real, int failop
     if (!qs->head)
         qs->tail = NULL;
     struct ibv_send_wr *bad = NULL;
-    int rc = post_locked(qs, real, c->wr, &bad, c->msg_id);
+    /* a chain of a replaced segment belongs to no message we still track */
+    int rc = post_locked(qs, real, c->wr, &bad, c->gen == qs->cur_gen ? c->msg_id : 0);
     struct lxf_segment *seg = lxf_segment();
     if (rc) {
         uint64_t failed = 0;
         for (struct ibv_send_wr *w = bad ? bad : c->wr; w; w = w->next, failed++)
-            if (qs->sig_all || (w->send_flags & IBV_SEND_SIGNALED))
-                inject_error(qs, w);
+            inject_error(qs, w);
         if (seg)
-            lxf_count(&seg->counters.wr_post_errors, failed);
+            LXF_COUNT(wr_post_errors, failed);
     }
     if (seg) {
-        lxf_count(&seg->counters.wr_released, c->n_wr);
-        if (failopen)
-            lxf_count(&seg->counters.wr_failopen, c->n_wr);
+        LXF_COUNT(wr_released, c->n_wr);
+        if (why != REL_PERMIT)
+            LXF_COUNT(wr_failopen, c->n_wr);
+        if (why == REL_TIMEOUT)
+            LXF_COUNT(wr_defer_timeouts, c->n_wr);
     }
     qs->n_deferred -= c->n_wr;
     __atomic_fetch_sub(&lxf_n_deferred, c->n_wr, __ATOMIC_RELAXED);
     free(c);
 }
 
+/* Post the queue's head chains that may go: all of them (fail open), or
+ * while the head is ungated, its gate open, its segment replaced (fail open)
+ * or it has waited longer than the maximum deferral age (fail open). */
 static void release_locked(struct lxf_qp_state *qs, lxf_post_send_fn real, int all)
 {
-    while (qs->head && (all || qs->head->ungated || gate_open(qs->head->msg_id)))
-        post_head(qs, real, all);
+    uint64_t now = 0;
+    uint32_t gen = lxf_generation();
+    while (qs->head) {
+        struct lxf_chain *c = qs->head;
+        int why;
+        if (all || c->gen != gen)
+            why = REL_FAILOPEN;
+        else if (c->ungated || gate_open(c->msg_id))
+            why = REL_PERMIT;
+        else if ((now ? now : (now = lxf_now_ns())) - c->queued_ns > lxf_cfg.max_defer_ns)
+            why = REL_TIMEOUT;
+        else
+            break;
+        post_head(qs, real, why);
+    }
 }
 
 /* ------------------------------------------------------------- post path */
@@ -435,12 +471,20 @@ int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_send_wr *wr, struct ibv_send
 
     spin_lock(&qs->lock);
     uint64_t msg = tagged ? tag.msg_id : 0;
+    uint32_t gen = lxf_generation();
+    if (LXF_UNLIKELY(qs->cur_gen != gen)) {
+        /* The daemon was replaced: its messages are nobody's now (and the
+         * new daemon's ids may reuse theirs). */
+        qs->om_head = qs->om_tail;
+        qs->cur_msg = 0;
+        qs->cur_gen = gen;
+    }
     if (msg != qs->cur_msg)
         begin_message(qs, tagged ? &tag : NULL, live);
     if (qs->head)
         release_locked(qs, real, !live);
     struct lxf_open_msg *om = msg ? open_msg_find(qs, msg) : NULL;
-    int gated = live && om && om->submitted && !gate_open(msg);
+    int gated = live && om && om->submitted && om->gen == lxf_generation() && !gate_open(msg);
     if (!qs->head && !gated) {
         rc = post_locked(qs, real, wr, bad_wr, msg);
     } else {
@@ -448,7 +492,7 @@ int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_send_wr *wr, struct ibv_send
         if (!c) {
             /* Cannot hold it: fail open, keeping the QP's order. */
             if (seg)
-                lxf_count(&seg->counters.shim_internal_errors, 1);
+                LXF_COUNT(shim_internal_errors, 1);
             release_locked(qs, real, 1);
             rc = post_locked(qs, real, wr, bad_wr, msg);
         } else {
@@ -460,7 +504,7 @@ int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_send_wr *wr, struct ibv_send
             qs->tail = c;
             qs->n_deferred += c->n_wr;
             __atomic_fetch_add(&lxf_n_deferred, c->n_wr, __ATOMIC_RELAXED);
-            lxf_count(&seg->counters.wr_deferred, c->n_wr);
+            LXF_COUNT(wr_deferred, c->n_wr);
             rc = 0;
         }
     }
@@ -536,6 +580,15 @@ void lxf_release_ready_all(int force)
     }
 }
 
+/* Post everything qs holds now, in order (fail open).  Called by the
+ * extended-API wrappers when a batch cannot be recorded. */
+void lxf_qp_release_all(struct lxf_qp_state *qs)
+{
+    spin_lock(&qs->lock);
+    release_locked(qs, lxf_real_post_send(qs->ctx), 1);
+    spin_unlock(&qs->lock);
+}
+
 /* Called by ibv_destroy_qp before the provider destroys the QP: what is
  * still queued is posted (the device flushes it with errors as it would
  * have), and the state is freed. */
@@ -598,14 +651,10 @@ static void *progress_main(void *arg)
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     lxf_in_shim = 1;
-    uint64_t last_try = 0;
     for (;;) {
+        lxf_maintain(); /* late attach, daemon restarts */
+        lxf_refresh_live();
         if (!lxf_segment()) {
-            uint64_t now = lxf_now_ns();
-            if (now - last_try >= 1000000000ULL) {
-                last_try = now;
-                lxf_try_attach();
-            }
             sleep_us(10000);
             continue;
         }
@@ -623,7 +672,7 @@ static void progress_spawn(void)
     if (pthread_attr_init(&attr) != 0)
         return;
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 64 * 1024);
+    pthread_attr_setstacksize(&attr, 256 * 1024); /* room for sanitizer builds */
     pthread_create(&tid, &attr, progress_main, NULL); /* on failure: callers' next calls release */
     pthread_attr_destroy(&attr);
 }

@@ -1,6 +1,7 @@
 /*
- * shim_sockets.c -- TCP sockets: DSCP on connect / accept / accept4, and the
- * per-thread tag adapters set.
+ * shim_sockets.c -- TCP sockets: DSCP on connect / listen / accept / accept4,
+ * socket flow tags on send / sendmsg / write / writev, and the per-thread tag
+ * adapters set.
  *
  * Mooncake's TCP transport, Gloo and anything else that talks TCP reach the
  * network through connect() or accept(); setting IP_TOS (IPV6_TCLASS) there
@@ -16,6 +17,8 @@
 #include <netinet/in.h>
 #include <netinet/ip.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "shim_internal.h"
 
@@ -57,15 +60,15 @@ static int socket_dscp(void)
     return lxf_cfg.static_dscp;
 }
 
-/* Mark fd if it is a TCP socket; family is the address family if known. */
-static void tag_socket(int fd, int family)
+/* Mark fd with dscp if it is a TCP socket; family is the address family if
+ * known.  Returns 1 if the option was set. */
+static int set_class(int fd, int family, int dscp)
 {
-    int dscp = socket_dscp();
-    if (dscp < 0 || fd < 0)
-        return;
+    int done = 0;
     int saved = errno;
     int type = 0;
-    socklen_t len = sizeof(type);
+    socklen_t len;
+    len = sizeof(type);
     if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM) {
         if (family == AF_UNSPEC) {
             len = sizeof(family);
@@ -76,16 +79,148 @@ static void tag_socket(int fd, int family)
         if (family == AF_INET6) {
             setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &tos, sizeof(tos));
             setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos)); /* v4-mapped peers */
+            done = 1;
         } else if (family == AF_INET) {
-            setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos));
+            done = setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos)) == 0;
         }
     }
     errno = saved;
+    return done;
+}
+
+/* ------------------------------------------------------------ flow tags */
+
+/* Per-fd state of sockets that carried a tagged message.  The array is BSS:
+ * pages of fds never tagged are never touched. */
+#define LXF_MAX_FDS 65536
+
+struct lxf_fd_state {
+    int lock;
+    int dscp_plus1;       /* class last set by us + 1; 0 = not set by us */
+    uint32_t gen;         /* segment generation of msg */
+    uint64_t msg;         /* message now carried, 0 none */
+    uint64_t bytes;       /* bytes of msg written so far */
+    int done;             /* its COMPLETION was sent */
+    struct lxf_tag_value tag;
+};
+
+static struct lxf_fd_state g_fds[LXF_MAX_FDS];
+
+static void fd_lock(struct lxf_fd_state *f)
+{
+    while (__atomic_exchange_n(&f->lock, 1, __ATOMIC_ACQUIRE))
+        while (__atomic_load_n(&f->lock, __ATOMIC_RELAXED))
+            __builtin_ia32_pause();
+}
+
+static void fd_unlock(struct lxf_fd_state *f)
+{
+    __atomic_store_n(&f->lock, 0, __ATOMIC_RELEASE);
+}
+
+/* A new connection on fd: whatever the number carried before is gone. */
+static void fd_reset(int fd)
+{
+    if (fd < 0 || fd >= LXF_MAX_FDS)
+        return;
+    struct lxf_fd_state *f = &g_fds[fd];
+    if (!__atomic_load_n(&f->msg, __ATOMIC_RELAXED) && !__atomic_load_n(&f->dscp_plus1, __ATOMIC_RELAXED))
+        return;
+    fd_lock(f);
+    f->msg = 0;
+    f->dscp_plus1 = 0;
+    fd_unlock(f);
+}
+
+static void finish_msg(struct lxf_fd_state *f, int fd)
+{
+    if (f->msg && !f->done && f->gen == lxf_generation())
+        lxf_emit(LXF_EV_COMPLETION, f->msg, &f->tag, (uint64_t)fd);
+    f->msg = 0;
+}
+
+/* Before a write on fd: if an adapter tagged fd (Segment.tag_socket), a new
+ * message starts (SUBMIT to the daemon) and the socket's class follows the
+ * tag's DSCP, or the permit's when the tag leaves it open -- one setsockopt
+ * only when the class changes.  Returns the state to account the written
+ * bytes to, or NULL (untagged: pass through). */
+static struct lxf_fd_state *flow_before(int fd)
+{
+    struct lxf_segment *seg = lxf_segment();
+    if (!seg || fd < 0 || fd >= LXF_MAX_FDS || !lxf_gating())
+        return NULL;
+    struct lxf_fd_state *f = &g_fds[fd];
+    struct lxf_tag_value tag;
+    int tagged = lxf_tag_read(seg, lxf_self_pid(), LXF_TAG_SOCKET, (uint64_t)fd, &tag) && tag.msg_id;
+    if (!tagged && !__atomic_load_n(&f->msg, __ATOMIC_RELAXED))
+        return NULL;
+    lxf_in_shim++;
+    int saved = errno;
+    fd_lock(f);
+    uint32_t gen = lxf_generation();
+    if (!tagged || tag.msg_id != f->msg || f->gen != gen) {
+        finish_msg(f, fd);
+        if (tagged) {
+            f->msg = tag.msg_id;
+            f->tag = tag;
+            f->gen = gen;
+            f->bytes = 0;
+            f->done = 0;
+            lxf_emit(LXF_EV_SUBMIT, tag.msg_id, &tag, (uint64_t)fd);
+            LXF_COUNT(sock_msgs, 1);
+        }
+    }
+    if (tagged) {
+        int dscp = tag.dscp;
+        struct lxf_permit_view pv;
+        if (dscp < 0 && lxf_permit_get(seg, tag.msg_id, &pv))
+            dscp = (int)pv.dscp;
+        if (dscp >= 0 && dscp < 64 && dscp + 1 != f->dscp_plus1 && set_class(fd, AF_UNSPEC, dscp)) {
+            f->dscp_plus1 = dscp + 1;
+            LXF_COUNT(sock_tos_set, 1);
+        }
+    }
+    fd_unlock(f);
+    errno = saved;
+    lxf_in_shim--;
+    return tagged ? f : NULL;
+}
+
+/* After the write: count what the kernel took; the message completes when
+ * its bytes are all written (a tag without bytes completes when the tag
+ * moves on). */
+static void flow_after(struct lxf_fd_state *f, int fd, ssize_t n)
+{
+    if (n <= 0)
+        return;
+    int saved = errno;
+    lxf_in_shim++;
+    fd_lock(f);
+    f->bytes += (uint64_t)n;
+    if (f->msg && !f->done && f->tag.bytes && f->bytes >= f->tag.bytes) {
+        if (f->gen == lxf_generation())
+            lxf_emit(LXF_EV_COMPLETION, f->msg, &f->tag, (uint64_t)fd);
+        f->done = 1;
+    }
+    fd_unlock(f);
+    lxf_in_shim--;
+    errno = saved;
+}
+
+/* Static and thread-tag class at connection set-up. */
+static void tag_socket(int fd, int family)
+{
+    int dscp = socket_dscp();
+    fd_reset(fd);
+    if (dscp < 0 || fd < 0)
+        return;
+    set_class(fd, family, dscp);
 }
 
 LXF_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
     lxf_init();
+    lxf_maintain();
     if (LXF_UNLIKELY(!lxf_real.connect)) {
         errno = ENOSYS;
         return -1;
@@ -102,6 +237,7 @@ LXF_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 LXF_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
     lxf_init();
+    lxf_maintain();
     if (LXF_UNLIKELY(!lxf_real.accept)) {
         errno = ENOSYS;
         return -1;
@@ -118,6 +254,7 @@ LXF_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 LXF_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
     lxf_init();
+    lxf_maintain();
     if (LXF_UNLIKELY(!lxf_real.accept4)) {
         errno = ENOSYS;
         return -1;
@@ -129,4 +266,61 @@ LXF_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
         lxf_in_shim--;
     }
     return c;
+}
+
+/* The listening socket gets the class before it listens: the kernel sends
+ * SYN-ACKs with the listener's TOS and accepted sockets inherit it, so an
+ * accepted connection carries its class from its first packet. */
+LXF_EXPORT int listen(int fd, int backlog)
+{
+    lxf_init();
+    if (LXF_UNLIKELY(!lxf_real.listen)) {
+        errno = ENOSYS;
+        return -1;
+    }
+    lxf_maintain();
+    if (!lxf_in_shim && !lxf_cfg.disabled) {
+        lxf_in_shim++;
+        tag_socket(fd, AF_UNSPEC);
+        lxf_in_shim--;
+    }
+    return lxf_real.listen(fd, backlog);
+}
+
+/* The four write calls of TCP senders (Mooncake's TCP transport, Gloo,
+ * Python's socket module): untagged fds, no daemon and re-entry pass straight
+ * through after one lookup. */
+#define WRITE_WRAPPER(call, real_call)                         \
+    lxf_init();                                                \
+    if (LXF_UNLIKELY(!lxf_real.call)) {                        \
+        errno = ENOSYS;                                        \
+        return -1;                                             \
+    }                                                          \
+    if (lxf_in_shim || lxf_cfg.disabled)                       \
+        return real_call;                                      \
+    lxf_maintain();                                            \
+    struct lxf_fd_state *f = flow_before(fd);                  \
+    ssize_t n = real_call;                                     \
+    if (f)                                                     \
+        flow_after(f, fd, n);                                  \
+    return n;
+
+LXF_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+    WRITE_WRAPPER(send, lxf_real.send(fd, buf, len, flags))
+}
+
+LXF_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+    WRITE_WRAPPER(sendmsg, lxf_real.sendmsg(fd, msg, flags))
+}
+
+LXF_EXPORT ssize_t write(int fd, const void *buf, size_t len)
+{
+    WRITE_WRAPPER(write, lxf_real.write(fd, buf, len))
+}
+
+LXF_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
+{
+    WRITE_WRAPPER(writev, lxf_real.writev(fd, iov, iovcnt))
 }

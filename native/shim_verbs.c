@@ -30,10 +30,15 @@
 
 #define LXF_MAX_CTX 256
 
+typedef struct ibv_qp *(*lxf_create_qp_ex_fn)(struct ibv_context *, struct ibv_qp_init_attr_ex *);
+typedef struct ibv_cq_ex *(*lxf_create_cq_ex_fn)(struct ibv_context *, struct ibv_cq_init_attr_ex *);
+
 struct lxf_ctx_entry {
     struct ibv_context *ctx;     /* NULL: free */
     lxf_post_send_fn post_send;  /* the provider's */
     lxf_poll_cq_fn poll_cq;
+    lxf_create_qp_ex_fn create_qp_ex; /* verbs_context's, NULL if it has none */
+    lxf_create_cq_ex_fn create_cq_ex;
 };
 
 static struct lxf_ctx_entry g_ctx[LXF_MAX_CTX];
@@ -117,6 +122,50 @@ static int wrap_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
     return got + r;
 }
 
+/* verbs_context of ctx when it is extended and long enough to hold op. */
+#define VCTX_HAS(ctx, op) verbs_get_ctx_op((ctx), op)
+
+/* ibv_create_qp_ex (inline) calls this through verbs_context: QPs created
+ * the new way get the same treatment as ibv_create_qp's, and their
+ * ibv_qp_ex send builders are wrapped. */
+static struct ibv_qp *wrap_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr)
+{
+    struct lxf_ctx_entry *ce = ctx_find(ctx);
+    if (!ce || !ce->create_qp_ex) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    struct ibv_qp *qp = ce->create_qp_ex(ctx, attr);
+    if (!qp || lxf_in_shim || lxf_cfg.disabled || !attr)
+        return qp;
+    lxf_in_shim++;
+    if (attr->sq_sig_all)
+        lxf_qp_set_sig_all(qp);
+    if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && lxf_real.ibv_qp_to_qp_ex) {
+        struct ibv_qp_ex *qpx = lxf_real.ibv_qp_to_qp_ex(qp);
+        if (qpx)
+            lxf_qpx_install(qpx);
+    }
+    lxf_in_shim--;
+    return qp;
+}
+
+static struct ibv_cq_ex *wrap_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr)
+{
+    struct lxf_ctx_entry *ce = ctx_find(ctx);
+    if (!ce || !ce->create_cq_ex) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    struct ibv_cq_ex *cq = ce->create_cq_ex(ctx, attr);
+    if (cq && !lxf_in_shim && !lxf_cfg.disabled) {
+        lxf_in_shim++;
+        lxf_cqx_install(cq);
+        lxf_in_shim--;
+    }
+    return cq;
+}
+
 static void ctx_install(struct ibv_context *ctx)
 {
     pthread_mutex_lock(&g_ctx_lock);
@@ -129,6 +178,10 @@ static void ctx_install(struct ibv_context *ctx)
     if (ce) {
         ce->post_send = ctx->ops.post_send;
         ce->poll_cq = ctx->ops.poll_cq;
+        struct verbs_context *vq = VCTX_HAS(ctx, create_qp_ex);
+        struct verbs_context *vc = VCTX_HAS(ctx, create_cq_ex);
+        ce->create_qp_ex = vq ? vq->create_qp_ex : NULL;
+        ce->create_cq_ex = vc ? vc->create_cq_ex : NULL;
         g_last_post_send = ce->post_send;
         g_last_poll_cq = ce->poll_cq;
         __atomic_store_n(&ce->ctx, ctx, __ATOMIC_RELEASE);
@@ -137,6 +190,10 @@ static void ctx_install(struct ibv_context *ctx)
         /* Only now that the entry is findable may the wrappers be reached. */
         ctx->ops.post_send = wrap_post_send;
         ctx->ops.poll_cq = wrap_poll_cq;
+        if (vq)
+            vq->create_qp_ex = wrap_create_qp_ex;
+        if (vc)
+            vc->create_cq_ex = wrap_create_cq_ex;
     }
     /* table full: the context stays unwrapped, its traffic passes through */
     pthread_mutex_unlock(&g_ctx_lock);
@@ -149,6 +206,11 @@ static void ctx_remove(struct ibv_context *ctx)
     if (ce) {
         ctx->ops.post_send = ce->post_send;
         ctx->ops.poll_cq = ce->poll_cq;
+        struct verbs_context *v = verbs_get_ctx(ctx);
+        if (ce->create_qp_ex)
+            v->create_qp_ex = ce->create_qp_ex;
+        if (ce->create_cq_ex)
+            v->create_cq_ex = ce->create_cq_ex;
         __atomic_store_n(&ce->ctx, NULL, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&g_ctx_lock);

@@ -172,20 +172,26 @@ uint64_t lxf_msg_id_alloc(struct lxf_segment *seg)
 
 /* ------------------------------------------------------------------ rings */
 
-/* One generic Vyukov enqueue/dequeue over slots laid out as {seq, payload}. */
+/* One generic Vyukov enqueue/dequeue over slots laid out as {seq, payload}.
+ * Every loop is bounded: a producer never waits on the consumer or on another
+ * producer for more than LXF_RING_PUSH_TRIES tries. */
 static int ring_push(uint64_t *tail, uint64_t *slot0, size_t slot_words, uint64_t nslots,
                      const void *payload, size_t payload_bytes)
 {
     uint64_t pos = LOAD_RLX(tail);
-    for (;;) {
+    for (int tries = 0; tries < LXF_RING_PUSH_TRIES; tries++) {
         uint64_t *slot = slot0 + (pos & (nslots - 1)) * slot_words;
         uint64_t seq = LOAD_ACQ(slot);
         int64_t dif = (int64_t)(seq - pos);
         if (dif == 0) {
             if (__atomic_compare_exchange_n(tail, &pos, pos + 1, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
                 memcpy(slot + 1, payload, payload_bytes);
-                STORE_REL(slot, pos + 1);
-                return 0;
+                /* A CAS, not a store: if the consumer gave up on this slot
+                 * (we were stalled past LXF_RING_SKIP_NS) it has moved the
+                 * sequence on, and the event is dropped instead. */
+                uint64_t expect = pos;
+                return __atomic_compare_exchange_n(slot, &expect, pos + 1, 0, __ATOMIC_RELEASE,
+                                                   __ATOMIC_RELAXED) ? 0 : -1;
             }
             /* CAS failure reloaded pos */
         } else if (dif < 0) {
@@ -194,22 +200,56 @@ static int ring_push(uint64_t *tail, uint64_t *slot0, size_t slot_words, uint64_
             pos = LOAD_RLX(tail);
         }
     }
+    return -1; /* a corrupt slot or endless contention: drop, never spin */
 }
 
-static int ring_pop_batch(uint64_t *head, uint64_t *slot0, size_t slot_words, uint64_t nslots,
-                          void *out, size_t payload_bytes, int max)
+/* stall[0] = position + 1 of a slot seen claimed but unpublished, stall[1] =
+ * since when.  Consumer-only state, kept in the segment so that a restarted
+ * consumer (or the shim after fork) continues it.  Returns slots skipped. */
+static int ring_pop_batch(uint64_t *head, const uint64_t *tail, uint64_t *stall, uint64_t *slot0,
+                          size_t slot_words, uint64_t nslots, void *out, size_t payload_bytes, int max,
+                          int *skipped)
 {
     uint64_t pos = LOAD_RLX(head);
     int n = 0;
+    *skipped = 0;
     while (n < max) {
         uint64_t *slot = slot0 + (pos & (nslots - 1)) * slot_words;
         uint64_t seq = LOAD_ACQ(slot);
-        if ((int64_t)(seq - (pos + 1)) < 0)
-            break; /* empty, or a producer has claimed but not yet published */
-        memcpy((char *)out + (size_t)n * payload_bytes, slot + 1, payload_bytes);
-        STORE_REL(slot, pos + nslots);
-        pos++;
-        n++;
+        if (seq == pos + 1) {
+            memcpy((char *)out + (size_t)n * payload_bytes, slot + 1, payload_bytes);
+            STORE_REL(slot, pos + nslots);
+            pos++;
+            n++;
+            continue;
+        }
+        int claimed = LOAD_ACQ(tail) != pos;
+        if (seq == pos) {
+            if (!claimed)
+                break; /* empty */
+            /* Claimed, not yet published: normally a producer between its
+             * two steps; past the bound, one that died there. */
+            uint64_t now = lxf_now_ns();
+            if (stall[0] != pos + 1) {
+                stall[0] = pos + 1;
+                stall[1] = now;
+                break;
+            }
+            if (now - stall[1] < LXF_RING_SKIP_NS)
+                break;
+        } else if (!claimed) {
+            /* A corrupt free slot at the tail: producers cannot claim it.
+             * Put its sequence back; nothing to deliver. */
+            if (__atomic_compare_exchange_n(slot, &seq, pos, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+                (*skipped)++;
+            break;
+        }
+        /* Skip it: free it for the next round.  A CAS, so that a producer
+         * publishing just now wins and is read on the next turn. */
+        if (__atomic_compare_exchange_n(slot, &seq, pos + nslots, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+            (*skipped)++;
+            pos++;
+        }
     }
     STORE_REL(head, pos);
     return n;
@@ -228,8 +268,12 @@ int lxf_event_push(struct lxf_segment *seg, const struct lxf_event *ev)
 int lxf_event_pop_batch(struct lxf_segment *seg, struct lxf_event *out, int max)
 {
     struct lxf_event_ring *r = &seg->events;
-    return ring_pop_batch(&r->head, (uint64_t *)r->slots, sizeof(r->slots[0]) / 8,
-                          LXF_EVENT_RING_SLOTS, out, sizeof(*out), max);
+    int skipped;
+    int n = ring_pop_batch(&r->head, &r->tail, &r->stall_pos, (uint64_t *)r->slots, sizeof(r->slots[0]) / 8,
+                           LXF_EVENT_RING_SLOTS, out, sizeof(*out), max, &skipped);
+    if (skipped)
+        ADD_RLX(&seg->counters.events_skipped, (uint64_t)skipped);
+    return n;
 }
 
 int lxf_cmd_push(struct lxf_segment *seg, struct lxf_proc *proc, const struct lxf_command *cmd)
@@ -245,8 +289,9 @@ int lxf_cmd_push(struct lxf_segment *seg, struct lxf_proc *proc, const struct lx
 int lxf_cmd_pop_batch(struct lxf_proc *proc, struct lxf_command *out, int max)
 {
     struct lxf_cmd_ring *r = &proc->cmds;
-    return ring_pop_batch(&r->head, (uint64_t *)r->slots, sizeof(r->slots[0]) / 8,
-                          LXF_CMD_RING_SLOTS, out, sizeof(*out), max);
+    int skipped;
+    return ring_pop_batch(&r->head, &r->tail, &r->stall_pos, (uint64_t *)r->slots, sizeof(r->slots[0]) / 8,
+                          LXF_CMD_RING_SLOTS, out, sizeof(*out), max, &skipped);
 }
 
 /* ------------------------------------------------------------------ procs */
@@ -259,15 +304,16 @@ struct lxf_proc *lxf_proc_find(struct lxf_segment *seg, uint32_t pid)
     return NULL;
 }
 
-struct lxf_proc *lxf_proc_claim(struct lxf_segment *seg, uint32_t pid)
+struct lxf_proc *lxf_proc_claim(struct lxf_segment *seg, uint32_t pid, uint64_t start_ticks)
 {
-    struct lxf_proc *p = lxf_proc_find(seg, pid);
-    if (p)
-        return p;
+    for (int i = 0; i < LXF_MAX_PROCS; i++)
+        if (LOAD_ACQ(&seg->procs[i].pid) == pid && LOAD_ACQ(&seg->procs[i].start_ticks) == start_ticks)
+            return &seg->procs[i];
     for (int i = 0; i < LXF_MAX_PROCS; i++) {
         uint32_t expect = 0;
         if (__atomic_compare_exchange_n(&seg->procs[i].pid, &expect, pid, 0, __ATOMIC_ACQ_REL,
                                         __ATOMIC_RELAXED)) {
+            STORE_REL(&seg->procs[i].start_ticks, start_ticks);
             STORE_RLX(&seg->procs[i].attach_ns, lxf_now_ns());
             return &seg->procs[i];
         }
@@ -282,6 +328,7 @@ void lxf_proc_release(struct lxf_proc *proc)
     struct lxf_command scratch[16];
     while (lxf_cmd_pop_batch(proc, scratch, 16) > 0) {
     }
+    STORE_RLX(&proc->start_ticks, 0);
     STORE_REL(&proc->pid, 0);
 }
 

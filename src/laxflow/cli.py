@@ -1,7 +1,7 @@
 """The one ``laxflow`` command.
 
 Each family adds its own subcommands from its own module (``laxflow.sim.cli``,
-``laxflow.policy.cli``, ``laxflow.shim_cli``); this file only assembles them
+``laxflow.policy_cli``, ``laxflow.shim_cli``); this file only assembles them
 and turns a :class:`~laxflow.errors.UserError` into one line and exit 2.
 Heavy imports happen inside the commands, so ``--help`` stays fast.
 """
@@ -38,11 +38,17 @@ def _root(
 
 
 def _assemble() -> None:
-    from laxflow.policy.cli import app as policy_app
+    from laxflow.policy_cli import app as policy_app
     from laxflow.sim.cli import app as sim_app
 
     app.add_typer(sim_app, name="sim")
     app.add_typer(policy_app, name="policy")
+    from laxflow.coordinator.cli import register as register_coordinator  # coordinator, keys
+    from laxflow.status_cli import register as register_status
+
+    register_coordinator(app)
+    register_status(app)
+    __import__("laxflow.daemon.cli", fromlist=["register"]).register(app)  # laxflow daemon
     try:
         from laxflow import shim_cli
     except ImportError:  # the native part is optional until it is built

@@ -9,6 +9,7 @@ the ones :func:`shim_env` sets (read once, by the shim's configuration loader).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,11 +35,14 @@ class ShimConfig:
       this DSCP (0..63); no daemon needed (testbeds).
     shm_name: the node daemon's segment (daemon mode, gating and tags).
     stale_ms: daemon heartbeat age after which the shim passes traffic through.
+    max_defer_ms: longest a work request waits for its permit before it is
+      released anyway (fail open); None keeps the shim's default (300).
     """
 
     dscp: int | None = None
     shm_name: str = DEFAULT_SHM_NAME
     stale_ms: int | None = None
+    max_defer_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.dscp is not None and not 0 <= self.dscp <= 63:
@@ -47,6 +51,8 @@ class ShimConfig:
             raise UserError(f"--shm-name: expected '/name' (one slash, at most 255 chars), got {self.shm_name!r}")
         if self.stale_ms is not None and not 1 <= self.stale_ms <= 3_600_000:
             raise UserError(f"--stale-ms: expected 1..3600000, got {self.stale_ms}")
+        if self.max_defer_ms is not None and not 1 <= self.max_defer_ms <= 3_600_000:
+            raise UserError(f"--max-defer-ms: expected 1..3600000, got {self.max_defer_ms}")
 
 
 def shim_env(config: ShimConfig, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -66,7 +72,43 @@ def shim_env(config: ShimConfig, base: dict[str, str] | None = None) -> dict[str
         env.pop("LAXFLOW_DSCP", None)
     if config.stale_ms is not None:
         env["LAXFLOW_STALE_MS"] = str(config.stale_ms)
+    if config.max_defer_ms is not None:
+        env["LAXFLOW_MAX_DEFER_MS"] = str(config.max_defer_ms)
     return env
+
+
+# UCX transports that ring the NIC's doorbell from user space (mlx5 direct
+# verbs), bypassing the ibv_post_send the shim intercepts.
+_UCX_DIRECT = ("rc_x", "dc_x", "ud_x", "rc_mlx5", "dc_mlx5", "ud_mlx5", "all", "ib")
+
+
+def _truthy(value: str | None) -> bool:
+    return value is not None and value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def invisible_paths(env: Mapping[str, str]) -> list[str]:
+    """Transports in a job's environment whose traffic the shim cannot see.
+
+    Called once by ``laxflow run`` before it starts the job, which prints each
+    as one warning line (the shim itself never prints).  Each names the
+    variable that gave it away and what to expect.
+    """
+    found = []
+    if _truthy(env.get("NCCL_GIN_ENABLE")):
+        found.append("NCCL_GIN_ENABLE is set: NCCL's GPU-initiated (GIN) transport posts work requests from the GPU; "
+                     "the shim can neither see nor gate that traffic")
+    ucx_tls = env.get("UCX_TLS", "")
+    # "^a,b" excludes transports: what remains cannot be told from it
+    tls = [] if ucx_tls.startswith("^") else [t.strip().lower() for t in ucx_tls.split(",")]
+    direct = [t for t in tls if t in _UCX_DIRECT]
+    if direct:
+        found.append(f"UCX_TLS={env['UCX_TLS']}: UCX's mlx5 transports ({', '.join(direct)}) ring the NIC doorbell "
+                     "directly (NIXL); the shim sees only their connection set-up")
+    ibgda = sorted(k for k, v in env.items() if "IBGDA" in k.upper() and _truthy(v))
+    if ibgda:
+        found.append(f"{', '.join(ibgda)} set: GPU-initiated IBGDA (NVSHMEM, Mooncake's EP) bypasses verbs posting; "
+                     "the shim can neither see nor gate that traffic")
+    return found
 
 
 def daemon_status(shm_name: str) -> str | None:

@@ -1,11 +1,21 @@
 """``laxflow shim-path`` and ``laxflow run``: the shim's subcommands.
 
 ``laxflow.cli`` calls :func:`register` once when it assembles the app.
+
+``laxflow run -- CMD`` finds the node's daemon (its segment is live) and
+execs CMD under the shim; with no daemon it starts one embedded in this
+process for this node alone (no coordinator), runs CMD as a child, and when
+CMD exits stops the daemon (gates open) and exits with CMD's status.
 """
 
 from __future__ import annotations
 
+import re
+import signal
+import socket
+import subprocess
 import sys
+import threading
 from typing import Optional
 
 import typer
@@ -34,16 +44,73 @@ def register(app: typer.Typer) -> None:
         stale_ms: Optional[int] = typer.Option(
             None, "--stale-ms", help="Pass traffic through when the daemon's heartbeat is older (default 100)."
         ),
+        max_defer_ms: Optional[int] = typer.Option(
+            None, "--max-defer-ms",
+            help="Release a work request whose permit has not come after this long (default 300).",
+        ),
+        ports: str = typer.Option("auto", "--ports", help="Embedded daemon only: ports file or 'auto' (sysfs)."),
+        no_daemon: bool = typer.Option(False, "--no-daemon", help="Never start an embedded daemon."),
     ) -> None:
         """Run CMD with the shim preloaded: laxflow run [--dscp N] -- CMD [ARGS...]."""
-        from laxflow.shim import ShimConfig, daemon_status, exec_under_shim
+        import os
 
-        config = ShimConfig(dscp=dscp, shm_name=shm_name, stale_ms=stale_ms)
-        if dscp is None:
-            why = daemon_status(shm_name)
-            if why is not None:
-                print(
-                    f"laxflow run: no live daemon ({why}); traffic passes through until one starts",
-                    file=sys.stderr,
-                )
-        exec_under_shim(list(ctx.args), config)
+        from laxflow.errors import UserError
+        from laxflow.shim import ShimConfig, daemon_status, exec_under_shim, invisible_paths
+
+        config = ShimConfig(dscp=dscp, shm_name=shm_name, stale_ms=stale_ms, max_defer_ms=max_defer_ms)
+        for what in invisible_paths(os.environ):
+            print(f"laxflow run: warning: {what}", file=sys.stderr)
+        command = list(ctx.args)
+        if not command:
+            raise UserError("run: expected a command after '--' (laxflow run [--dscp N] -- CMD ...)")
+        if dscp is not None or daemon_status(shm_name) is None:
+            exec_under_shim(command, config)  # static mode, or the node's daemon is live
+        if no_daemon:
+            print(f"laxflow run: no live daemon ({daemon_status(shm_name)}); traffic passes through", file=sys.stderr)
+            exec_under_shim(command, config)
+        sys.exit(run_with_embedded_daemon(command, config, ports))
+
+
+def run_with_embedded_daemon(command: list[str], config, ports: str) -> int:
+    """One-node mode: a daemon thread in this process, CMD as a child; returns CMD's exit status."""
+    from laxflow.daemon.config import load_config
+    from laxflow.daemon.ports import PortSpec
+    from laxflow.daemon.service import Daemon
+    from laxflow.errors import UserError
+    from laxflow.shim import shim_env
+
+    node = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname())[:64] or "local"
+    flags = {"node": node, "shm": config.shm_name, "ports": ports}
+    if config.stale_ms is not None:
+        flags["stale_ms"] = config.stale_ms
+    try:
+        daemon_config = load_config(flags)
+    except UserError as exc:
+        if ports != "auto":
+            raise
+        # A container or VM whose interfaces report no speed: schedule one port at a stated rate.
+        flags["ports"] = [{"name": "default", "gbps": 100}]
+        daemon_config = load_config(flags)
+        print(f"laxflow run: {exc}; scheduling one 100 Gbit/s port 'default'", file=sys.stderr)
+    daemon = Daemon(daemon_config, unlink_on_exit=True)
+    loop = threading.Thread(target=daemon.run, name="laxflow-daemon", daemon=True)
+    loop.start()
+    print(f"laxflow run: started an embedded daemon on {config.shm_name} (this node only, no coordinator)",
+          file=sys.stderr)
+    env = shim_env(config)
+    env["LAXFLOW_HOOKS"] = daemon_config.hooks
+    try:
+        try:
+            child = subprocess.Popen(command, env=env)
+        except FileNotFoundError:
+            raise UserError(f"run: {command[0]!r}: command not found") from None
+        except PermissionError:
+            raise UserError(f"run: {command[0]!r}: not executable") from None
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda s, _f: child.send_signal(s))
+        rc = child.wait()
+    finally:
+        daemon.stop()
+        loop.join(timeout=10)
+        daemon.shutdown()
+    return rc if rc >= 0 else 128 - rc

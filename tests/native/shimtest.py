@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from laxflow.protocol.shm import Segment
+from laxflow.protocol.shm import CommandKind, Segment
 
 C_DIR = Path(__file__).parent / "c"
 _names = itertools.count()
@@ -42,8 +42,8 @@ class NativeBin:
 class Daemon:
     """The node daemon's side of the segment, with a heartbeat thread."""
 
-    def __init__(self, stale_ns: int) -> None:
-        self.name = f"/lxf-test-{os.getpid()}-{next(_names)}"
+    def __init__(self, stale_ns: int, name: str | None = None) -> None:
+        self.name = name or f"/lxf-test-{os.getpid()}-{next(_names)}"
         Segment.unlink_name(self.name)
         self.seg = Segment.create(self.name, stale_ns=stale_ns)
         self._stop = threading.Event()
@@ -65,14 +65,20 @@ class Daemon:
 
 
 def client_env(native_bin: NativeBin, log: Path | None, shim: Path | None = None,
-               shm_name: str | None = None, **extra: str) -> dict[str, str]:
+               shm_name: str | None = None, runtime: Path | None = None, **extra: str) -> dict[str, str]:
+    """Environment of a verbs program: the fake provider, its log, the shim
+    preloaded (after a sanitizer runtime, which must come first)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAXFLOW_", "FAKEVERBS_", "LD_PRELOAD"))}
     env["LD_LIBRARY_PATH"] = str(native_bin.fakelib_dir)
     if log is not None:
         env["FAKEVERBS_LOG"] = str(log)
-    if shim is not None:
-        env["LD_PRELOAD"] = str(shim)
+    preload = [str(p) for p in (runtime, shim) if p is not None]
+    if preload:
+        env["LD_PRELOAD"] = " ".join(preload)
     env["LAXFLOW_SHM_NAME"] = shm_name or f"/lxf-absent-{os.getpid()}"
+    # Tests that hold gates closed must not race the maximum deferral age on
+    # a loaded machine; the tests of that bound set it themselves.
+    env["LAXFLOW_MAX_DEFER_MS"] = "600000"
     env.update(extra)
     return env
 
@@ -134,7 +140,102 @@ def log_by_qp(log: Path) -> dict[str, list[str]]:
     return dict(per_qp)
 
 
+def wait_for(cond, timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll cond() until true; fail naming what did not happen."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def proc_slot(seg: Segment, pid: int):
+    slots = [p for p in seg.raw.procs if p.pid == pid]
+    assert slots, f"pid {pid} not attached"
+    return slots[0]
+
+
+def kick_sync(seg: Segment, pid: int) -> None:
+    """Return once the shim of pid has run a full release pass after this
+    call: two KICK commands, the second sent after the first was taken; the
+    progress thread handles a batch before it takes the next."""
+    slot = proc_slot(seg, pid)
+    for _ in range(2):
+        assert seg.send_command(pid, CommandKind.KICK)
+        want = slot.cmds.tail
+        wait_for(lambda: slot.cmds.head >= want, what="the shim to take a KICK")
+
+
 def post_count(log: Path) -> int:
     if not log.exists():
         return 0
     return sum(1 for line in log.read_text().splitlines() if line.startswith("POST "))
+
+
+def chains_by_thread(log: Path) -> dict[tuple[str, int], list[tuple[str, ...]]]:
+    """Each poster thread's chains on each QP, in order; a chain is the WRs
+    of one post_send call (the call counter itself is left out, as threads
+    sharing a QP interleave differently from run to run)."""
+    calls: dict[tuple[str, str], list[str]] = {}
+    for line in log.read_text().splitlines():
+        if line.startswith("POST "):
+            fields = line.split()
+            wr = " ".join(f for f in fields if not f.startswith("call="))
+            calls.setdefault((fields[1], fields[2]), []).append(wr)
+    out: dict[tuple[str, int], list[tuple[str, ...]]] = {}
+    for (qp, _), wrs in calls.items():
+        thread = int(wrs[0].split("wr_id=")[1].split()[0]) >> 32
+        out.setdefault((qp, thread), []).append(tuple(wrs))
+    return out
+
+
+def flap_stress(native_bin: NativeBin, shim: Path, daemon: Daemon, tmp_path: Path, args: list[str],
+                runtime: Path | None = None, **extra: str) -> subprocess.CompletedProcess:
+    """Run verbs_client args (NPHASES phases, several threads per QP) under
+    the shim while a thread flips every message's gate open and closed at
+    random; then open all.  Checks that every chain reached the device
+    exactly once, whole, in each thread's order, and that the daemon saw one
+    completion per message.  Returns the client's outcome (stderr holds any
+    sanitizer report)."""
+    import random
+
+    nqps, nphases = int(args[1]), int(args[3])
+    ref_log = tmp_path / "reference.log"
+    ref = run_client(native_bin, args, client_env(native_bin, ref_log, runtime=runtime, **extra))
+    assert ref.returncode == 0, ref.stderr
+    log = tmp_path / "shim.log"
+    client = Client(native_bin, [*args, "--wait"], client_env(native_bin, log, shim, daemon.name, runtime, **extra))
+    pid, qps = client.qps()
+    plan = client.plan(nqps, nphases)
+    msgs: list[int] = []
+    stop = threading.Event()
+
+    def flap() -> None:
+        rng = random.Random(5)
+        while not stop.is_set():
+            for m in list(msgs):
+                daemon.seg.set_permit(m, rng.choice([0, 1]))
+            time.sleep(0.0002)
+
+    flapper = threading.Thread(target=flap)
+    flapper.start()
+    try:
+        for phase in range(nphases):
+            msgs += [daemon.seg.tag_qp(pid, qp, request_id=1000 + qp, stage=3, layer=phase, bytes=plan[qp, phase])
+                     for qp in qps]
+            client.send()
+            client.expect(f"POSTED {phase}", timeout=120)
+    finally:
+        stop.set()
+        flapper.join()
+    for m in msgs:
+        daemon.seg.set_permit(m, 1)
+    rc = client.wait(timeout=180)
+    stderr = client.proc.stderr.read()
+    assert rc == 0, stderr
+    assert chains_by_thread(log) == chains_by_thread(ref_log)
+    counters = daemon.seg.counters()
+    assert counters["wr_deferred"] == counters["wr_released"] > 0
+    events = daemon.seg.drain_events()
+    assert sorted(events[events["kind"] == 2]["msg_id"].tolist()) == sorted(msgs)
+    return subprocess.CompletedProcess(args, rc, "".join(client.out), stderr)

@@ -15,6 +15,11 @@ EXPECTED = {
     "accept4": "T",
     "connect": "T",
     "dlopen": "T",
+    "listen": "T",
+    "send": "T",
+    "sendmsg": "T",
+    "write": "T",
+    "writev": "T",
     "ibv_close_device@@IBVERBS_1.1": "T",
     "ibv_create_qp@@IBVERBS_1.1": "T",
     "ibv_destroy_qp@@IBVERBS_1.1": "T",
@@ -68,3 +73,24 @@ def test_run_rejects_bad_dscp():
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "laxflow: error: --dscp: expected an integer 0..63, got 64"
+
+
+def test_run_warns_once_per_invisible_path():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAXFLOW_", "LD_PRELOAD", "UCX_", "NCCL_"))}
+    cmd = [str(Path(sys.executable).parent / "laxflow"), "run", "--dscp", "8", "--", "true"]
+    quiet = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    assert "warning" not in quiet.stderr
+    env.update(NCCL_GIN_ENABLE="1", UCX_TLS="rc_mlx5,cuda_copy", NVSHMEM_IB_ENABLE_IBGDA="1")
+    loud = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    warnings = [line for line in loud.stderr.splitlines() if line.startswith("laxflow run: warning: ")]
+    assert len(warnings) == 3
+    assert "NCCL_GIN_ENABLE" in warnings[0] and "rc_mlx5" in warnings[1] and "NVSHMEM_IB_ENABLE_IBGDA" in warnings[2]
+    env.update(NCCL_GIN_ENABLE="0", UCX_TLS="tcp,cuda_copy", NVSHMEM_IB_ENABLE_IBGDA="0")
+    assert "warning" not in subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stderr
+
+
+def test_run_rejects_bad_max_defer():
+    proc = subprocess.run([str(Path(sys.executable).parent / "laxflow"), "run", "--max-defer-ms", "0", "--", "true"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "laxflow: error: --max-defer-ms: expected 1..3600000, got 0"

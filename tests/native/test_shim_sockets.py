@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from laxflow.protocol.shm import EventKind
+
 scapy_all = pytest.importorskip("scapy.all")
 from scapy.all import IP, TCP, AsyncSniffer  # noqa: E402
 
@@ -174,3 +176,85 @@ def test_socket_program_without_daemon_behaves_identically(shim_lib):
     env["LAXFLOW_SHM_NAME"] = f"/lxf-absent-{os.getpid()}"
     under = run(env)
     assert (under.stdout, under.stderr) == (ref.stdout, ref.stderr)
+
+
+@needs_root
+def test_listening_socket_marks_the_syn_ack():
+    """The listener gets the class before listen(): the SYN-ACK, the first
+    packet of an accepted connection, already carries it."""
+    server = subprocess.Popen([LAXFLOW, "run", "--dscp", "10", "--", sys.executable, "-c", SERVER],
+                              env=plain_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+
+        def talk() -> None:
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                while s.recv(65536):
+                    pass
+
+        packets = capture(port, talk)
+    finally:
+        server.wait(30)
+    syn_acks = [p for p in packets if p[TCP].sport == port and p[TCP].flags.S and p[TCP].flags.A]
+    assert syn_acks and {p[IP].tos >> 2 for p in syn_acks} == {10}
+
+
+FLOW = """
+import os, socket, sys
+ls = socket.socket(); ls.bind(("127.0.0.1", 0)); ls.listen(1)
+s = socket.create_connection(ls.getsockname()); c, _ = ls.accept()
+print(os.getpid(), s.fileno(), flush=True)
+for line in sys.stdin:
+    how, n = line.split(); n = int(n)
+    if how == "send":
+        s.sendall(b"a" * n)
+    elif how == "sendmsg":
+        s.sendmsg([b"b" * (n // 2), b"c" * (n - n // 2)])
+    elif how == "write":
+        os.write(s.fileno(), b"d" * n)
+    else:
+        os.writev(s.fileno(), [b"e" * (n // 3), b"f" * (n - n // 3)])
+    got = 0
+    while got < n:
+        got += len(c.recv(65536))
+    print(s.getsockopt(socket.IPPROTO_IP, socket.IP_TOS), flush=True)
+"""
+
+
+def test_socket_flow_tags_set_the_class_per_message_and_report_bytes(shim_lib, daemon):
+    """One persistent connection carries messages of different classes: the
+    class follows each message's flow tag (one setsockopt per change), and
+    each message is a SUBMIT then a COMPLETION once its bytes are written,
+    through send, sendmsg, write and writev."""
+    env = plain_env()
+    env.update(LD_PRELOAD=str(shim_lib), LAXFLOW_SHM_NAME=daemon.name)
+    proc = subprocess.Popen([sys.executable, "-c", FLOW], env=env, text=True, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE)
+    try:
+        pid, fd = map(int, proc.stdout.readline().split())
+        daemon.seg.drain_events()
+        steps = [("send", 12, 3000), ("sendmsg", 34, 2000), ("write", 34, 1000), ("writev", 46, 1500)]
+        msgs = []
+        for i, (how, dscp, n) in enumerate(steps):
+            msgs.append(daemon.seg.tag_socket(pid, fd, request_id=70 + i, stage=3, layer=i, bytes=n, dscp=dscp))
+            proc.stdin.write(f"{how} {n}\n")
+            proc.stdin.flush()
+            assert int(proc.stdout.readline()) == dscp << 2, how
+        ev = daemon.seg.drain_events()
+        submits = ev[ev["kind"] == EventKind.SUBMIT]
+        completions = ev[ev["kind"] == EventKind.COMPLETION]
+        assert submits["msg_id"].tolist() == msgs == completions["msg_id"].tolist()
+        assert submits["bytes"].tolist() == [n for _, _, n in steps]
+        assert set(submits["handle"].tolist()) == {fd} and set(submits["pid"].tolist()) == {pid}
+        assert submits["layer"].tolist() == [0, 1, 2, 3]
+        c = daemon.seg.counters()
+        assert c["sock_msgs"] == 4 and c["sock_tos_set"] == 3  # 12, 34, 46: the repeated 34 set nothing
+        # an untagged write on the same socket passes through, class kept
+        daemon.seg.remove_tag(pid, 2, fd)
+        proc.stdin.write("send 100\n")
+        proc.stdin.flush()
+        assert int(proc.stdout.readline()) == 46 << 2
+        assert len(daemon.seg.drain_events()) == 0
+    finally:
+        proc.stdin.close()
+        proc.wait(30)

@@ -14,11 +14,13 @@ import sys
 import time
 
 import pytest
-from shimtest import Client, client_env, log_by_qp, post_count, run_client
+from shimtest import Client, client_env, flap_stress, kick_sync, log_by_qp, post_count, run_client
 
 from laxflow.protocol.shm import EventKind, Gate, Segment, Stage
 
-MODES = ["direct", "dlopen"]
+# direct: linked with -libverbs (Mooncake); dlopen: NCCL's ibvwrap; ex: the
+# extended API (ibv_create_qp_ex, ibv_wr_*, ibv_create_cq_ex / ibv_start_poll)
+MODES = ["direct", "dlopen", "ex"]
 
 
 def reference(native_bin, tmp_path, args) -> dict[str, list[str]]:
@@ -106,8 +108,9 @@ def test_later_messages_wait_behind_earlier_ones(native_bin, shim_lib, tmp_path,
     for phase in (2, 1):
         for msg in phases[phase].values():
             daemon.seg.set_permit(msg, Gate.OPEN)
-    time.sleep(0.05)
+    kick_sync(daemon.seg, pid)  # a release pass has run since the gates opened
     assert post_count(log) == 0
+    assert daemon.seg.counters()["wr_released"] == 0
     for msg in phases[0].values():
         daemon.seg.set_permit(msg, Gate.OPEN)
     assert client.wait() == 0
@@ -244,11 +247,13 @@ def test_killed_daemon_releases_every_deferred_wr(native_bin, shim_lib, tmp_path
         Segment.unlink_name(name)
 
 
-def test_refused_release_becomes_error_completion(native_bin, shim_lib, tmp_path, daemon):
-    # wr_id 3 of thread 0 is its 4th WR, signaled; the fake refuses it.
+@pytest.mark.parametrize("mode", ["direct", "ex"])
+def test_refused_release_becomes_error_completion(native_bin, shim_lib, tmp_path, daemon, mode):
+    # wr_id 3 of thread 0 is its 4th WR, signaled; the fake refuses it.  In
+    # ex mode the error completions come through ibv_start_poll / next_poll.
     log = tmp_path / "shim.log"
     env = client_env(native_bin, log, shim_lib, daemon.name, FAKEVERBS_FAIL_WRID="3")
-    client = Client(native_bin, ["direct", "1", "10", "1", "--wait"], env)
+    client = Client(native_bin, [mode, "1", "10", "1", "--wait"], env)
     pid, qps = client.qps()
     plan = client.plan(1, 1)
     msgs = tag_all(daemon.seg, pid, qps, plan, 0)
@@ -257,8 +262,26 @@ def test_refused_release_becomes_error_completion(native_bin, shim_lib, tmp_path
     daemon.seg.set_permit(msgs[qps[0]], Gate.OPEN)
     done = client.expect("DONE")
     assert client.wait() == 0
-    assert "errors=1" in done
-    assert daemon.seg.counters()["wr_post_errors"] >= 1
+    # the refused chain is WRs 3 (signaled), 4 and 5 (unsignaled)
+    assert " errors=1 unsignaled_errors=2 " in done
+    assert daemon.seg.counters()["wr_post_errors"] == 3
+
+
+def test_refused_unsignaled_wrs_are_reported(native_bin, shim_lib, tmp_path, daemon):
+    """A refused chain of unsignaled WRs (1 and 2) still comes back as error
+    completions, as the device reports errors whether signaled or not."""
+    log = tmp_path / "shim.log"
+    env = client_env(native_bin, log, shim_lib, daemon.name, FAKEVERBS_FAIL_WRID="1")
+    client = Client(native_bin, ["direct", "1", "10", "1", "--wait"], env)
+    pid, qps = client.qps()
+    msgs = tag_all(daemon.seg, pid, qps, client.plan(1, 1), 0)
+    client.send()
+    client.expect("POSTED 0")
+    daemon.seg.set_permit(msgs[qps[0]], Gate.OPEN)
+    done = client.expect("DONE")
+    assert client.wait() == 0
+    assert " errors=0 unsignaled_errors=2 " in done
+    assert daemon.seg.counters()["wr_post_errors"] == 2
 
 
 def test_commands_release_and_pass_through(native_bin, shim_lib, tmp_path, daemon):
@@ -276,70 +299,26 @@ def test_commands_release_and_pass_through(native_bin, shim_lib, tmp_path, daemo
     while daemon.seg.counters()["wr_released"] < daemon.seg.counters()["wr_deferred"] and time.monotonic() < deadline:
         time.sleep(0.01)
     assert post_count(log) == daemon.seg.counters()["wr_deferred"] > 0
+    released = post_count(log)
     assert daemon.seg.send_command(pid, 3)  # PASS_THROUGH: new closed gates no longer hold
-    time.sleep(0.05)
+    kick_sync(daemon.seg, pid)  # the PASS_THROUGH was handled
+    deferred = daemon.seg.counters()["wr_deferred"]
     tag_all(daemon.seg, pid, qps, plan, 1)
     client.send()
     client.expect("POSTED 1")
+    # phase 1 reached the device while posted, its gates closed
+    assert post_count(log) > released
+    assert daemon.seg.counters()["wr_deferred"] == deferred
     assert client.wait() == 0
     assert daemon.seg.counters()["wr_deferred"] == daemon.seg.counters()["wr_released"]
 
 
-def chains_by_thread(log) -> dict[tuple[str, int], list[tuple[str, ...]]]:
-    """Each poster thread's chains on each QP, in order; a chain is the WRs
-    of one post_send call (the call counter itself is left out, as threads
-    sharing a QP interleave differently from run to run)."""
-    calls: dict[tuple[str, str], list[str]] = {}
-    for line in log.read_text().splitlines():
-        if line.startswith("POST "):
-            fields = line.split()
-            calls.setdefault((fields[1], fields[2]), []).append(" ".join(f for f in fields if not f.startswith("call=")))
-    out: dict[tuple[str, int], list[tuple[str, ...]]] = {}
-    for (qp, _), wrs in calls.items():
-        thread = int(wrs[0].split("wr_id=")[1].split()[0]) >> 32
-        out.setdefault((qp, thread), []).append(tuple(wrs))
-    return out
-
-
-def test_threads_sharing_qps_while_gates_flap(native_bin, shim_lib, tmp_path, daemon):
+@pytest.mark.parametrize("mode", ["direct", "ex"])
+def test_threads_sharing_qps_while_gates_flap(native_bin, shim_lib, tmp_path, daemon, mode):
     """2 threads per QP post while the daemon flips gates open and closed at
-    random: every chain still reaches the device exactly once, whole, and
-    in each thread's order."""
-    import random
-    import threading
-
-    args = ["direct", "2", "150", "2", "--tpq", "2"]
-    ref_log = tmp_path / "reference.log"
-    assert run_client(native_bin, args, client_env(native_bin, ref_log)).returncode == 0
-    log = tmp_path / "shim.log"
-    client = Client(native_bin, [*args, "--wait"], client_env(native_bin, log, shim_lib, daemon.name))
-    pid, qps = client.qps()
-    plan = client.plan(2, 2)
-    msgs: list[int] = []
-    stop = threading.Event()
-
-    def flap() -> None:
-        rng = random.Random(5)
-        while not stop.is_set():
-            for m in list(msgs):
-                daemon.seg.set_permit(m, rng.choice([Gate.OPEN, Gate.CLOSED]))
-            time.sleep(0.0002)
-
-    flapper = threading.Thread(target=flap)
-    flapper.start()
-    for phase in range(2):
-        msgs += tag_all(daemon.seg, pid, qps, plan, phase).values()
-        client.send()
-        client.expect(f"POSTED {phase}")
-    stop.set()
-    flapper.join()
-    for m in msgs:
-        daemon.seg.set_permit(m, Gate.OPEN)
-    assert client.wait() == 0
-    assert chains_by_thread(log) == chains_by_thread(ref_log)
-    counters = daemon.seg.counters()
-    assert counters["wr_deferred"] == counters["wr_released"] > 0
-    assert sorted(drain(daemon.seg, EventKind.COMPLETION)["msg_id"].tolist()) == sorted(msgs)
+    random and a third thread reaps completions: every chain still reaches
+    the device exactly once, whole, and in each thread's order."""
+    flap_stress(native_bin, shim_lib, daemon, tmp_path, [mode, "2", "150", "2", "--tpq", "2", "--poll"])
 
 
 ADAPTER = """

@@ -15,7 +15,7 @@ from laxflow.sim.network import FluidNetwork, Topology
 
 def snapshot(flows: list[Flow], now: float = 0.0) -> Snapshot:
     n = len(flows)
-    return Snapshot(now=now, flows=flows, remaining=np.array([f.size for f in flows]), capacity=np.ones(1), link_load=np.zeros(1))
+    return Snapshot(now=now, flows=flows, remaining=np.array([f.size for f in flows]), capacity=np.ones(1), link_load=np.zeros(1), load_window=0.01)
 
 
 def flow(id: str, size: float = 1.0, **kw) -> Flow:

@@ -61,7 +61,7 @@ def test_dp_ideal_levels_collective_over_reuse_by_rli_then_due():
         Flow.on_path("p2d", 1.0, [0], stage=Stage.P2D, deadline=100.0),
         Flow.on_path("p2d_no_deadline", 1.0, [0], stage=Stage.P2D, layer=1, current_layer=1),
     ]
-    snap = Snapshot(now=0.0, flows=flows, remaining=np.ones(6), capacity=np.ones(1), link_load=np.zeros(1))
+    snap = Snapshot(now=0.0, flows=flows, remaining=np.ones(6), capacity=np.ones(1), link_load=np.zeros(1), load_window=0.01)
     d = DeferAndPromoteIdeal().decide(snap)
     order = [flows[i].id for i in np.argsort(d.level, kind="stable")]
     assert order == ["coll", "near_soon", "near_late", "far", "p2d_no_deadline", "p2d"]
@@ -74,7 +74,7 @@ def test_karuna_caps_deadline_flows_and_orders_the_rest_by_size():
         Flow.on_path("big", 4.0, [0], stage=Stage.COLLECTIVE),
         Flow.on_path("small", 2.0, [0], stage=Stage.REUSE, deadline=18.0),  # implicit: no cap
     ]
-    snap = Snapshot(now=1.0, flows=flows, remaining=np.array([2.0, 4.0, 2.0]), capacity=np.ones(1), link_load=np.zeros(1))
+    snap = Snapshot(now=1.0, flows=flows, remaining=np.array([2.0, 4.0, 2.0]), capacity=np.ones(1), link_load=np.zeros(1), load_window=0.01)
     d = Karuna().decide(snap)
     assert d.level.tolist() == [0, 2, 1]
     assert d.cap[0] == pytest.approx(2.0 / 6.0) and np.isinf(d.cap[1:]).all()

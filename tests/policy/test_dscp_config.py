@@ -64,7 +64,7 @@ def test_dscp_command_prints_the_map():
 
     from typer.testing import CliRunner
 
-    from laxflow.policy.cli import app
+    from laxflow.policy_cli import app
 
     out = CliRunner().invoke(app, ["dscp", "--levels", "8", "--json"])
     assert out.exit_code == 0, out.output

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from laxflow.errors import UserError
-from laxflow.policy.inter_request import parse_problem, schedule
+from laxflow.policy.inter_request import schedule
+from laxflow.policy_cli import parse_problem
 from laxflow.policy.red import robust_effective_deadline
 
 ROOT = Path(__file__).resolve().parents[2]

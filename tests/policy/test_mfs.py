@@ -21,7 +21,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 def snap(flows: list[Flow], now: float = 0.0, remaining=None, load: float = 0.0, capacity: float = 1.0) -> Snapshot:
     rem = np.array([f.size for f in flows]) if remaining is None else np.asarray(remaining, float)
-    return Snapshot(now=now, flows=flows, remaining=rem, capacity=np.array([capacity]), link_load=np.array([load]))
+    return Snapshot(now=now, flows=flows, remaining=rem, capacity=np.array([capacity]), link_load=np.array([load]), load_window=0.01)
 
 
 def flow(id: str, stage: Stage, size: float = 1.0, **kw) -> Flow:

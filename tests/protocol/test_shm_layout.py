@@ -78,7 +78,7 @@ def test_segment_mode_header_and_attach_errors(segment):
     assert segment.live()
     with pytest.raises(SegmentError, match="cannot create"):
         Segment.create(segment.name)
-    segment.raw.header.version = 2
+    segment.raw.header.version = lib.LXF_SHM_VERSION + 1
     with pytest.raises(SegmentError, match="layout version"):
         Segment.attach(segment.name)
     segment.raw.header.version = lib.LXF_SHM_VERSION

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from laxflow.protocol._shm import ffi, lib
-from laxflow.protocol.shm import CommandKind, EventKind, Gate, Segment, TagKind, TagValue
+from laxflow.protocol.shm import CommandKind, EventKind, Gate, Permit, Segment, TagKind, TagValue, proc_start_ticks
 
 
 def drain_while_producing(seg: Segment, procs: list[subprocess.Popen], expected: int, batch: int) -> np.ndarray:
@@ -109,8 +109,7 @@ def test_ring_is_a_fifo(segment, ops):
        dscp=st.integers(0, 63))
 def test_permit_round_trip(segment, msg_id, gate, level, dscp):
     segment.set_permit(msg_id, gate, level, dscp)
-    assert segment.get_permit(msg_id) == (p := segment.get_permit(msg_id))
-    assert (p.msg_id, p.gate, p.level, p.dscp) == (msg_id, gate, level, dscp)
+    assert segment.get_permit(msg_id) == Permit(msg_id, gate, level, dscp)
     # another message in the same slot replaces it; the old one reads as absent
     other = msg_id + lib.LXF_PERMIT_SLOTS
     if other < 2**40:
@@ -149,7 +148,7 @@ def test_tags_read_back_last_write(segment, writes, data):
 
 def test_commands_reach_one_process(segment):
     pid = 4242
-    proc = lib.lxf_proc_claim(segment.raw, pid)
+    proc = lib.lxf_proc_claim(segment.raw, pid, 0)
     assert proc != ffi.NULL and pid in segment.proc_pids()
     assert not segment.send_command(4343, CommandKind.KICK)  # not attached
     for i in range(5):
@@ -170,8 +169,8 @@ def test_commands_reach_one_process(segment):
 def test_dead_processes_are_released(segment):
     child = subprocess.Popen(["sleep", "0"])
     child.wait()
-    lib.lxf_proc_claim(segment.raw, child.pid)
-    lib.lxf_proc_claim(segment.raw, os.getpid())
+    lib.lxf_proc_claim(segment.raw, child.pid, 0)
+    lib.lxf_proc_claim(segment.raw, os.getpid(), proc_start_ticks(os.getpid()))
     segment.tag_qp(child.pid, 300, request_id=1, stage=3, layer=0)
     assert segment.release_dead_procs() == [child.pid]
     assert segment.proc_pids() == [os.getpid()]

@@ -9,6 +9,11 @@ flows; the policy answers with a :class:`Decision`. The engine then allocates
 rates: strict priority across levels (level 0 first, it sees all capacity),
 max-min fair inside a level, each flow's optional rate cap honored.
 
+Every decision also says, per flow, the RMLQ queue (the switch class) and
+the DSCP codepoint of that queue from the policy's :attr:`FlowPolicy.dscp_map`:
+the simulator records them and the node daemon writes them into the shim's
+permit table, from the very same arrays.
+
 Policies decide only. They do no I/O and start no threads; the daemon and the
 coordinator call the same objects the simulator does.
 """
@@ -22,9 +27,14 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
-from laxflow.policy.flow import Flow, Stage
+from laxflow.policy.dscp import DscpMap, default_dscp_map
+from laxflow.policy.flow import STAGE_CODES, Flow
 
-STAGE_CODES = {Stage.REUSE: 0, Stage.COLLECTIVE: 1, Stage.P2D: 2}
+__all__ = ["STAGE_CODES", "Decision", "FlowPolicy", "Snapshot", "rank_levels"]
+
+# The map a policy without its own uses: K = 8 switch classes (the most a
+# RoCE fabric offers laxflow beside CNP and its lossless class).
+BASELINE_DSCP_MAP = default_dscp_map(8)
 
 
 @dataclass
@@ -32,16 +42,22 @@ class Snapshot:
     """What a policy may look at. Arrays are aligned with ``flows``.
 
     ``flows`` are the live flows (arrived, unfinished) in the engine's stable
-    order (admission order). ``link_load`` is the engine's measured load of
-    each link (a time-weighted moving average of utilization in [0, 1]; see the
-    engine for the window), which MLU uses as rho.
+    order (admission order). ``link_load`` is the measured load of each link:
+    an exponentially weighted moving average of its utilization in [0, 1],
+    ``load <- u + (load - u) * exp(-dt / load_window)`` over each interval dt
+    at utilization u. Whoever builds the snapshot (the network engine, the
+    node daemon from its byte counters) states that time constant in
+    ``load_window``; MFS subtracts its own average of explicit-deadline
+    traffic from it and refuses a snapshot whose window differs from its
+    ``MfsConfig.load_window`` (the difference would be meaningless).
     """
 
-    now: float
+    now: float  # s
     flows: Sequence[Flow]
     remaining: np.ndarray  # bytes left per flow
     capacity: np.ndarray  # bytes/s per link
     link_load: np.ndarray  # measured utilization per link, in [0, 1]
+    load_window: float  # s, time constant of link_load's moving average
 
     def column(self, name: str, dtype: type = float, missing: float = np.nan) -> np.ndarray:
         """A flow attribute as an array (``None`` becomes ``missing``)."""
@@ -68,7 +84,7 @@ class Snapshot:
 
     @cached_property
     def stage(self) -> np.ndarray:
-        """Stage codes per flow (see ``STAGE_CODES``)."""
+        """Stage codes per flow (``laxflow.policy.flow.STAGE_CODES``, the shim's ``LXF_STAGE_*``)."""
         return np.fromiter((STAGE_CODES[f.stage] for f in self.flows), dtype=np.int8, count=len(self.flows))
 
     @cached_property
@@ -88,16 +104,25 @@ class Snapshot:
 
 @dataclass
 class Decision:
-    """A policy's answer for one snapshot.
+    """A policy's answer for one snapshot; every array is aligned with ``snap.flows``.
 
-    ``level[i]`` is flow i's priority level: 0 is served first and sees all
-    capacity; level k sees only what levels < k left. ``cap[i]`` is an
-    optional rate cap in bytes/s (``inf`` for none). ``timers`` are absolute
-    times at which the policy wants ``decide`` called again even if nothing
-    else happens (e.g. a periodic promotion).
+    ``level[i]`` (int64) is flow i's host priority: a dense rank, 0 served
+    first and seeing all capacity, level k only what levels < k left. It is
+    the engine's (and the daemon's permit) order, finer than the switch's.
+    ``queue[i]`` (int64) is flow i's RMLQ queue, the switch class it travels
+    in: 0 is the top, ``dscp_map.levels`` the scavenger class (MFS's pruned
+    requests). ``dscp[i]`` (uint8) is that queue's DSCP codepoint from the
+    policy's ``dscp_map``: what the daemon writes into the permit table and
+    the shim puts on the wire. ``queue`` is monotone in ``level`` (a lower
+    level never has a larger queue). ``cap[i]`` is an optional rate cap in
+    bytes/s (``inf`` for none). ``timers`` are absolute times at which the
+    policy wants ``decide`` called again even if nothing else happens (e.g.
+    a periodic promotion). Build one with :meth:`FlowPolicy.decision`.
     """
 
     level: np.ndarray
+    queue: np.ndarray
+    dscp: np.ndarray
     cap: np.ndarray | None = None
     timers: tuple[float, ...] = field(default_factory=tuple)
 
@@ -108,13 +133,50 @@ class FlowPolicy(ABC):
     One instance schedules one network (one simulation run, one daemon); it
     may keep per-flow state in ``Flow.state``. ``decide`` is called on the
     engine's thread, never concurrently.
+
+    ``dscp_map`` is the policy's level -> DSCP table. Baselines take one as
+    ``dscp=`` (default: :data:`BASELINE_DSCP_MAP`, the default map for 8
+    levels) and fold their dense levels onto it: queue = min(level, K-1), so
+    the first K-1 levels get a switch class each and the rest share the
+    lowest one (Fair Sharing: every flow in queue 0, one class). MFS uses
+    ``MfsConfig.dscp_map`` and its own RMLQ queues.
     """
 
     name: ClassVar[str] = ""
+    _dscp_map: DscpMap = BASELINE_DSCP_MAP
+
+    def __init__(self, dscp: DscpMap | None = None) -> None:
+        if dscp is not None:
+            if not isinstance(dscp, DscpMap):
+                raise ValueError(f"policy {self.name or type(self).__name__}: dscp must be a DscpMap, got {dscp!r}")
+            self._dscp_map = dscp
+
+    @property
+    def dscp_map(self) -> DscpMap:
+        """Queue -> DSCP codepoint (and switch traffic class) of this policy's decisions."""
+        return self._dscp_map
 
     @abstractmethod
     def decide(self, snap: Snapshot) -> Decision:
-        """Return each live flow's level (and optional cap, timers)."""
+        """Return each live flow's level, queue and DSCP (and optional cap, timers)."""
+
+    def decision(
+        self,
+        level: np.ndarray,
+        *,
+        queue: np.ndarray | None = None,
+        cap: np.ndarray | None = None,
+        timers: tuple[float, ...] = (),
+    ) -> Decision:
+        """A :class:`Decision` with DSCP codepoints from ``dscp_map``.
+
+        ``queue`` defaults to the level folded onto the map's K levels,
+        ``min(level, K-1)``. Called by ``decide`` implementations.
+        """
+        table = self.dscp_map.codes
+        if queue is None:
+            queue = np.minimum(level, len(table) - 2)
+        return Decision(level=level, queue=queue, dscp=table[queue], cap=cap, timers=timers)
 
     def on_complete(self, flow: Flow, now: float) -> None:
         """Called by the engine when ``flow``'s last byte is delivered."""

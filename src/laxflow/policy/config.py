@@ -32,9 +32,11 @@ class MfsConfig:
     coordinator, which knows compute profiles and whole traffic matrices,
     prunes and hands the result over with ``MfsPolicy.set_order``.
     ``load_window``: time constant (s) of the policy's moving average of
-    explicit-deadline traffic per link, subtracted from the engine's measured
-    link load to get MLU's rho; set it to the engine's ``load_window`` (both
-    default to 10 ms) so the two averages cancel exactly.
+    explicit-deadline traffic per link, subtracted from the measured link
+    load to get MLU's rho. It must equal ``Snapshot.load_window``, the window
+    of whoever measures link load (the engine's or the daemon's; all default
+    to 10 ms), so the two averages cancel exactly: ``decide`` refuses a
+    snapshot with another window.
     ``dscp``: level -> DSCP map; ``None`` means the default for ``levels``.
     """
 

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from laxflow.policy.base import STAGE_CODES, Decision, FlowPolicy, Snapshot, rank_levels
-from laxflow.policy.flow import Flow, Stage
+from laxflow.policy.base import Decision, FlowPolicy, Snapshot, rank_levels
+from laxflow.policy.dscp import DscpMap
+from laxflow.policy.flow import STAGE_CODES, Flow, Stage
 
 _COLLECTIVE = STAGE_CODES[Stage.COLLECTIVE]
 _P2D = STAGE_CODES[Stage.P2D]
@@ -40,7 +41,8 @@ class DeferAndPromoteIdeal(FlowPolicy):
 
     name = "dp-ideal"
 
-    def __init__(self) -> None:
+    def __init__(self, dscp: DscpMap | None = None) -> None:
+        super().__init__(dscp)
         self._promoted: set[Flow] = set()
         self._last: tuple[float, list[Flow], np.ndarray, np.ndarray] | None = None
 
@@ -72,7 +74,7 @@ class DeferAndPromoteIdeal(FlowPolicy):
 
         timers = self._timers(snap, deferred, laxity, bneck, level)
         self._last = (now, list(snap.flows), snap.remaining.copy(), level)
-        return Decision(level=level, timers=timers)
+        return self.decision(level, timers=timers)
 
     def _timers(self, snap: Snapshot, deferred: np.ndarray, laxity: np.ndarray, bneck: np.ndarray, level: np.ndarray) -> tuple[float, ...]:
         if not deferred.any():

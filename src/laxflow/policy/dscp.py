@@ -30,7 +30,10 @@ packet captures can still tell levels apart.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
+
+import numpy as np
 
 CNP_DSCP = 48  # RoCE congestion notification packets (DCQCN), TC 6
 LOSSLESS_DSCP = 26  # the usual lossless RoCE data class, TC 3
@@ -65,6 +68,13 @@ class DscpMap:
     @property
     def levels(self) -> int:
         return len(self.level_dscp)
+
+    @cached_property
+    def codes(self) -> np.ndarray:
+        """DSCP per queue as uint8, index ``levels`` = scavenger: ``codes[queue]`` tags a whole decision."""
+        out = np.array(self.level_dscp + (self.scavenger_dscp,), dtype=np.uint8)
+        out.flags.writeable = False
+        return out
 
     def dscp(self, level: int) -> int:
         """DSCP of RMLQ ``level``; ``level == levels`` is the scavenger class."""

@@ -30,4 +30,4 @@ class EarliestDeadlineFirst(FlowPolicy):
             id_rank[np.argsort(ids, kind="stable")] = np.arange(explicit.size)
             level[explicit] = rank_levels([id_rank, snap.arrival[explicit], snap.due[explicit]])
         level[~snap.explicit] = explicit.size
-        return Decision(level=level)
+        return self.decision(level)

@@ -1,7 +1,8 @@
 """Fair Sharing (FS): every flow in one level, max-min fair.
 
 The baseline of the MFS paper's evaluation: the network's rate allocation
-alone decides, with no priorities.
+alone decides, with no priorities. Every flow is in queue 0 of its DSCP
+map: one switch class.
 """
 
 from __future__ import annotations
@@ -17,4 +18,4 @@ class FairSharing(FlowPolicy):
     name = "fs"
 
     def decide(self, snap: Snapshot) -> Decision:
-        return Decision(level=np.zeros(len(snap.flows), dtype=np.int64))
+        return self.decision(np.zeros(len(snap.flows), dtype=np.int64))

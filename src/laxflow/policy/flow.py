@@ -35,6 +35,20 @@ class Stage(str, Enum):
             choices = ", ".join(s.value for s in cls)
             raise ValueError(f"unknown stage {value!r} (expected one of {choices})") from None
 
+    @property
+    def code(self) -> int:
+        """The stage's wire code (``STAGE_CODES``)."""
+        return STAGE_CODES[self]
+
+
+# The one stage encoding of laxflow: the policy's arrays, the ZeroMQ protocol
+# and the shim's shared memory all use these numbers. They are the values of
+# ``LXF_STAGE_*`` in ``native/laxflow_shm.h`` (0 = no stage known, e.g. a
+# message the shim saw but no adapter tagged); a test checks the two agree.
+STAGE_NONE = 0
+STAGE_CODES: dict[Stage, int] = {Stage.REUSE: 1, Stage.COLLECTIVE: 2, Stage.P2D: 3}
+STAGE_OF_CODE: dict[int, Stage] = {code: stage for stage, code in STAGE_CODES.items()}
+
 
 @dataclass(eq=False)
 class Flow:
@@ -61,9 +75,11 @@ class Flow:
     current_layer: int | None = None  # layer the request is computing now
     compute_done: bool = False  # the request's prefill compute has ended
 
-    # Written by the engine after each decision; read back by stateful policies
-    # (the RMLQ only ever promotes, so it needs the level it gave last time).
-    level: int | None = None
+    # Written by the engine after each decision (the Decision's arrays); read
+    # back by stateful policies and by whoever reports per-flow classes.
+    level: int | None = None  # host priority (dense rank, 0 first)
+    queue: int | None = None  # RMLQ queue / switch class
+    dscp: int | None = None  # DSCP codepoint of that queue
     cap: float = float("inf")
     finish: float | None = None
     # Policy-owned scratch (e.g. the layer at which a level was last set). The

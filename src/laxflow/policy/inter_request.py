@@ -28,19 +28,18 @@ Pruned requests are not dropped: the caller serves them in the scavenger
 class (soft enforcement). Ports are compared by id as strings.
 
 Two entry points: :func:`schedule` takes the objects a file parses into
-(:func:`parse_problem`); :func:`schedule_table` takes the arrays a
-coordinator keeps (:class:`LoadTable`), which is what runs in both cases.
+(``laxflow.policy_cli.parse_problem``: file parsing lives outside this pure
+package); :func:`schedule_table` takes the arrays a coordinator keeps
+(:class:`LoadTable`), which is what runs in both cases.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 
-from laxflow.errors import UserError
 from laxflow.policy.red import red_many
 
 
@@ -326,84 +325,3 @@ class _Pool:
         self._gone[best] = True
         self.pruned.append(best)
         return best
-
-
-# ---------------------------------------------------------------- input file
-
-
-def parse_problem(data: Any) -> InterProblem:
-    """Validate a decoded ``laxflow policy inter`` file; UserError on the first problem."""
-    if not isinstance(data, dict):
-        raise UserError("inter input: expected a JSON object with 'ports' and 'batches'")
-    unknown = set(data) - {"description", "now", "drop_budget", "ports", "batches"}
-    if unknown:
-        raise UserError(
-            f"inter input: unknown key {sorted(unknown)[0]!r} (expected description, now, drop_budget, ports, batches)"
-        )
-    now = _number(data.get("now", 0.0), "'now'")
-    budget = data.get("drop_budget", 0)
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-        raise UserError(f"inter input: 'drop_budget' must be a non-negative integer, got {budget!r}")
-    ports = data.get("ports")
-    if not isinstance(ports, dict) or not ports:
-        raise UserError("inter input: 'ports' must be a non-empty object of port id -> bandwidth (bytes/s)")
-    bw: dict[str, float] = {}
-    for p, v in ports.items():
-        value = _number(v, f"port {p!r} bandwidth")
-        if value <= 0:
-            raise UserError(f"inter input: port {p!r} bandwidth must be > 0, got {v!r}")
-        bw[str(p)] = value
-    raw_batches = data.get("batches")
-    if not isinstance(raw_batches, list):
-        raise UserError("inter input: 'batches' must be a list")
-    batch_ids: set[str] = set()
-    request_ids: set[str] = set()
-    batches = []
-    for k, raw in enumerate(raw_batches):
-        if not isinstance(raw, dict):
-            raise UserError(f"inter input: batch #{k} must be an object")
-        bid = _ident(raw.get("id"), f"batch #{k}")
-        if bid in batch_ids:
-            raise UserError(f"inter input: duplicate batch id {bid!r}")
-        batch_ids.add(bid)
-        compute = _number(raw.get("compute", 0.0), f"batch {bid!r} compute")
-        if compute < 0:
-            raise UserError(f"inter input: batch {bid!r} compute must be >= 0, got {compute!r}")
-        raw_reqs = raw.get("requests")
-        if not isinstance(raw_reqs, list) or not raw_reqs:
-            raise UserError(f"inter input: batch {bid!r} is empty (expected a non-empty 'requests' list)")
-        reqs = []
-        for j, rr in enumerate(raw_reqs):
-            if not isinstance(rr, dict):
-                raise UserError(f"inter input: batch {bid!r} request #{j} must be an object")
-            rid = _ident(rr.get("id"), f"batch {bid!r} request #{j}")
-            if rid in request_ids:
-                raise UserError(f"inter input: duplicate request id {rid!r}")
-            request_ids.add(rid)
-            deadline = _number(rr.get("deadline"), f"request {rid!r} deadline")
-            raw_load = rr.get("load", {})
-            if not isinstance(raw_load, dict):
-                raise UserError(f"inter input: request {rid!r} load must be an object of port id -> bytes")
-            load: dict[str, float] = {}
-            for p, v in raw_load.items():
-                if p not in bw:
-                    raise UserError(f"inter input: request {rid!r} names unknown port {p!r} (ports: {', '.join(sorted(bw))})")
-                value = _number(v, f"request {rid!r} load on {p!r}")
-                if value < 0:
-                    raise UserError(f"inter input: request {rid!r} load on {p!r} must be >= 0, got {v!r}")
-                load[p] = value
-            reqs.append(InterRequest(rid, deadline, load))
-        batches.append(InterBatch(bid, compute, tuple(reqs)))
-    return InterProblem(ports=bw, batches=tuple(batches), now=now, drop_budget=budget)
-
-
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise UserError(f"inter input: {what} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def _ident(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise UserError(f"inter input: {what} needs a non-empty string 'id', got {value!r}")
-    return value

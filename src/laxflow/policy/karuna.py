@@ -39,4 +39,4 @@ class Karuna(FlowPolicy):
                 cap[explicit] = np.where(left > 0, snap.remaining[explicit] / left, np.inf)
             future = due[left > 0]
             timers = tuple(sorted(set(future.tolist())))
-        return Decision(level=level, cap=cap, timers=timers)
+        return self.decision(level, cap=cap, timers=timers)

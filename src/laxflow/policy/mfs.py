@@ -27,8 +27,10 @@ Level layout (K = ``levels``, default 8; level 0 is served first):
   ``collective`` flow keeps its level even when the request it is tagged
   with is pruned: it carries the whole batch and blocks every request in it.
 
-DSCP of RMLQ level q: ``MfsConfig.dscp_map`` (default: 39 - q for K = 8, CS1
-for the scavenger; :mod:`laxflow.policy.dscp`). ``Flow.state['rmlq_level']``
+Each decision carries every flow's RMLQ level after pruning as ``queue``
+(K = scavenger) and its DSCP as ``dscp``, from ``MfsConfig.dscp_map``
+(default: 39 - q for K = 8, CS1 for the scavenger; :mod:`laxflow.policy.dscp`).
+``level`` is the finer host order of :mod:`laxflow.policy.arbitration`. ``Flow.state['rmlq_level']``
 holds each flow's RMLQ level (before any pruning) whenever it changes.
 
 Infeasible explicit flows (MLU > 1 at their last evaluation) are counted in
@@ -47,9 +49,10 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from laxflow.policy.arbitration import engine_levels, queue_of
-from laxflow.policy.base import STAGE_CODES, Decision, FlowPolicy, Snapshot
+from laxflow.policy.base import Decision, FlowPolicy, Snapshot
 from laxflow.policy.config import MfsConfig
-from laxflow.policy.flow import Flow, Stage
+from laxflow.policy.dscp import DscpMap
+from laxflow.policy.flow import STAGE_CODES, Flow, Stage
 from laxflow.policy.inter_request import LoadTable, schedule_table
 from laxflow.policy.mlu import level_of, mlu, thresholds
 from laxflow.policy.red import red_order
@@ -69,6 +72,7 @@ class MfsPolicy(FlowPolicy):
         self.config = config if config is not None else MfsConfig.from_mapping(options)
         k = self.config.levels
         self._q = thresholds(k, self.config.E, self.config.U)
+        self._dscp_codes = self.config.dscp_map.codes  # queue -> DSCP, index K = scavenger
         self.rmlq = Rmlq(k, self.config.period)
         # Batch and request tables (index -> name / facts), grown on first sight.
         self._batch_index: dict[str, int] = {}
@@ -117,8 +121,15 @@ class MfsPolicy(FlowPolicy):
     def decide(self, snap: Snapshot) -> Decision:
         flows = snap.flows
         n = len(flows)
+        if not math.isclose(snap.load_window, self.config.load_window, rel_tol=1e-9):
+            raise ValueError(
+                f"mfs: the snapshot's link_load is a moving average over {snap.load_window!r} s but "
+                f"MfsConfig.load_window is {self.config.load_window!r} s; give the policy the window of "
+                "whoever measures link load (the engine's or daemon's load_window)"
+            )
         if n == 0:
-            return Decision(level=np.zeros(0, np.int64))
+            empty = np.zeros(0, np.int64)
+            return Decision(level=empty, queue=empty, dscp=np.zeros(0, np.uint8))
         now = snap.now
         slot = self.rmlq.slot
         idx_list = [slot.get(f, -1) for f in flows]
@@ -155,7 +166,9 @@ class MfsPolicy(FlowPolicy):
         level = engine_levels(queue, explicit, urgency, self._rank[self.rmlq.batch[idx]], self.config.levels)
         timer = self.rmlq.next_timer(idx, compute_done & (queue < self.config.levels), now)
         self.rmlq.last_rem[idx] = snap.remaining
-        return Decision(level=level, timers=() if timer is None else (timer,))
+        return Decision(
+            level=level, queue=queue, dscp=self._dscp_codes[queue], timers=() if timer is None else (timer,)
+        )
 
     def on_complete(self, flow: Flow, now: float) -> None:
         s = self.rmlq.slot.get(flow)
@@ -188,6 +201,10 @@ class MfsPolicy(FlowPolicy):
         """RMLQ level of a live flow as promotion left it (pruning not applied)."""
         s = self.rmlq.slot[flow]
         return int(queue_of(self.rmlq.urgency[[s]], self.rmlq.explicit[[s]], np.zeros(1, bool), self.config.levels)[0])
+
+    @property
+    def dscp_map(self) -> DscpMap:
+        return self.config.dscp_map
 
     def dscp(self, flow: Flow) -> int:
         """DSCP codepoint for a live flow's packets."""

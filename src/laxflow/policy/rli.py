@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from laxflow.policy.base import STAGE_CODES
-from laxflow.policy.flow import Stage
+from laxflow.policy.flow import STAGE_CODES, Stage
 
 COLLECTIVE = STAGE_CODES[Stage.COLLECTIVE]
 P2D = STAGE_CODES[Stage.P2D]

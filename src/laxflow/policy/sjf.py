@@ -22,4 +22,4 @@ class ShortestJobFirst(FlowPolicy):
         ids = np.array([f.id for f in snap.flows], dtype=object)
         id_rank = np.empty(len(ids), dtype=np.int64)
         id_rank[np.argsort(ids, kind="stable")] = np.arange(len(ids))
-        return Decision(level=rank_levels([id_rank, snap.arrival, snap.size]))
+        return self.decision(rank_levels([id_rank, snap.arrival, snap.size]))

@@ -103,7 +103,29 @@ COUNTER_NAMES = (
     "wr_failopen",
     "wr_post_errors",
     "shim_internal_errors",
+    "events_skipped",
+    "reattaches",
+    "wr_defer_timeouts",
+    "injected_dropped",
+    "sock_tos_set",
+    "sock_msgs",
 )
+
+
+def proc_start_ticks(pid: int) -> int | None:
+    """Start time of process pid in clock ticks since boot (field 22 of
+    /proc/<pid>/stat), or None when there is no such process.
+
+    A process is (pid, start time): the shim records its own in its slot, and
+    the daemon compares it to tell a live process from a reused pid.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after the last ')'
+    return int(stat.rsplit(b")", 1)[1].split()[19])
 
 
 @dataclass(frozen=True)
@@ -260,25 +282,29 @@ class Segment:
         """Pids of processes whose shim has attached."""
         return [p.pid for p in self._seg.procs if p.pid]
 
+    def procs(self) -> list[tuple[int, int]]:
+        """(pid, start_ticks) of every attached process: its identity (see proc_start_ticks)."""
+        return [(int(p.pid), int(p.start_ticks)) for p in self._seg.procs if p.pid]
+
     def release_dead_procs(self) -> list[int]:
         """Free the slots and tags of attached processes that have exited.
 
         Called periodically by the daemon: a process killed outright never
-        runs the shim's destructor that frees its slot.
+        runs the shim's destructor that frees its slot.  A process is its pid
+        and its start time: a pid now held by a process started at another
+        time (pid reuse) counts as dead.  A slot without a start time (0) is
+        judged by its pid alone.
         """
         dead = []
         for proc in self._seg.procs:
             pid = proc.pid
             if not pid:
                 continue
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            ticks = proc_start_ticks(pid)
+            if ticks is None or (proc.start_ticks and ticks != proc.start_ticks):
                 lib.lxf_proc_release(ffi.addressof(proc))
                 self.clear_pid_tags(pid)
                 dead.append(pid)
-            except PermissionError:
-                pass  # alive, another user's
         return dead
 
     def send_command(self, pid: int, kind: int, msg_id: int = 0, arg: int = 0, value: int = 0) -> bool:

@@ -1,11 +1,16 @@
 /*
  * verbs_client.c -- a verbs user as NCCL or Mooncake is one, for tests/native.
  *
- *   verbs_client MODE NQPS NCHAINS NPHASES [--wait] [--sig-all] [--tpq K]
+ *   verbs_client MODE NQPS NCHAINS NPHASES [--wait] [--sig-all] [--tpq K] [--poll]
  *
  * MODE direct: calls ibv_* as a program linked with -libverbs (Mooncake).
  * MODE dlopen: dlopen("libibverbs.so.1") and dlvsym(h, name, "IBVERBS_1.1")
  *              for every entry point (NCCL's ibvwrap).
+ * MODE ex:     as direct, but CQs from ibv_create_cq_ex, QPs from
+ *              ibv_create_qp_ex with send_ops_flags, every chain posted as one
+ *              ibv_wr_start .. ibv_wr_* .. ibv_wr_complete batch (inline data
+ *              with ibv_wr_set_inline_data(_list)), completions read with
+ *              ibv_start_poll / ibv_next_poll / ibv_end_poll.
  * K threads per QP (default 1; NQPS * K <= 8 threads posting concurrently).  Each thread posts
  * NPHASES phases of NCHAINS chains: chains of 1-3 WRs, SEND / WRITE / WRITE
  * with immediate, 1-3 SGEs into a fixed buffer, some inline (from a stack
@@ -41,12 +46,19 @@ struct api {
 };
 
 static struct api A;
+static int g_ex;
+static struct ibv_qp_ex **g_qpx;
+static struct ibv_cq_ex **g_cqx;
+static pthread_mutex_t g_qp_lock[8]; /* a qp_ex batch is one thread's at a time */
 static int g_nqps, g_nchains, g_nphases, g_wait, g_sig_all, g_tpq = 1, g_nthreads;
 static struct ibv_qp **g_qp;
 static struct ibv_cq **g_cq;
 static unsigned char g_buf[8][4096];
 static pthread_barrier_t g_start, g_end;
 static int g_expected[8];
+/* signaled[t][seq]: whether thread t's WR seq was signaled (errors of
+ * unsignaled WRs are reported too, and counted apart) */
+static unsigned char *g_signaled[8];
 
 static void *must(void *p, const char *what)
 {
@@ -100,6 +112,95 @@ static unsigned long long phase_bytes(int t, int p)
     return b;
 }
 
+/* The same chain through the extended send API. */
+static int post_ex(int q, struct ibv_send_wr *wr)
+{
+    struct ibv_qp_ex *x = g_qpx[q];
+    pthread_mutex_lock(&g_qp_lock[q]);
+    ibv_wr_start(x);
+    for (struct ibv_send_wr *w = wr; w; w = w->next) {
+        x->wr_id = w->wr_id;
+        x->wr_flags = w->send_flags & ~IBV_SEND_INLINE;
+        switch (w->opcode) {
+        case IBV_WR_SEND: ibv_wr_send(x); break;
+        case IBV_WR_SEND_WITH_IMM: ibv_wr_send_imm(x, w->imm_data); break;
+        case IBV_WR_RDMA_WRITE: ibv_wr_rdma_write(x, w->wr.rdma.rkey, w->wr.rdma.remote_addr); break;
+        default: ibv_wr_rdma_write_imm(x, w->wr.rdma.rkey, w->wr.rdma.remote_addr, w->imm_data); break;
+        }
+        if (w->send_flags & IBV_SEND_INLINE) {
+            struct ibv_data_buf bufs[3];
+            for (int i = 0; i < w->num_sge; i++)
+                bufs[i] = (struct ibv_data_buf){(void *)(uintptr_t)w->sg_list[i].addr, w->sg_list[i].length};
+            if (w->num_sge == 1)
+                ibv_wr_set_inline_data(x, bufs[0].addr, bufs[0].length);
+            else
+                ibv_wr_set_inline_data_list(x, (size_t)w->num_sge, bufs);
+        } else if (w->num_sge == 1) {
+            ibv_wr_set_sge(x, w->sg_list[0].lkey, w->sg_list[0].addr, w->sg_list[0].length);
+        } else {
+            ibv_wr_set_sge_list(x, (size_t)w->num_sge, w->sg_list);
+        }
+    }
+    int rc = ibv_wr_complete(x);
+    pthread_mutex_unlock(&g_qp_lock[q]);
+    return rc;
+}
+
+/* Up to max completions of CQ q: (wr_id, status) pairs. */
+static int poll_ex(int q, int max, struct ibv_wc *wc)
+{
+    struct ibv_cq_ex *c = g_cqx[q];
+    struct ibv_poll_cq_attr attr = {0};
+    int n = 0;
+    if (ibv_start_poll(c, &attr) != 0)
+        return 0;
+    do {
+        wc[n].wr_id = c->wr_id;
+        wc[n].status = c->status;
+        wc[n].vendor_err = ibv_wc_read_vendor_err(c);
+        wc[n].qp_num = ibv_wc_read_qp_num(c);
+        n++;
+    } while (n < max && ibv_next_poll(c) == 0);
+    ibv_end_poll(c);
+    return n;
+}
+
+static int poll_any(int q, int max, struct ibv_wc *wc)
+{
+    return g_ex ? poll_ex(q, max, wc) : ibv_poll_cq(g_cq[q], max, wc);
+}
+
+/* Completions seen so far; one polling thread at a time. */
+static int completions, errors, uerrors, g_poll, g_stop_poll;
+
+static void poll_count(int q)
+{
+    struct ibv_wc wc[16];
+    int n = poll_any(q, 16, wc);
+    for (int i = 0; i < n; i++) {
+        unsigned t = (unsigned)(wc[i].wr_id >> 32), seq = (unsigned)wc[i].wr_id;
+        if (wc[i].status == IBV_WC_SUCCESS)
+            completions++;
+        else if (t < 8 && g_signaled[t] && !__atomic_load_n(&g_signaled[t][seq], __ATOMIC_RELAXED))
+            uerrors++;
+        else
+            errors++;
+    }
+}
+
+/* --poll: completions are reaped while the posters post (releases, posts and
+ * completions interleave in the shim). */
+static void *poller(void *arg)
+{
+    (void)arg;
+    while (!__atomic_load_n(&g_stop_poll, __ATOMIC_RELAXED)) {
+        for (int q = 0; q < g_nqps; q++)
+            poll_count(q);
+        usleep(50);
+    }
+    return NULL;
+}
+
 static void *poster(void *arg)
 {
     int t = (int)(long)arg;
@@ -146,12 +247,14 @@ static void *poster(void *arg)
                 int last = p == g_nphases - 1 && c == g_nchains - 1 && k == n - 1;
                 w->send_flags = (inline_ ? IBV_SEND_INLINE : 0) |
                                 ((n_wr_total % 4 == 0 || last) ? IBV_SEND_SIGNALED : 0);
-                if (g_sig_all || (w->send_flags & IBV_SEND_SIGNALED))
+                if (g_sig_all || (w->send_flags & IBV_SEND_SIGNALED)) {
                     g_expected[t]++;
+                    __atomic_store_n(&g_signaled[t][seq - 1], 1, __ATOMIC_RELAXED); /* the poller reads it */
+                }
                 w->next = k + 1 < n ? &wrs[k + 1] : NULL;
             }
             struct ibv_send_wr *bad = NULL;
-            int rc = ibv_post_send(g_qp[t % g_nqps], wrs, &bad);
+            int rc = g_ex ? post_ex(t % g_nqps, wrs) : ibv_post_send(g_qp[t % g_nqps], wrs, &bad);
             if (rc)
                 fprintf(stderr, "post_send rc=%d\n", rc);
             /* Inline data may be reused once post_send returns. */
@@ -174,6 +277,7 @@ int main(int argc, char **argv)
     g_nphases = atoi(argv[4]);
     for (int i = 5; i < argc; i++) {
         g_wait |= strcmp(argv[i], "--wait") == 0;
+        g_poll |= strcmp(argv[i], "--poll") == 0;
         g_sig_all |= strcmp(argv[i], "--sig-all") == 0;
         if (strcmp(argv[i], "--tpq") == 0 && i + 1 < argc)
             g_tpq = atoi(argv[++i]);
@@ -181,7 +285,8 @@ int main(int argc, char **argv)
     g_nthreads = g_nqps * g_tpq;
     if (g_nqps < 1 || g_tpq < 1 || g_nthreads > 8)
         return 2;
-    load_api(argv[1]);
+    g_ex = strcmp(argv[1], "ex") == 0;
+    load_api(g_ex ? "direct" : argv[1]);
     for (int t = 0; t < 8; t++)
         for (int i = 0; i < 4096; i++)
             g_buf[t][i] = (unsigned char)(t * 41 + i * 7);
@@ -194,12 +299,29 @@ int main(int argc, char **argv)
     struct ibv_pd *pd = must(A.alloc_pd(ctx), "ibv_alloc_pd");
     g_qp = calloc(g_nqps, sizeof(*g_qp));
     g_cq = calloc(g_nqps, sizeof(*g_cq));
+    g_qpx = calloc(g_nqps, sizeof(*g_qpx));
+    g_cqx = calloc(g_nqps, sizeof(*g_cqx));
     printf("QPS %d", (int)getpid());
     for (int t = 0; t < g_nqps; t++) {
-        g_cq[t] = must(A.create_cq(ctx, 4096, NULL, NULL, 0), "ibv_create_cq");
-        struct ibv_qp_init_attr ia = {.send_cq = g_cq[t], .recv_cq = g_cq[t], .qp_type = IBV_QPT_RC,
-                                      .sq_sig_all = g_sig_all, .cap = {.max_send_wr = 1024, .max_send_sge = 3}};
-        g_qp[t] = must(A.create_qp(pd, &ia), "ibv_create_qp");
+        pthread_mutex_init(&g_qp_lock[t], NULL);
+        if (g_ex) {
+            struct ibv_cq_init_attr_ex ca = {.cqe = 4096, .wc_flags = IBV_WC_EX_WITH_QP_NUM};
+            g_cqx[t] = must(ibv_create_cq_ex(ctx, &ca), "ibv_create_cq_ex");
+            g_cq[t] = ibv_cq_ex_to_cq(g_cqx[t]);
+            struct ibv_qp_init_attr_ex ia = {
+                .send_cq = g_cq[t], .recv_cq = g_cq[t], .qp_type = IBV_QPT_RC, .sq_sig_all = g_sig_all,
+                .cap = {.max_send_wr = 1024, .max_send_sge = 3, .max_inline_data = 256},
+                .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = pd,
+                .send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_WRITE |
+                                  IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM};
+            g_qp[t] = must(ibv_create_qp_ex(ctx, &ia), "ibv_create_qp_ex");
+            g_qpx[t] = must(ibv_qp_to_qp_ex(g_qp[t]), "ibv_qp_to_qp_ex");
+        } else {
+            g_cq[t] = must(A.create_cq(ctx, 4096, NULL, NULL, 0), "ibv_create_cq");
+            struct ibv_qp_init_attr ia = {.send_cq = g_cq[t], .recv_cq = g_cq[t], .qp_type = IBV_QPT_RC,
+                                          .sq_sig_all = g_sig_all, .cap = {.max_send_wr = 1024, .max_send_sge = 3}};
+            g_qp[t] = must(A.create_qp(pd, &ia), "ibv_create_qp");
+        }
         printf(" %u", g_qp[t]->qp_num);
     }
     printf("\n");
@@ -229,9 +351,13 @@ int main(int argc, char **argv)
 
     pthread_barrier_init(&g_start, NULL, g_nthreads + 1);
     pthread_barrier_init(&g_end, NULL, g_nthreads + 1);
-    pthread_t th[8];
+    pthread_t th[8], poller_th;
+    for (int t = 0; t < g_nthreads; t++)
+        g_signaled[t] = calloc((size_t)g_nphases * g_nchains * 3 + 1, 1);
     for (int t = 0; t < g_nthreads; t++)
         pthread_create(&th[t], NULL, poster, (void *)(long)t);
+    if (g_poll)
+        pthread_create(&poller_th, NULL, poller, NULL);
     for (int p = 0; p < g_nphases; p++) {
         if (g_wait && p > 0 && !fgets(line, sizeof line, stdin))
             return 2;
@@ -242,28 +368,31 @@ int main(int argc, char **argv)
     for (int t = 0; t < g_nthreads; t++)
         pthread_join(th[t], NULL);
 
-    int completions = 0, errors = 0, expected = 0;
+    if (g_poll) {
+        __atomic_store_n(&g_stop_poll, 1, __ATOMIC_RELAXED);
+        pthread_join(poller_th, NULL);
+    }
+    int expected = 0;
     for (int t = 0; t < g_nthreads; t++)
         expected += g_expected[t];
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     while (completions + errors < expected) {
-        for (int t = 0; t < g_nqps; t++) {
-            struct ibv_wc wc[16];
-            int n = ibv_poll_cq(g_cq[t], 16, wc);
-            for (int i = 0; i < n; i++) {
-                if (wc[i].status == IBV_WC_SUCCESS)
-                    completions++;
-                else
-                    errors++;
-            }
-        }
+        for (int q = 0; q < g_nqps; q++)
+            poll_count(q);
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (now.tv_sec - t0.tv_sec > 30)
             break;
         usleep(100);
     }
-    printf("DONE completions=%d errors=%d expected=%d\n", completions, errors, expected);
+    /* error completions of unsignaled WRs still on their way */
+    for (int k = 0; k < 20; k++) {
+        for (int q = 0; q < g_nqps; q++)
+            poll_count(q);
+        usleep(1000);
+    }
+    printf("DONE completions=%d errors=%d unsignaled_errors=%d expected=%d\n", completions, errors, uerrors,
+           expected);
     for (int t = 0; t < g_nqps; t++)
         A.destroy_qp(g_qp[t]);
     A.close_device(ctx);

@@ -31,7 +31,7 @@ class Recorder(FlowPolicy):
 
     def decide(self, snap: Snapshot) -> Decision:
         self.calls.append((snap.now, [f.id for f in snap.flows]))
-        return Decision(level=np.zeros(len(snap.flows), dtype=np.int64))
+        return self.decision(np.zeros(len(snap.flows), dtype=np.int64))
 
     def on_complete(self, flow: Flow, now: float) -> None:
         self.completed.append((now, flow.id))
@@ -60,7 +60,7 @@ def test_late_arrival_shares_from_its_arrival():
 def test_rate_cap_sets_finish_time():
     class Capped(FlowPolicy):
         def decide(self, snap):
-            return Decision(level=np.zeros(len(snap.flows), dtype=np.int64), cap=np.full(len(snap.flows), 0.25))
+            return self.decision(np.zeros(len(snap.flows), dtype=np.int64), cap=np.full(len(snap.flows), 0.25))
 
     net = FluidNetwork(one_link(), Capped())
     f = Flow.on_path("A", 1.0, [0])
@@ -167,10 +167,10 @@ class BottleneckRecorder(FlowPolicy):
         self.checked = 0
 
     def decide(self, snap: Snapshot) -> Decision:
-        plain = Snapshot(snap.now, snap.flows, snap.remaining, snap.capacity, snap.link_load)
+        plain = Snapshot(snap.now, snap.flows, snap.remaining, snap.capacity, snap.link_load, snap.load_window)
         np.testing.assert_allclose(snap.bottleneck_rate, plain.bottleneck_rate, rtol=1e-12)
         self.checked += len(snap.flows)
-        return Decision(level=np.zeros(len(snap.flows), dtype=np.int64))
+        return self.decision(np.zeros(len(snap.flows), dtype=np.int64))
 
 
 def test_snapshot_bottleneck_rates_follow_admissions_and_completions():
@@ -232,7 +232,7 @@ def test_policy_timer_changes_levels_at_its_time():
         def decide(self, snap):
             ids = [f.id for f in snap.flows]
             favour = "A" if snap.now < 1.0 else "B"
-            return Decision(level=np.array([0 if i == favour else 1 for i in ids]), timers=(1.0,))
+            return self.decision(np.array([0 if i == favour else 1 for i in ids]), timers=(1.0,))
 
     net = FluidNetwork(one_link(), Flip())
     a, b = Flow.on_path("A", 2.0, [0]), Flow.on_path("B", 1.0, [0])
@@ -245,7 +245,7 @@ def test_policy_timer_changes_levels_at_its_time():
 def test_reschedule_asks_the_policy_again():
     class ByLayer(FlowPolicy):
         def decide(self, snap):
-            return Decision(level=np.array([0 if f.current_layer == f.layer else 1 for f in snap.flows]))
+            return self.decision(np.array([0 if f.current_layer == f.layer else 1 for f in snap.flows]))
 
     net = FluidNetwork(one_link(), ByLayer())
     a = Flow.on_path("A", 2.0, [0], layer=1, current_layer=0)
@@ -271,7 +271,7 @@ def test_link_load_is_an_ewma_of_utilisation():
 
         def decide(self, snap):
             self.loads.append((snap.now, float(snap.link_load[0])))
-            return Decision(level=np.zeros(len(snap.flows), dtype=np.int64), cap=np.full(len(snap.flows), 0.5))
+            return self.decision(np.zeros(len(snap.flows), dtype=np.int64), cap=np.full(len(snap.flows), 0.5))
 
     policy = Loads()
     net = FluidNetwork(one_link(), policy, load_window=2.0)
@@ -285,7 +285,7 @@ def test_link_load_is_an_ewma_of_utilisation():
 def test_bad_decisions_and_double_add_are_errors():
     class Wrong(FlowPolicy):
         def decide(self, snap):
-            return Decision(level=np.zeros(len(snap.flows) + 1, dtype=np.int64))
+            return self.decision(np.zeros(len(snap.flows) + 1, dtype=np.int64))
 
     net = FluidNetwork(one_link(), Wrong())
     schedule(net, [Flow.on_path("A", 1.0, [0])])

@@ -24,7 +24,7 @@ the next decision.
 
 ``Snapshot.link_load`` is an exponentially weighted moving average of each
 link's utilization (used bytes/s over capacity) with time constant
-``load_window`` seconds: over an interval dt at constant utilization u,
+``load_window`` seconds (stated in ``Snapshot.load_window``; MFS checks it): over an interval dt at constant utilization u,
 ``load <- u + (load - u) * exp(-dt / load_window)``. That is exact for the
 engine's piecewise-constant rates.
 """
@@ -36,8 +36,8 @@ from typing import Callable
 
 import numpy as np
 
-from laxflow.policy.base import STAGE_CODES, Decision, FlowPolicy, Snapshot
-from laxflow.policy.flow import Flow, Stage
+from laxflow.policy.base import Decision, FlowPolicy, Snapshot
+from laxflow.policy.flow import STAGE_CODES, STAGE_OF_CODE, Flow, Stage
 from laxflow.sim.events import EventQueue, Priority
 from laxflow.sim.network.allocator import Usage, allocate
 from laxflow.sim.network.topology import Topology
@@ -48,7 +48,7 @@ DONE_REL_EPS = 1e-9
 # ... and so is one whose last bytes would take less than this (relative to
 # now) to send: its finish time is not representable as later than now.
 DONE_TIME_EPS = 1e-12
-_STAGES = sorted(STAGE_CODES, key=STAGE_CODES.get)
+_NUM_CODES = max(STAGE_CODES.values()) + 1  # bincount length over stage codes
 
 Callback = Callable[[Flow], None]
 
@@ -87,6 +87,8 @@ class FluidNetwork:
         self._rate = np.zeros(0)
         self._level = np.zeros(0, dtype=np.int64)  # -1: not decided yet
         self._cap = np.zeros(0)
+        self._queue = np.zeros(0, dtype=np.int64)  # the decision's queue (switch class) per flow
+        self._dscp = np.zeros(0, dtype=np.uint8)  # ... and its DSCP
         self._size = np.zeros(0)
         self._arrival = np.zeros(0)
         self._stage = np.zeros(0, dtype=np.int8)
@@ -177,8 +179,8 @@ class FluidNetwork:
             sent = self._rate * dt
             np.minimum(sent, self._remaining, out=sent)
             self._remaining -= sent
-            by_stage = np.bincount(self._stage, weights=sent, minlength=len(_STAGES))
-            for code, stage in enumerate(_STAGES):
+            by_stage = np.bincount(self._stage, weights=sent, minlength=_NUM_CODES)
+            for code, stage in STAGE_OF_CODE.items():
                 self.bytes_delivered_by_stage[stage] += float(by_stage[code])
         decay = math.exp(-dt / self.load_window)
         self.link_load = self._link_util + (self.link_load - self._link_util) * decay
@@ -208,8 +210,8 @@ class FluidNetwork:
             return
         # Bytes still counted as remaining are delivered now.
         last = self._remaining[finished]
-        by_stage = np.bincount(self._stage[finished], weights=last, minlength=len(_STAGES))
-        for code, stage in enumerate(_STAGES):
+        by_stage = np.bincount(self._stage[finished], weights=last, minlength=_NUM_CODES)
+        for code, stage in STAGE_OF_CODE.items():
             self.bytes_delivered_by_stage[stage] += float(by_stage[code])
         self._remaining[finished] = 0.0
         self._rate[finished] = 0.0
@@ -254,10 +256,10 @@ class FluidNetwork:
             self._completion_gen += 1
             return
         decision = self.policy.decide(self._snapshot(now))
-        level, cap = self._check(decision, n)
+        level, cap, queue, dscp = self._check(decision, n)
         self._allocate(level, cap)
-        self._write_back(level, cap)
-        self._level, self._cap = level, cap
+        self._write_back(level, cap, queue, dscp)
+        self._level, self._cap, self._queue, self._dscp = level, cap, queue, dscp
         for t in decision.timers:
             if t > now and t not in self._timers and math.isfinite(t):
                 self._timers.add(t)
@@ -273,6 +275,7 @@ class FluidNetwork:
             remaining=self._remaining.copy(),
             capacity=self.capacity,
             link_load=np.clip(self.link_load, 0.0, 1.0),
+            load_window=self.load_window,
         )
         # Columns the engine already holds as arrays: fill the snapshot's
         # caches so policies do not rebuild them flow by flow.
@@ -283,7 +286,7 @@ class FluidNetwork:
         cache["bottleneck_rate"] = self._bneck.copy()
         return snap
 
-    def _check(self, decision: Decision, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def _check(self, decision: Decision, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         name = type(self.policy).__name__
         level = np.asarray(decision.level)
         if level.shape != (n,):
@@ -302,7 +305,13 @@ class FluidNetwork:
                 raise ValueError(f"policy {name}: decision.cap has shape {cap.shape}, expected ({n},)")
             if np.any(np.isnan(cap)) or np.any(cap < 0):
                 raise ValueError(f"policy {name}: decision.cap must be >= 0 (inf for none)")
-        return level, cap
+        queue = np.asarray(decision.queue)
+        if queue.shape != (n,) or queue.dtype.kind not in "iu" or (n and queue.min() < 0):
+            raise ValueError(f"policy {name}: decision.queue must be {n} integers >= 0 (one per flow)")
+        dscp = np.asarray(decision.dscp)
+        if dscp.shape != (n,) or dscp.dtype != np.uint8 or (n and dscp.max() > 63):
+            raise ValueError(f"policy {name}: decision.dscp must be {n} uint8 codepoints in 0..63 (one per flow)")
+        return level, cap, queue.astype(np.int64, copy=False), dscp
 
     def _allocate(self, level: np.ndarray, cap: np.ndarray) -> None:
         """Rates for the new decision, reusing the levels no change touched."""
@@ -320,14 +329,17 @@ class FluidNetwork:
         self._rate = allocate(self.capacity, self._usage, level, cap, from_level=min(touched), prev_rate=self._rate)
         self._link_util = self._usage.link_load(self._rate, self.capacity.size) / self.capacity
 
-    def _write_back(self, level: np.ndarray, cap: np.ndarray) -> None:
-        """Write levels and caps into the Flow objects (only those that changed)."""
-        changed = np.flatnonzero((self._level != level) | (self._cap != cap))
+    def _write_back(self, level: np.ndarray, cap: np.ndarray, queue: np.ndarray, dscp: np.ndarray) -> None:
+        """Write levels, caps, queues and DSCPs into the Flow objects (only those that changed)."""
+        changed = np.flatnonzero((self._level != level) | (self._cap != cap) | (self._queue != queue) | (self._dscp != dscp))
         flows = self._flows
-        for i, lev, c in zip(changed.tolist(), level[changed].tolist(), cap[changed].tolist()):
+        rows = zip(changed.tolist(), level[changed].tolist(), cap[changed].tolist(), queue[changed].tolist(), dscp[changed].tolist())
+        for i, lev, c, q, d in rows:
             flow = flows[i]
             flow.level = lev
             flow.cap = c
+            flow.queue = q
+            flow.dscp = d
 
     def _schedule_completion(self) -> None:
         self._completion_gen += 1
@@ -349,7 +361,7 @@ class FluidNetwork:
         for i in np.flatnonzero(self._dead)[::-1].tolist():
             del self._flows[i]
             del self._callbacks[i]
-        for name in ("_remaining", "_rate", "_level", "_cap", "_size", "_arrival", "_stage", "_bneck", "_dead"):
+        for name in ("_remaining", "_rate", "_level", "_cap", "_queue", "_dscp", "_size", "_arrival", "_stage", "_bneck", "_dead"):
             setattr(self, name, getattr(self, name)[keep])
         u = self._usage
         counts = u.nnz[keep]
@@ -370,6 +382,8 @@ class FluidNetwork:
         self._rate = np.concatenate([self._rate, np.zeros(k)])
         self._level = np.concatenate([self._level, np.full(k, -1, dtype=np.int64)])
         self._cap = np.concatenate([self._cap, np.full(k, np.inf)])
+        self._queue = np.concatenate([self._queue, np.full(k, -1, dtype=np.int64)])
+        self._dscp = np.concatenate([self._dscp, np.zeros(k, dtype=np.uint8)])
         self._arrival = np.concatenate([self._arrival, np.fromiter((f.arrival for f in flows), dtype=np.float64, count=k)])
         self._stage = np.concatenate(
             [self._stage, np.fromiter((STAGE_CODES[f.stage] for f in flows), dtype=np.int8, count=k)]

@@ -1,0 +1,154 @@
+"""The node daemon's part of ``bench/control_plane.py`` (not a test; prints nothing itself).
+
+Both functions start a real ``laxflow daemon`` process on a private segment
+and drive it from this process through the shim's shared-memory ring, as a
+shim or adapter would (``Segment.push_event``), and read permits back from the
+permit table:
+
+* :func:`bench_permit_latency` -- submit-to-permit latency at a steady
+  10,000 messages/s: for each message, the time from pushing its SUBMIT to
+  seeing its gate open in the permit table (then its COMPLETION is pushed).
+  Keys ``permit_p50_us``, ``permit_p99_us`` (targets <= 100 us, <= 2 ms).
+* :func:`bench_event_rate` -- the largest event rate one daemon sustains:
+  this process pushes SUBMIT/COMPLETION pairs as fast as the ring takes them
+  (retrying when it is full) and the daemon's consumer cursor is read over a
+  measurement window. Key ``events_per_s``.
+
+``python bench/_daemon_bench.py`` runs both and prints their JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from laxflow.protocol.shm import EventKind, Gate, Segment, SegmentError, Stage
+
+LAXFLOW = str(Path(sys.executable).with_name("laxflow"))
+
+
+class _Daemon:
+    def __init__(self, tmp: str) -> None:
+        self.shm = f"/lxf-bench-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+        ports = Path(tmp) / "ports.json"
+        ports.write_text(json.dumps({"ports": [{"name": "eth0", "gbps": 100}]}))
+        cfg = Path(tmp) / "daemon.json"
+        cfg.write_text(json.dumps({"poll_us": 20, "stale_ms": 1000}))
+        self.proc = subprocess.Popen(
+            [LAXFLOW, "daemon", "--node", "bench", "--shm", self.shm, "--ports", str(ports), "--config", str(cfg),
+             "--hooks", f"ipc://{tmp}/hooks.sock", "--log-level", "warning"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.seg = Segment.attach(self.shm)
+                if self.seg.live():
+                    break
+                self.seg.close(unlink=False)
+            except SegmentError:
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("daemon did not start")
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self.seg.close(unlink=False)
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(30)
+        Segment.unlink_name(self.shm)
+
+
+def _open(seg: Segment, msg_id: int) -> bool:
+    p = seg.get_permit(msg_id)
+    return p is not None and p.gate == Gate.OPEN
+
+
+def bench_permit_latency(args=None) -> dict:
+    """Submit-to-permit latency (us) with SUBMITs pushed open-loop at ``rate`` messages/s for ``seconds``.
+
+    One loop does both sides, as a shim would: when a message's slot comes it
+    pushes the SUBMIT; in between it polls the permit table for every message
+    still waiting, records the latency when its gate opens and pushes its
+    COMPLETION. Latency includes this loop's own polling delay.
+    """
+    rate = float(getattr(args, "rate", 10_000))
+    seconds = float(getattr(args, "seconds", 3.0))
+    with tempfile.TemporaryDirectory() as tmp:
+        d = _Daemon(tmp)
+        try:
+            seg = d.seg
+            request = 4242
+            seg.push_event(EventKind.LAYER_BOUNDARY, request_id=request, layer=0)
+            period_ns = int(1e9 / rate)
+            n = int(rate * seconds)
+            lat: list[float] = []
+            waiting: dict[int, int] = {}  # msg id -> submit time (ns)
+            lost = 0
+            start = time.monotonic_ns()
+            sent = 0
+            while sent < n or waiting:
+                now = time.monotonic_ns()
+                if sent < n and now >= start + sent * period_ns:
+                    msg = seg.alloc_msg_id()
+                    seg.push_event(EventKind.SUBMIT, msg, request, 65536, Stage.COLLECTIVE, 0, 1)
+                    waiting[msg] = time.monotonic_ns()
+                    sent += 1
+                for msg, t0 in list(waiting.items()):
+                    if _open(seg, msg):
+                        lat.append((time.monotonic_ns() - t0) / 1e3)
+                        seg.push_event(EventKind.COMPLETION, msg, request, 65536, Stage.COLLECTIVE, 0, 1)
+                        del waiting[msg]
+                    elif now - t0 > 1_000_000_000:
+                        lost += 1
+                        del waiting[msg]
+            achieved = n / ((time.monotonic_ns() - start) / 1e9)
+        finally:
+            d.close()
+    warm = np.array(lat[len(lat) // 10:])  # first 10 %: the daemon's code paths warming up
+    return {"permit_p50_us": round(float(np.percentile(warm, 50)), 1),
+            "permit_p99_us": round(float(np.percentile(warm, 99)), 1),
+            "permit_messages": n, "permit_rate_per_s": round(achieved), "permit_timeouts": lost}
+
+
+def bench_event_rate(args=None) -> dict:
+    """Events/s the daemon's consumer takes off the ring while a producer keeps it non-empty."""
+    seconds = float(getattr(args, "event_seconds", 3.0))
+    with tempfile.TemporaryDirectory() as tmp:
+        d = _Daemon(tmp)
+        try:
+            seg = d.seg
+            request = 4343
+            seg.push_event(EventKind.LAYER_BOUNDARY, request_id=request, layer=0)
+            ring = seg.raw.events
+            t_end = time.monotonic() + seconds
+            t_measure = time.monotonic() + seconds / 3  # warm-up third, then measure
+            head0 = t0 = None
+            full = 0
+            msg = 1 << 40
+            while time.monotonic() < t_end:
+                for _ in range(256):
+                    msg += 1
+                    while not seg.push_event(EventKind.SUBMIT, msg, request, 4096, Stage.REUSE, 1, 1):
+                        full += 1
+                    while not seg.push_event(EventKind.COMPLETION, msg, request, 4096, Stage.REUSE, 1, 1):
+                        full += 1
+                if head0 is None and time.monotonic() >= t_measure:
+                    head0, t0 = int(ring.head), time.monotonic()
+            head1, t1 = int(ring.head), time.monotonic()
+        finally:
+            d.close()
+    return {"events_per_s": round((head1 - head0) / (t1 - t0)), "event_ring_full_retries": full}
+
+
+if __name__ == "__main__":
+    out = bench_permit_latency()
+    out.update(bench_event_rate())
+    print(json.dumps(out))

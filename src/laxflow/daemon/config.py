@@ -1,0 +1,151 @@
+"""Typed configuration of ``laxflow daemon``, validated once.
+
+:func:`load_config` is the only place that reads the daemon's environment
+(``LAXFLOW_SHM_NAME``, ``XDG_RUNTIME_DIR``) and its ``--config`` file; the CLI
+hands it the flags, flags win over the file. Everything downstream takes a
+:class:`DaemonConfig` and re-checks nothing.
+
+Config file (JSON), every key optional::
+
+    {"node": "node1", "coordinator": "tcp://head:5555", "shm": "/laxflow",
+     "ports": "auto" | "ports.json" | [{"name": "eth0", "gbps": 100}],
+     "metrics_port": 9464, "metrics_host": "0.0.0.0", "hooks": "ipc:///run/laxflow/hooks.sock",
+     "keys_dir": "/etc/laxflow/keys", "stale_ms": 100, "poll_us": 50, "rtt_us": 20, "window_bytes": null,
+     "heartbeat_s": 0.5, "mfs": {"levels": 8, "period": 0.001, ...}}
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from laxflow.daemon.core import CoreConfig
+from laxflow.daemon.ports import PortSpec, _port_entry, discover_ports, load_ports_file
+from laxflow.errors import UserError, read_json_file
+from laxflow.policy.config import MfsConfig
+
+DEFAULT_SHM = "/laxflow"
+_NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """Everything one daemon process needs.
+
+    ``coordinator``: ROUTER address of the coordinator, None to schedule
+    locally. ``hooks``: the hooks server's ``ipc://`` address.
+    ``metrics_port``: Prometheus HTTP port, None for none (0 picks a free
+    one). ``stale_ms``: heartbeat age after which shims pass traffic through
+    (the daemon beats four times per period). ``poll_us``: loop sleep when
+    idle.
+    """
+
+    node: str
+    core: CoreConfig
+    shm: str = DEFAULT_SHM
+    coordinator: str | None = None
+    hooks: str = ""
+    metrics_port: int | None = None
+    metrics_host: str = "0.0.0.0"
+    keys_dir: str | None = None
+    stale_ms: int = 100
+    poll_us: int = 50
+    heartbeat_s: float = 0.5
+    counter_interval_s: float = 0.001
+
+    def __post_init__(self) -> None:
+        if not _NODE_RE.match(self.node or ""):
+            raise UserError(f"--node: expected 1-64 letters, digits, '_', '.', '-' (got {self.node!r})")
+        if not self.shm.startswith("/") or "/" in self.shm[1:] or len(self.shm) > 255:
+            raise UserError(f"--shm: expected '/name' (one slash, at most 255 chars), got {self.shm!r}")
+        if not self.hooks.startswith("ipc://") or len(self.hooks) <= len("ipc://"):
+            raise UserError(f"hooks: expected ipc://PATH, got {self.hooks!r}")
+        if self.coordinator is not None and not self.coordinator.startswith(("tcp://", "ipc://")):
+            raise UserError(f"--coordinator: expected tcp://HOST:PORT or ipc://PATH, got {self.coordinator!r}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise UserError(f"--metrics-port: expected 0..65535, got {self.metrics_port}")
+        if not 1 <= self.stale_ms <= 3_600_000:
+            raise UserError(f"stale_ms: expected 1..3600000, got {self.stale_ms}")
+        if not 1 <= self.poll_us <= 1_000_000:
+            raise UserError(f"poll_us: expected 1..1000000, got {self.poll_us}")
+        if not (math.isfinite(self.heartbeat_s) and 0 < self.heartbeat_s <= 60):
+            raise UserError(f"heartbeat_s: expected a number of seconds in (0, 60], got {self.heartbeat_s!r}")
+
+    @property
+    def port_ids(self) -> list[str]:
+        """Cluster-wide port ids (``node/device``), as the coordinator knows them."""
+        return [f"{self.node}/{p.name}" for p in self.core.ports]
+
+
+def default_hooks_address(shm: str, runtime_dir: str) -> str:
+    """Where the daemon of segment ``shm`` serves hooks, unless configured."""
+    return f"ipc://{Path(runtime_dir) / ('laxflow-hooks-' + shm.strip('/') + '.sock')}"
+
+
+def runtime_dir(env: Mapping[str, str] | None = None) -> str:
+    """``$XDG_RUNTIME_DIR`` or /tmp (read here and by the hooks client's loader only)."""
+    env = os.environ if env is None else env
+    return env.get("XDG_RUNTIME_DIR") or "/tmp"
+
+
+_FILE_KEYS = {"node", "coordinator", "shm", "ports", "metrics_port", "metrics_host", "hooks", "keys_dir", "stale_ms",
+              "poll_us", "rtt_us", "window_bytes", "heartbeat_s", "mfs", "default_port"}
+
+
+def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None) -> DaemonConfig:
+    """Merge ``--config FILE``, the environment and the flags (non-None wins) into one validated config."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    if flags.get("config"):
+        raw = read_json_file(flags["config"], "daemon config")
+        if not isinstance(raw, dict):
+            raise UserError(f"{flags['config']}: daemon config: expected a JSON object")
+        unknown = sorted(set(raw) - _FILE_KEYS)
+        if unknown:
+            raise UserError(f"{flags['config']}: daemon config: unknown key {unknown[0]!r} "
+                            f"(expected one of {', '.join(sorted(_FILE_KEYS))})")
+        values.update(raw)
+    values.update({k: v for k, v in flags.items() if v is not None and k != "config"})
+    if "node" not in values:
+        raise UserError("--node: required (the name of this node in the cluster)")
+    shm = values.get("shm") or env.get("LAXFLOW_SHM_NAME") or DEFAULT_SHM
+    ports = _ports(values.get("ports", "auto"))
+    mfs_raw = values.get("mfs", {})
+    if not isinstance(mfs_raw, dict):
+        raise UserError("daemon config: 'mfs' must be an object of MFS options")
+    core = CoreConfig(
+        ports=ports,
+        mfs=MfsConfig.from_mapping(mfs_raw),
+        rtt=_number(values.get("rtt_us", 20), "rtt_us") * 1e-6,
+        window_bytes=None if values.get("window_bytes") is None else _number(values["window_bytes"], "window_bytes"),
+        default_port=int(values.get("default_port", 0)),
+    )
+    kw = {f.name: values[f.name] for f in fields(DaemonConfig) if f.name in values and f.name not in ("core", "shm")}
+    kw.setdefault("hooks", default_hooks_address(shm, runtime_dir(env)))
+    for name in ("metrics_port", "stale_ms", "poll_us"):
+        if name in kw and (isinstance(kw[name], bool) or not isinstance(kw[name], int)):
+            raise UserError(f"{name}: expected an integer, got {kw[name]!r}")
+    return DaemonConfig(core=core, shm=shm, **kw)
+
+
+def _ports(value: Any) -> tuple[PortSpec, ...]:
+    if value == "auto":
+        return discover_ports()
+    if isinstance(value, str):
+        return load_ports_file(value)
+    if isinstance(value, list) and value:
+        return tuple(_port_entry(e, f"daemon config: ports[{i}]") for i, e in enumerate(value))
+    raise UserError(f"--ports: expected 'auto', a ports file or a list of ports, got {value!r}")
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UserError(f"{what}: expected a number, got {value!r}")
+    return float(value)
+
+
+__all__ = ["DaemonConfig", "default_hooks_address", "load_config", "runtime_dir"]

@@ -1,0 +1,406 @@
+"""The node daemon's core: a pure state machine.
+
+Events and a clock go in; permits, batch reports for the coordinator and
+metrics come out. No I/O, no threads, no wall clock: the daemon's loop
+(:mod:`laxflow.daemon.service`) calls it on its one loop thread with
+``time.monotonic()``, tests call it with a fake clock, and the replay of a
+simulator run calls it with the simulator's clock.
+
+Inputs:
+
+* shim and adapter events from the shared-memory ring (:meth:`ingest`, numpy
+  records of ``EVENT_DTYPE``): SUBMIT, COMPLETION, LAYER_BOUNDARY;
+* hooks calls (:meth:`register_request`, :meth:`batch_formed`,
+  :meth:`layer_begin`, :meth:`submit`, :meth:`progress`, :meth:`complete`,
+  :meth:`request_done`);
+* the coordinator's decisions (:meth:`apply_order`);
+* port byte counters (:meth:`port_counter`).
+
+:meth:`step` then runs the policy if anything changed (or a policy timer is
+due) and the permit rule (:mod:`laxflow.daemon.gate`) per port.
+
+One policy object (``MfsPolicy`` by default) schedules every port of the
+node: a message is a :class:`~laxflow.policy.flow.Flow` with ``links =
+[its port's index]``, the Snapshot's capacities are the ports' line rates and
+its ``link_load`` the :class:`~laxflow.daemon.ports.LinkMeter`'s EWMA, whose
+window is the policy's ``load_window``. Levels therefore change only where
+the policy changes them: at layer boundaries and on the stage-3 period.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from laxflow.daemon.gate import grants
+from laxflow.daemon.ports import LinkMeter, PortSpec
+from laxflow.daemon.state import BatchInfo, BatchReport, Message, PermitChange, RequestInfo, StepResult
+from laxflow.errors import UserError
+from laxflow.policy.base import Snapshot
+from laxflow.policy.config import MfsConfig
+from laxflow.policy.flow import STAGE_OF_CODE, Flow, Stage
+from laxflow.policy.mfs import MfsPolicy
+
+# LAYER_BOUNDARY with this layer means "the request's prefill compute ended"
+# (stage-3 flows then promote on the period instead of layer boundaries).
+COMPUTE_DONE_LAYER = 0xFFFFFFFF
+EV_SUBMIT, EV_COMPLETION, EV_LAYER_BOUNDARY = 1, 2, 3
+GATE_OPEN = 1
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """What the core needs, validated once.
+
+    ``window_bytes``: the permit rule's work-conserving window per port; None
+    means one bandwidth-delay product, ``rate * rtt``. ``default_port``: the
+    port of shim messages whose (pid, handle) was never bound to one.
+    """
+
+    ports: tuple[PortSpec, ...]
+    mfs: MfsConfig = field(default_factory=MfsConfig)
+    rtt: float = 20e-6
+    window_bytes: float | None = None
+    default_port: int = 0
+    batch_idle: float = 1.0  # s without messages after which a batch departs
+
+    def __post_init__(self) -> None:
+        if not self.ports:
+            raise UserError("daemon config: at least one port is required")
+        if len({p.name for p in self.ports}) != len(self.ports):
+            raise UserError("daemon config: port names must be unique")
+        if not (math.isfinite(self.rtt) and self.rtt > 0):
+            raise UserError(f"daemon config: rtt must be a number of seconds > 0, got {self.rtt!r}")
+        if self.window_bytes is not None and not (math.isfinite(self.window_bytes) and self.window_bytes >= 0):
+            raise UserError(f"daemon config: window_bytes must be >= 0 bytes, got {self.window_bytes!r}")
+        if not 0 <= self.default_port < len(self.ports):
+            raise UserError(f"daemon config: default_port must be 0..{len(self.ports) - 1}, got {self.default_port}")
+        if not (math.isfinite(self.batch_idle) and self.batch_idle > 0):
+            raise UserError(f"daemon config: batch_idle must be > 0 s, got {self.batch_idle!r}")
+
+
+class DaemonCore:
+    """Per-node scheduling state. Every method runs on the daemon's loop thread."""
+
+    def __init__(self, config: CoreConfig) -> None:
+        self.config = config
+        self.ports = config.ports
+        self.port_index = {p.name: i for i, p in enumerate(config.ports)}
+        self.capacity = np.array([p.rate for p in config.ports], dtype=float)
+        self.window = (
+            self.capacity * config.rtt if config.window_bytes is None else np.full(len(self.ports), config.window_bytes)
+        )
+        self.policy = MfsPolicy(config.mfs)
+        self.levels = config.mfs.levels
+        self.dscp_map = config.mfs.dscp_map
+        self.meter = LinkMeter(self.capacity, config.mfs.load_window)
+        self.messages: dict[int, Message] = {}  # live, in submission order
+        self.requests: dict[str, RequestInfo] = {}
+        self.batches: dict[str, BatchInfo] = {}
+        self.handle_port: dict[tuple[int, int], int] = {}
+        self.completed_bytes = np.zeros(len(self.ports))  # bytes of messages seen done, per port
+        self._counted = [p.counter is None for p in config.ports]  # meter fed from completions
+        self._dirty = False
+        self._regate = False
+        self._timer: float | None = None
+        self._permits: list[PermitChange] = []
+        self._cleared: list[int] = []
+        self._reports: list[BatchReport] = []
+        self._arrivals: list[BatchInfo] = []
+        self.coordinated = False
+        self.stats = {"submits": 0, "completions": 0, "layer_boundaries": 0, "bad_events": 0, "permits": 0,
+                      "decisions": 0, "unknown_completions": 0, "duplicate_submits": 0}
+
+    # ------------------------------------------------------------ shm events
+
+    def ingest(self, events: np.ndarray) -> None:
+        """Apply a batch of ring events (``EVENT_DTYPE`` records), oldest first."""
+        if not len(events):
+            return
+        cols = [events[name].tolist() for name in ("kind", "pid", "msg_id", "request_id", "bytes", "t_ns", "stage",
+                                                    "layer", "handle")]
+        for row in zip(*cols):
+            try:
+                self._event(*row)
+            except (UserError, ValueError, OverflowError):
+                self.stats["bad_events"] += 1  # one bad event costs itself, never the rest of the batch
+
+    def _event(self, kind: int, pid: int, msg_id: int, request: int, nbytes: int, t_ns: int, stage: int, layer: int,
+               handle: int) -> None:
+        now = t_ns * 1e-9
+        if kind == EV_SUBMIT:
+            port = self.handle_port.get((pid, handle), self.config.default_port)
+            self.submit(msg_id, str(request), STAGE_OF_CODE.get(stage), layer, nbytes, now, port=port, pid=pid)
+        elif kind == EV_COMPLETION:
+            self.complete(msg_id, now)
+        elif kind == EV_LAYER_BOUNDARY:
+            if layer == COMPUTE_DONE_LAYER:
+                self.compute_done(self.request(str(request)).batch, now)
+            else:
+                self.layer_begin(self.request(str(request)).batch, layer, now)
+        else:
+            self.stats["bad_events"] += 1
+
+    def bind_handle(self, pid: int, handle: int, port: str | int) -> None:
+        """Say which port a process's QP or socket sends on (hooks, adapters)."""
+        self.handle_port[(pid, handle)] = self._port(port)
+
+    # ------------------------------------------------------------ requests and batches
+
+    def request(self, name: str) -> RequestInfo:
+        """The request's record, created on first sight (its own batch until told otherwise)."""
+        info = self.requests.get(name)
+        if info is None:
+            info = self.requests[name] = RequestInfo(name, batch=name)
+        return info
+
+    def register_request(self, name: str, deadline: float | None, prompt_tokens: int = 0, reused_tokens: int = 0,
+                         priority: int = 0) -> None:
+        info = self.request(name)
+        info.deadline, info.prompt_tokens, info.reused_tokens, info.priority = deadline, prompt_tokens, reused_tokens, priority
+
+    def batch_formed(self, batch: str, requests: Iterable[str], now: float, compute: float = 0.0,
+                     traffic: Mapping[str, Mapping[str, float]] | None = None) -> None:
+        """A prefill batch starts: its requests, its compute estimate (s), its expected bytes per port and request."""
+        info = self._batch(batch, now)
+        info.compute = compute
+        for name in requests:
+            self.request(name).batch = batch
+            info.requests.add(name)
+        for port, per_request in (traffic or {}).items():
+            row = info.traffic.setdefault(self.ports[self._port(port)].name, {})
+            for name, nbytes in per_request.items():
+                row[name] = row.get(name, 0.0) + float(nbytes)
+        self._dirty = True
+
+    def layer_begin(self, batch: str, layer: int, now: float) -> None:
+        """The batch computes ``layer`` now: its messages' RLI counts from here."""
+        info = self._batch(batch, now)
+        self.stats["layer_boundaries"] += 1
+        if info.current_layer is not None and layer <= info.current_layer:
+            return  # promotion is monotonic: a repeated or late boundary changes nothing
+        info.current_layer = layer
+        for m in self._live_of(batch):
+            m.flow.current_layer = layer
+        self._dirty = True
+
+    def compute_done(self, batch: str, now: float) -> None:
+        """The batch's prefill compute ended: its stage-3 messages promote on the period."""
+        info = self._batch(batch, now)
+        info.compute_done = True
+        for m in self._live_of(batch):
+            m.flow.compute_done = True
+        self._dirty = True
+
+    def request_done(self, name: str, now: float) -> None:
+        """The request's first token is out: it leaves its batch (the batch departs with its last request)."""
+        info = self.requests.get(name)
+        if info is None:
+            return
+        info.done = True
+        batch = self.batches.get(info.batch)
+        if batch is not None and batch.requests and all(self.request(r).done for r in batch.requests):
+            batch.finished = True
+            self._maybe_depart(batch, now)
+
+    # ------------------------------------------------------------ messages
+
+    def submit(self, msg_id: int, request: str, stage: Stage | None, layer: int | None, nbytes: float, now: float,
+               port: int | str | None = None, pid: int = 0, downstream: float = 0.0) -> None:
+        """A message wants to go: it waits for a permit from the next :meth:`step`."""
+        if msg_id in self.messages or msg_id == 0:
+            self.stats["duplicate_submits" if msg_id else "bad_events"] += 1
+            return
+        self.stats["submits"] += 1
+        req = self.request(request)
+        batch = self._batch(req.batch, now)
+        batch.requests.add(request)
+        p = self.config.default_port if port is None else self._port(port)
+        size = max(float(nbytes), 1.0)  # unknown size (0): one byte, i.e. only its level means anything
+        flow = Flow(
+            id=str(msg_id), size=size, links=np.array([p]), weights=np.ones(1), arrival=now,
+            stage=Stage.REUSE if stage is None else stage, request=request, batch=req.batch, deadline=req.deadline,
+            downstream=downstream, layer=None if stage is None else layer, current_layer=batch.current_layer,
+            compute_done=batch.compute_done,
+        )
+        self.messages[msg_id] = Message(msg_id, p, request, req.batch, size, now, pid, flow)
+        batch.live += 1
+        batch.last_seen = now
+        row = batch.traffic.setdefault(self.ports[p].name, {})
+        row[request] = row.get(request, 0.0) + size
+        self._dirty = True
+
+    def progress(self, msg_id: int, bytes_done: float, now: float) -> None:
+        """A transport reports how many of the message's bytes are done (cumulative)."""
+        m = self.messages.get(msg_id)
+        if m is None:
+            return
+        done = min(m.size, max(m.done, float(bytes_done)))
+        self._account(m.port, done - m.done, now)
+        m.done = done
+        self._regate = True  # fewer bytes ahead: maybe a grant; levels change only at decisions
+
+    def complete(self, msg_id: int, now: float) -> None:
+        """The message's last byte is out: it leaves the queue and its permit is cleared."""
+        m = self.messages.pop(msg_id, None)
+        if m is None:
+            self.stats["unknown_completions"] += 1
+            return
+        self.stats["completions"] += 1
+        self._account(m.port, m.size - m.done, now)
+        self.policy.on_complete(m.flow, now)
+        self._cleared.append(msg_id)
+        batch = self.batches.get(m.batch)
+        if batch is not None:
+            batch.live -= 1
+            batch.last_seen = now
+            if batch.live == 0:
+                self._dirty = True  # the policy re-ranks batches on a batch's departure
+            self._maybe_depart(batch, now)
+        self._regate = True
+
+    def port_counter(self, port: int | str, total_bytes: float, now: float) -> None:
+        """A port's cumulative transmitted bytes (sysfs ``tx_bytes``), for its link load."""
+        self.meter.sample(self._port(port), total_bytes, now)
+
+    # ------------------------------------------------------------ coordinator
+
+    def apply_order(self, order: Mapping[str, int], pruned: Iterable[str]) -> None:
+        """The coordinator's RED ranks and pruned requests (scavenger class)."""
+        self.policy.set_order(order, pruned)
+        self.coordinated = True
+        self._dirty = True
+
+    def pruned(self) -> set[str]:
+        return self.policy.pruned_requests
+
+    # ------------------------------------------------------------ output
+
+    def step(self, now: float) -> StepResult:
+        """Decide if needed, grant what the permit rule allows; hand out what changed since the last step."""
+        decided = False
+        if self._dirty or (self._timer is not None and now >= self._timer):
+            self._decide(now)
+            decided = True
+        elif self._regate:
+            self._regate = False
+            self._gate(now)
+        self._idle_departures(now)
+        for info in self._arrivals:
+            self._report_arrival(info, now)
+        self._arrivals.clear()
+        out = StepResult(self._permits, self._cleared, self._reports, self._timer, decided)
+        self._permits, self._cleared, self._reports = [], [], []
+        return out
+
+    def open_all(self, now: float) -> list[PermitChange]:
+        """Shutdown: every waiting message gets an open gate at its current level (nothing is held)."""
+        out = []
+        for m in self.messages.values():
+            if m.granted is None:
+                m.granted = now
+                out.append(PermitChange(m.msg_id, GATE_OPEN, m.level, m.dscp, m.port, now - m.submitted))
+        return out
+
+    def queue_depths(self) -> dict[tuple[str, int], int]:
+        """Messages waiting for a permit per (port, RMLQ level)."""
+        out: dict[tuple[str, int], int] = {}
+        for m in self.messages.values():
+            if m.granted is None:
+                key = (self.ports[m.port].name, m.level)
+                out[key] = out.get(key, 0) + 1
+        return out
+
+    # ------------------------------------------------------------ internals
+
+    def _decide(self, now: float) -> None:
+        self._dirty = self._regate = False
+        live = list(self.messages.values())
+        if not live:
+            self._timer = None
+            return
+        flows = [m.flow for m in live]
+        remaining = np.fromiter((m.size - m.done for m in live), float, len(live))
+        snap = Snapshot(now=now, flows=flows, remaining=remaining, capacity=self.capacity, link_load=self.meter.loads(),
+                        load_window=self.meter.window)
+        decision = self.policy.decide(snap)
+        self.stats["decisions"] += 1
+        self._timer = min(decision.timers) if decision.timers else None
+        rank = np.asarray(decision.level, dtype=np.int64)
+        for m, q, d, r in zip(live, decision.queue.tolist(), decision.dscp.tolist(), rank.tolist()):
+            if m.granted is None:  # a granted message keeps the level and DSCP it went with
+                m.level, m.dscp = q, d
+            m.rank, m.queue = r, q
+        self._gate(now)
+
+    def _gate(self, now: float) -> None:
+        """The permit rule on every port with a waiting message, with the ranks of the last decision."""
+        by_port: dict[int, list] = {}
+        for m in self.messages.values():
+            by_port.setdefault(m.port, []).append(m)
+        for p, ms in by_port.items():
+            if all(m.granted is not None for m in ms):
+                continue
+            ok = grants([m.rank for m in ms], [m.size - m.done for m in ms], [m.granted is None for m in ms],
+                        float(self.window[p]))
+            for m, go in zip(ms, ok):
+                if go:
+                    m.granted = now
+                    self.stats["permits"] += 1
+                    self._permits.append(PermitChange(m.msg_id, GATE_OPEN, m.level, m.dscp, m.port, now - m.submitted))
+
+    def _account(self, port: int, nbytes: float, now: float) -> None:
+        self.completed_bytes[port] += nbytes
+        if self._counted[port]:
+            self.meter.sample(port, self.completed_bytes[port], now)
+
+    def _batch(self, name: str, now: float) -> BatchInfo:
+        info = self.batches.get(name)
+        if info is None:
+            info = self.batches[name] = BatchInfo(name, arrived=now, last_seen=now)
+            self._arrivals.append(info)  # reported at the next step, once its requests are known
+        return info
+
+    def _live_of(self, batch: str) -> list[Message]:
+        return [m for m in self.messages.values() if m.batch == batch]
+
+    def _maybe_depart(self, batch: BatchInfo, now: float) -> None:
+        if batch.live == 0 and (batch.finished or batch.compute_done):
+            self._depart(batch, now)
+
+    def _idle_departures(self, now: float) -> None:
+        idle = [b for b in self.batches.values() if b.live == 0 and now - b.last_seen >= self.config.batch_idle]
+        for b in idle:
+            self._depart(b, now)
+
+    def _report_arrival(self, batch: BatchInfo, now: float) -> None:
+        if not batch.reported:
+            batch.reported = True
+            self._reports.append(self._report("arrival", batch, now))
+
+    def _depart(self, batch: BatchInfo, now: float) -> None:
+        self.batches.pop(batch.name, None)
+        self._report_arrival(batch, now)
+        self._reports.append(self._report("departure", batch, now))
+        for name in batch.requests:
+            info = self.requests.get(name)
+            if info is not None and info.batch == batch.name and (info.done or batch.compute_done):
+                del self.requests[name]
+
+    def _report(self, kind: str, batch: BatchInfo, now: float) -> BatchReport:
+        deadlines = {r: self.requests[r].deadline for r in sorted(batch.requests) if r in self.requests}
+        traffic = {port: dict(row) for port, row in batch.traffic.items()}
+        return BatchReport(kind, batch.name, now, deadlines, batch.compute, traffic)
+
+    def _port(self, port: int | str) -> int:
+        if isinstance(port, str):
+            try:
+                return self.port_index[port]
+            except KeyError:
+                raise UserError(f"unknown port {port!r} (this node has {', '.join(self.port_index)})") from None
+        if not 0 <= int(port) < len(self.ports):
+            raise UserError(f"port index {port} out of range (this node has {len(self.ports)} ports)")
+        return int(port)

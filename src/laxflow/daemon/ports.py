@@ -1,0 +1,147 @@
+"""The node's NIC ports: their line rate, and their measured load.
+
+Port discovery is called once by the daemon's config loader
+(:func:`load_ports_file` for ``--ports FILE``, :func:`discover_ports` for
+``--ports auto``). :class:`LinkMeter` is owned by the daemon core and fed,
+on the daemon's loop thread, with byte-counter samples: the NIC's own
+``tx_bytes`` when the port has one (sysfs), else the bytes of messages the
+core saw complete.
+
+Units: rates in bytes/s, times in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from laxflow.errors import UserError, read_json_file
+
+SYSFS_NET = Path("/sys/class/net")
+
+
+@dataclass(frozen=True)
+class PortSpec:
+    """One NIC port the daemon schedules.
+
+    ``rate``: line rate in bytes/s. ``counter``: a file holding the port's
+    cumulative transmitted bytes (``/sys/class/net/IF/statistics/tx_bytes``),
+    or None to measure load from completed messages only.
+    """
+
+    name: str
+    rate: float
+    counter: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise UserError(f"port: name must be a non-empty string, got {self.name!r}")
+        if isinstance(self.rate, bool) or not isinstance(self.rate, (int, float)) or not math.isfinite(self.rate) or self.rate <= 0:
+            raise UserError(f"port {self.name!r}: rate must be a number of bytes/s > 0, got {self.rate!r}")
+
+
+def load_ports_file(path: str | os.PathLike[str]) -> tuple[PortSpec, ...]:
+    """``--ports FILE``: JSON ``{"ports": [{"name": "eth0", "gbps": 100}, ...]}``.
+
+    Each port gives ``gbps`` (line rate in Gbit/s) or ``rate`` (bytes/s), and
+    optionally ``counter`` (path of a cumulative tx-bytes file). A bad file
+    is one UserError naming the file and the field.
+    """
+    raw = read_json_file(path, "ports file")
+    where = str(path)
+    if not isinstance(raw, dict) or not isinstance(raw.get("ports"), list) or not raw["ports"]:
+        raise UserError(f"{where}: ports file: expected {{\"ports\": [...]}} with at least one port")
+    out: list[PortSpec] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(raw["ports"]):
+        out.append(_port_entry(entry, f"{where}: ports[{i}]"))
+        if out[-1].name in seen:
+            raise UserError(f"{where}: ports[{i}]: duplicate port name {out[-1].name!r}")
+        seen.add(out[-1].name)
+    return tuple(out)
+
+
+def _port_entry(entry: Any, where: str) -> PortSpec:
+    if not isinstance(entry, dict):
+        raise UserError(f"{where}: expected an object with 'name' and 'gbps' or 'rate'")
+    unknown = set(entry) - {"name", "gbps", "rate", "counter"}
+    if unknown:
+        raise UserError(f"{where}: unknown field {sorted(unknown)[0]!r} (expected name, gbps, rate, counter)")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise UserError(f"{where}: 'name' must be a non-empty string")
+    if ("gbps" in entry) == ("rate" in entry):
+        raise UserError(f"{where}: port {name!r}: give exactly one of 'gbps' and 'rate'")
+    value = entry.get("gbps", entry.get("rate"))
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise UserError(f"{where}: port {name!r}: {'gbps' if 'gbps' in entry else 'rate'} must be a number > 0")
+    rate = float(value) * 1e9 / 8 if "gbps" in entry else float(value)
+    counter = entry.get("counter")
+    if counter is not None and not isinstance(counter, str):
+        raise UserError(f"{where}: port {name!r}: 'counter' must be a file path")
+    return PortSpec(name, rate, counter)
+
+
+def discover_ports(root: Path = SYSFS_NET) -> tuple[PortSpec, ...]:
+    """``--ports auto``: every interface with a positive ``speed`` (Mbit/s) in sysfs.
+
+    Loopback and interfaces that report no speed (virtual, down) are skipped;
+    with none left this is a UserError saying to pass a ports file.
+    """
+    out = []
+    for dev in sorted(root.iterdir()) if root.is_dir() else []:
+        try:
+            mbps = int((dev / "speed").read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if mbps <= 0 or dev.name == "lo":
+            continue
+        counter = dev / "statistics" / "tx_bytes"
+        out.append(PortSpec(dev.name, mbps * 1e6 / 8, str(counter) if counter.exists() else None))
+    if not out:
+        raise UserError(f"--ports auto: no interface under {root} reports a link speed; pass --ports FILE")
+    return tuple(out)
+
+
+class LinkMeter:
+    """Per-port load: an EWMA of utilization from cumulative byte counters.
+
+    Over an interval dt in which a port moved b bytes at capacity C the
+    utilization is ``u = b / (C dt)`` (clipped to [0, 1]) and the load
+    becomes ``u + (load - u) * exp(-dt / window)`` -- the network engine's
+    formula, so samples taken at every rate change reproduce its
+    ``link_load`` exactly. ``window`` is the time constant stated in every
+    Snapshot the core builds.
+    """
+
+    def __init__(self, capacity: Sequence[float], window: float) -> None:
+        if not window > 0:
+            raise ValueError(f"load window must be > 0 s, got {window!r}")
+        self.capacity = np.asarray(capacity, dtype=float)
+        self.window = float(window)
+        n = self.capacity.size
+        self.load = np.zeros(n)
+        self._bytes = np.zeros(n)  # counter value at the last sample
+        self._t = np.full(n, np.nan)  # time of the last sample (NaN: none yet)
+
+    def sample(self, port: int, total_bytes: float, now: float) -> None:
+        """The port's cumulative byte counter read at ``now``."""
+        last_t = self._t[port]
+        if math.isnan(last_t):
+            self._t[port], self._bytes[port] = now, total_bytes
+            return
+        dt = now - last_t
+        if dt <= 0:
+            return  # same instant: keep the older base, the bytes count at the next sample
+        moved = max(0.0, total_bytes - self._bytes[port])
+        u = min(1.0, moved / (self.capacity[port] * dt))
+        self.load[port] = u + (self.load[port] - u) * math.exp(-dt / self.window)
+        self._t[port], self._bytes[port] = now, total_bytes
+
+    def loads(self) -> np.ndarray:
+        return np.clip(self.load, 0.0, 1.0)

@@ -1,0 +1,201 @@
+"""Hooks messages: the prefill scheduler's calls to its node daemon, on ZeroMQ.
+
+Same envelope and codec as the control plane (:mod:`laxflow.protocol.wire`);
+these types are registered under a ``hooks_`` prefix. The client
+(:class:`laxflow.hooks.client.HooksClient`) sends one request on a DEALER and
+the daemon's ROUTER (:mod:`laxflow.daemon.hooks_server`) answers each with
+exactly one reply: :class:`Ack`, or the typed reply named below. Pruning
+advice is pushed on the daemon's PUB socket (hooks address + ``.pub``).
+
+Units: deadlines are wall-clock seconds (``time.time()``), durations
+seconds, sizes bytes, rates bytes/s. Request ids are the hooks' own strings;
+the daemon joins them with shim events through :func:`laxflow.hooks.request_key`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from laxflow.protocol.wire import message
+
+STAGES = ("reuse", "collective", "p2d")
+
+
+@message("hooks_register_request")
+@dataclass(frozen=True)
+class RegisterRequest:
+    request: str
+    deadline: float | None
+    prompt_tokens: int
+    reused_tokens: int
+    priority: int
+
+
+@message("hooks_batch_formed")
+@dataclass(frozen=True)
+class BatchFormed:
+    batch: str
+    requests: tuple[str, ...]
+    compute_s: float
+    traffic: dict[str, dict[str, float]]  # port -> request -> bytes expected
+
+
+@message("hooks_layer")
+@dataclass(frozen=True)
+class Layer:
+    batch: str
+    layer: int
+    phase: str  # "begin" | "end"
+    last: bool  # phase "end" of the last layer: the batch's compute is done
+
+    def validate(self) -> None:
+        if self.phase not in ("begin", "end"):
+            raise ValueError(f"phase {self.phase!r} (expected begin or end)")
+        if self.layer < 0:
+            raise ValueError(f"layer must be >= 0, got {self.layer}")
+
+
+@message("hooks_submit")
+@dataclass(frozen=True)
+class Submit:
+    msg_id: int
+    request: str
+    stage: str
+    layer: int | None
+    nbytes: float
+    port: str  # "" = the daemon's default port
+    downstream: float
+
+    def validate(self) -> None:
+        if self.stage not in STAGES:
+            raise ValueError(f"stage {self.stage!r} (expected one of {', '.join(STAGES)})")
+        if not 0 < self.msg_id < 1 << 63:
+            raise ValueError(f"msg_id must be in 1..2^63-1, got {self.msg_id}")
+        if self.nbytes < 0 or self.downstream < 0:
+            raise ValueError("nbytes and downstream must be >= 0")
+
+
+@message("hooks_progress")
+@dataclass(frozen=True)
+class Progress:
+    msg_id: int
+    bytes_done: float
+
+
+@message("hooks_complete")
+@dataclass(frozen=True)
+class Complete:
+    msg_id: int
+
+
+@message("hooks_request_done")
+@dataclass(frozen=True)
+class RequestDone:
+    request: str
+
+
+@message("hooks_bind")
+@dataclass(frozen=True)
+class Bind:
+    """Process ``pid``'s QP number or socket fd ``handle`` sends on ``port``."""
+
+    pid: int
+    handle: int
+    port: str
+
+
+@message("hooks_wait_permit")
+@dataclass(frozen=True)
+class WaitPermit:
+    msg_id: int
+    timeout_s: float  # 0..60: the reply comes at the permit or at the timeout
+
+    def validate(self) -> None:
+        if not 0 <= self.timeout_s <= 60:
+            raise ValueError(f"timeout_s must be in 0..60 s, got {self.timeout_s!r}")
+
+
+@message("hooks_permit")
+@dataclass(frozen=True)
+class Permit:
+    msg_id: int
+    granted: bool
+    level: int
+    dscp: int
+
+
+@message("hooks_pruned_query")
+@dataclass(frozen=True)
+class PrunedQuery:
+    pass
+
+
+@message("hooks_pruned")
+@dataclass(frozen=True)
+class Pruned:
+    """The requests now in the scavenger class (reply, and PUB advice)."""
+
+    seq: int
+    requests: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A candidate prefill instance for ``dispatch_advice``."""
+
+    name: str
+    queue_s: float  # compute already queued ahead of the request, s
+    compute_s: float  # the request's own prefill compute there, s
+    nbytes: float  # network bytes the request would move there (reuse fetch + P2D)
+    port: str  # this node's port the transfer crosses ("" = none known)
+    bandwidth: float  # bytes/s of that path (0 = the port's line rate)
+
+    def validate(self) -> None:
+        if min(self.queue_s, self.compute_s, self.nbytes, self.bandwidth) < 0:
+            raise ValueError(f"instance {self.name!r}: queue_s, compute_s, nbytes and bandwidth must be >= 0")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    name: str
+    ttft_s: float  # estimated time to first token from now
+    network_s: float  # of which the network
+
+
+@message("hooks_dispatch")
+@dataclass(frozen=True)
+class Dispatch:
+    request: str
+    instances: tuple[Instance, ...]
+
+
+@message("hooks_advice")
+@dataclass(frozen=True)
+class Advice:
+    ranked: tuple[Estimate, ...]  # best first
+    unranked: tuple[str, ...]  # instances whose estimate is not a finite number (e.g. a bandwidth near 0)
+
+
+@message("hooks_status_query")
+@dataclass(frozen=True)
+class StatusQuery:
+    pass
+
+
+@message("hooks_status")
+@dataclass(frozen=True)
+class Status:
+    node: str
+    mode: str  # "coordinated" | "local"
+    coordinator: str  # address, "" without one
+    ports: tuple[str, ...]
+    live_messages: int
+    waiting: int
+    pruned: int
+
+
+@message("hooks_ack")
+@dataclass(frozen=True)
+class Ack:
+    ok: bool
+    error: str  # one line when not ok

@@ -1,0 +1,322 @@
+"""The one codec for everything laxflow sends over ZeroMQ.
+
+Who calls it: the coordinator's loop (ROUTER and PUB sockets), the node
+daemon's loop (DEALER and SUB), and ``laxflow status`` (DEALER). Every frame
+goes through :func:`encode` on the way out and :func:`decode` on the way in;
+nothing else in laxflow packs or unpacks a ZeroMQ frame.
+
+Wire format (``PROTOCOL_VERSION`` 1): one ZeroMQ frame per message (a ROUTER
+adds the peer identity in front of it), holding one msgpack map::
+
+    {"v": 1, "msg_id": "<1..64 chars>", "type": "<message type>",
+     "sender": "<1..256 chars>", "ts": <sender's wall clock, s>, "body": {...}}
+
+``body`` holds the fields of the typed message class registered for ``type``
+(:mod:`laxflow.protocol.messages`), by name; nested records are maps too.
+Decoding is strict: a missing, extra or mistyped field is ``bad_field``.
+``PROTOCOL_VERSION`` changes only when the wire changes, independently of the
+package version; a frame of another version is ``unknown_version``.
+
+A frame longer than :data:`MAX_FRAME_BYTES` is refused before unpacking
+(``oversized``). Sockets built by :mod:`laxflow.coordinator.client` also set
+ZeroMQ's ``MAXMSGSIZE`` to :data:`SOCKET_MAX_BYTES`; a peer that sends more
+than that is disconnected by ZeroMQ itself and never reaches the decoder.
+
+Every way a frame can be refused is a :class:`DropReason`; the receiver
+counts drops by reason (see :class:`DropCounter`) and goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import os
+import threading
+import time
+import types
+import typing
+from collections import OrderedDict
+from typing import Any, Union
+
+import msgpack
+
+PROTOCOL_VERSION: int = 1
+MAX_FRAME_BYTES: int = 8 * 1024 * 1024  # 1,000 batches x 32 requests fits with room to spare
+SOCKET_MAX_BYTES: int = 4 * MAX_FRAME_BYTES  # beyond this ZeroMQ drops the peer (not counted here)
+MAX_ID_LEN = 256
+MAX_MSG_ID_LEN = 64
+_ENVELOPE_KEYS = frozenset({"v", "msg_id", "type", "sender", "ts", "body"})
+
+
+class DropReason(str, enum.Enum):
+    """Why a received frame was not delivered; metrics label values."""
+
+    MALFORMED = "malformed"  # not msgpack, not a map, wrong frame count, bad envelope
+    OVERSIZED = "oversized"
+    UNKNOWN_VERSION = "unknown_version"
+    UNKNOWN_TYPE = "unknown_type"
+    BAD_FIELD = "bad_field"  # body does not match the message's schema
+    DUPLICATE = "duplicate"  # msg_id already seen from this sender (DuplicateFilter)
+    UNEXPECTED = "unexpected"  # a valid message this socket does not accept
+
+
+class ProtocolError(Exception):
+    """A frame that cannot be delivered; ``reason`` is what the caller counts."""
+
+    def __init__(self, reason: DropReason, detail: str) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclasses.dataclass(frozen=True)
+class Envelope:
+    """A decoded frame: envelope fields and the typed message."""
+
+    v: int
+    msg_id: str
+    type: str
+    sender: str
+    ts: float
+    body: Any  # an instance of the class registered for ``type``
+
+
+# ------------------------------------------------------------------ registry
+
+_TYPES: dict[str, type] = {}
+_SCHEMAS: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def message(type_name: str):
+    """Class decorator: register a frozen dataclass as wire message ``type_name``.
+
+    Used only by :mod:`laxflow.protocol.messages`; a duplicate name is a bug.
+    """
+
+    def wrap(cls: type) -> type:
+        if type_name in _TYPES:
+            raise RuntimeError(f"protocol: message type {type_name!r} registered twice")
+        cls.TYPE = type_name  # type: ignore[attr-defined]
+        _TYPES[type_name] = cls
+        return cls
+
+    return wrap
+
+
+def message_types() -> dict[str, type]:
+    """Registered message classes by wire type name (a copy)."""
+    return dict(_TYPES)
+
+
+def _schema(cls: type) -> tuple[tuple[str, Any], ...]:
+    schema = _SCHEMAS.get(cls)
+    if schema is None:
+        hints = typing.get_type_hints(cls)
+        schema = tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
+        _SCHEMAS[cls] = schema
+    return schema
+
+
+# ------------------------------------------------------------------ encode
+
+_counter_lock = threading.Lock()
+_counter = 0
+_prefix = os.urandom(6).hex()
+
+
+def new_msg_id() -> str:
+    """Unique per process and across processes: random prefix + counter."""
+    global _counter
+    with _counter_lock:
+        _counter += 1
+        return f"{_prefix}-{_counter:x}"
+
+
+def _to_wire(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _to_wire(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple):
+        return [_to_wire(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_wire(v) for k, v in value.items()}
+    return value
+
+
+def encode(msg: Any, sender: str, msg_id: str | None = None, ts: float | None = None) -> bytes:
+    """Pack ``msg`` (a registered message) into one frame.
+
+    Validates the message first (the sender finds its own bugs, not the
+    receiver); raises ProtocolError(BAD_FIELD / OVERSIZED) if it would not
+    decode on the other side.
+    """
+    cls = type(msg)
+    if _TYPES.get(getattr(cls, "TYPE", None)) is not cls:
+        raise ProtocolError(DropReason.UNKNOWN_TYPE, f"{cls.__name__} is not a registered message")
+    body = _to_wire(msg)
+    _check(cls, body, cls.TYPE)  # same validator as the receiver
+    frame = msgpack.packb(
+        {
+            "v": PROTOCOL_VERSION,
+            "msg_id": msg_id or new_msg_id(),
+            "type": cls.TYPE,
+            "sender": sender,
+            "ts": time.time() if ts is None else ts,
+            "body": body,
+        },
+        use_bin_type=True,
+    )
+    if len(frame) > MAX_FRAME_BYTES:
+        raise ProtocolError(DropReason.OVERSIZED, f"{cls.TYPE} is {len(frame)} bytes (max {MAX_FRAME_BYTES})")
+    return frame
+
+
+# ------------------------------------------------------------------ decode
+
+
+def decode(frame: bytes | memoryview) -> Envelope:
+    """Unpack and validate one frame; ProtocolError naming the first problem."""
+    if len(frame) > MAX_FRAME_BYTES:
+        raise ProtocolError(DropReason.OVERSIZED, f"frame of {len(frame)} bytes (max {MAX_FRAME_BYTES})")
+    try:
+        raw = msgpack.unpackb(frame, raw=False, strict_map_key=True, use_list=True)
+    except Exception as exc:  # msgpack raises several types (ExtraData, ValueError, StackError...)
+        raise ProtocolError(DropReason.MALFORMED, f"not msgpack ({type(exc).__name__})") from None
+    if not isinstance(raw, dict):
+        raise ProtocolError(DropReason.MALFORMED, f"frame is a {type(raw).__name__}, expected a map")
+    if "v" not in raw:
+        raise ProtocolError(DropReason.MALFORMED, "envelope has no 'v'")
+    v = raw["v"]
+    if v != PROTOCOL_VERSION or isinstance(v, bool):
+        raise ProtocolError(DropReason.UNKNOWN_VERSION, f"version {v!r} (this side speaks {PROTOCOL_VERSION})")
+    keys = set(raw)
+    if keys != _ENVELOPE_KEYS:
+        missing, extra = sorted(_ENVELOPE_KEYS - keys), sorted(map(str, keys - _ENVELOPE_KEYS))
+        raise ProtocolError(DropReason.MALFORMED, f"envelope keys: missing {missing}, unexpected {extra}")
+    msg_id, type_name, sender, ts = raw["msg_id"], raw["type"], raw["sender"], raw["ts"]
+    if not isinstance(msg_id, str) or not 0 < len(msg_id) <= MAX_MSG_ID_LEN:
+        raise ProtocolError(DropReason.MALFORMED, "envelope 'msg_id' must be a string of 1..64 chars")
+    if not isinstance(sender, str) or not 0 < len(sender) <= MAX_ID_LEN:
+        raise ProtocolError(DropReason.MALFORMED, "envelope 'sender' must be a string of 1..256 chars")
+    if not _is_number(ts):
+        raise ProtocolError(DropReason.MALFORMED, "envelope 'ts' must be a finite number")
+    if not isinstance(type_name, str):
+        raise ProtocolError(DropReason.MALFORMED, "envelope 'type' must be a string")
+    cls = _TYPES.get(type_name)
+    if cls is None:
+        raise ProtocolError(DropReason.UNKNOWN_TYPE, f"type {type_name[:64]!r}")
+    body = _check(cls, raw["body"], type_name)
+    return Envelope(v=v, msg_id=msg_id, type=type_name, sender=sender, ts=float(ts), body=body)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _bad(where: str, what: str) -> ProtocolError:
+    return ProtocolError(DropReason.BAD_FIELD, f"{where}: {what}")
+
+
+def _check(cls: type, data: Any, where: str) -> Any:
+    """Build ``cls`` from decoded ``data`` checking every field's type, then
+    the class's own ``validate()`` (value ranges, cross-field rules)."""
+    if not isinstance(data, dict):
+        raise _bad(where, f"expected a map, got {type(data).__name__}")
+    schema = _schema(cls)
+    if len(data) != len(schema) or any(name not in data for name, _ in schema):
+        names = [n for n, _ in schema]
+        missing = [n for n in names if n not in data]
+        extra = sorted(str(k) for k in data if k not in names)
+        raise _bad(where, f"fields: missing {missing}, unexpected {extra[:5]}")
+    kwargs = {name: _value(hint, data[name], f"{where}.{name}") for name, hint in schema}
+    obj = cls(**kwargs)
+    check = getattr(obj, "validate", None)
+    if check is not None:
+        try:
+            check()
+        except ValueError as exc:
+            raise _bad(where, str(exc)) from None
+    return obj
+
+
+def _value(hint: Any, x: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if hint is str:
+        if not isinstance(x, str) or len(x) > MAX_ID_LEN * 16:
+            raise _bad(where, f"expected a string, got {type(x).__name__}")
+        return x
+    if hint is bool:
+        if not isinstance(x, bool):
+            raise _bad(where, f"expected a bool, got {type(x).__name__}")
+        return x
+    if hint is int:
+        if not isinstance(x, int) or isinstance(x, bool):
+            raise _bad(where, f"expected an integer, got {type(x).__name__}")
+        return x
+    if hint is float:
+        if not _is_number(x):
+            raise _bad(where, f"expected a finite number, got {type(x).__name__}")
+        return float(x)
+    if origin is tuple:
+        if not isinstance(x, list):
+            raise _bad(where, f"expected a list, got {type(x).__name__}")
+        (item,) = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        return tuple(_value(item, v, f"{where}[{i}]") for i, v in enumerate(x))
+    if origin is dict:
+        if not isinstance(x, dict):
+            raise _bad(where, f"expected a map, got {type(x).__name__}")
+        kt, vt = typing.get_args(hint)
+        return {_value(kt, k, f"{where} key"): _value(vt, v, f"{where}[{k!r}]") for k, v in x.items()}
+    if origin in (Union, types.UnionType):  # only ``X | None`` is used
+        if x is None:
+            return None
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _value(inner, x, where)
+    if dataclasses.is_dataclass(hint):
+        return _check(hint, x, where)
+    raise TypeError(f"protocol: unsupported field type {hint!r} at {where}")  # a bug in messages.py
+
+
+# ------------------------------------------------------------------ receiver helpers
+
+
+class DuplicateFilter:
+    """Remembers the last ``capacity`` (sender, msg_id) pairs seen.
+
+    Who calls it: a receiving loop, after :func:`decode`, on its own thread.
+    A repeated pair is a retransmission or a replay; the loop drops it as
+    ``DropReason.DUPLICATE``. Bounded memory: the oldest ids are forgotten.
+    """
+
+    def __init__(self, capacity: int = 65536) -> None:
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._capacity = capacity
+
+    def seen(self, env: Envelope) -> bool:
+        """True if this (sender, msg_id) came before; records it otherwise."""
+        key = (env.sender, env.msg_id)
+        if key in self._seen:
+            self._seen.move_to_end(key)
+            return True
+        self._seen[key] = None
+        if len(self._seen) > self._capacity:
+            self._seen.popitem(last=False)
+        return False
+
+
+class DropCounter:
+    """Frames dropped, by reason: what a loop reports in metrics and status."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {r.value: 0 for r in DropReason}
+
+    def add(self, reason: DropReason) -> None:
+        self.counts[reason.value] += 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+# Registers the message classes, so decode() knows every type whichever module was imported first.
+from laxflow.protocol import messages as _messages  # noqa: E402,F401

@@ -1,0 +1,90 @@
+"""``laxflow status``: what the cluster's coordinator sees now.
+
+Asks the coordinator over its ROUTER socket (:func:`laxflow.coordinator.client.request_status`)
+and prints rich tables, or one JSON object with ``--json`` for scripts. No
+answer within ``--timeout`` is one error line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+DEFAULT_COORDINATOR = "tcp://127.0.0.1:5555"
+
+
+def status(
+    coordinator: str = typer.Option(DEFAULT_COORDINATOR, "--coordinator", help="The coordinator's --bind address."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    curve_keys: Optional[Path] = typer.Option(None, "--curve-keys", help="Keys directory (needs coordinator.key and clients/NAME.key_secret)."),
+    client: str = typer.Option("client", "--client", help="Client key name in the keys directory."),
+    timeout: float = typer.Option(2.0, "--timeout", help="Seconds to wait for an answer."),
+) -> None:
+    """Daemons, active batches and requests, pruned set, queue depths, decision latency."""
+    from laxflow.coordinator.client import request_status
+    from laxflow.coordinator.keys import ClientKeys
+    from laxflow.errors import UserError
+
+    if not timeout > 0:
+        raise UserError(f"--timeout must be > 0, got {timeout}")
+    keys = ClientKeys.load(curve_keys, client) if curve_keys else None
+    resp = request_status(coordinator, keys=keys, timeout_s=timeout, detail=True)
+    if as_json:
+        typer.echo(json.dumps(dataclasses.asdict(resp), sort_keys=True))
+    else:
+        render(resp)
+
+
+def render(resp: Any) -> None:
+    """Rich tables of a StatusResponse, on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    lat = resp.latency
+    console.print(
+        f"coordinator [bold]{resp.coordinator_id}[/] up {resp.now - resp.started:.0f} s, "
+        f"decision #{resp.seq}; {resp.active_batches} batches, {resp.active_requests} requests, "
+        f"{len(resp.pruned)} pruned; decision latency ms: last {lat.last:.2f} p50 {lat.p50:.2f} "
+        f"p99 {lat.p99:.2f} max {lat.max:.2f} ({lat.count} decisions)"
+    )
+    t = Table(title="daemons")
+    for col in ("node", "alive", "heartbeat age s", "mode", "batches", "ports", "queued msgs", "queued bytes"):
+        t.add_column(col)
+    for d in resp.daemons:
+        t.add_row(
+            d.node, "yes" if d.alive else "[red]no[/]", f"{d.heartbeat_age:.2f}", d.mode, str(d.batches),
+            ", ".join(f"{p.port} {p.bandwidth * 8 / 1e9:g} Gb/s" for p in d.ports),
+            str(sum(q.messages for q in d.queues)), str(sum(q.nbytes for q in d.queues)),
+        )
+    console.print(t)
+    queues = [(d.node, q) for d in resp.daemons for q in d.queues if q.messages]
+    if queues:
+        q_table = Table(title="queue depths (non-empty levels)")
+        for col in ("node", "port", "level", "messages", "bytes"):
+            q_table.add_column(col)
+        for node, q in queues:
+            q_table.add_row(node, q.port, str(q.level), str(q.messages), str(q.nbytes))
+        console.print(q_table)
+    if resp.batches:
+        b_table = Table(title="batches in RED order")
+        for col in ("rank", "batch", "nodes", "requests", "RED in s", "finish in s"):
+            b_table.add_column(col)
+        for b in resp.batches:
+            b_table.add_row(str(b.rank), b.id, ",".join(b.nodes), str(b.requests),
+                            f"{b.red - resp.now:+.3f}", f"{b.finish - resp.now:+.3f}")
+        console.print(b_table)
+    if resp.pruned:
+        console.print("pruned (scavenger class): " + ", ".join(resp.pruned))
+    dropped = {k: v for k, v in resp.dropped.items() if v}
+    if dropped:
+        console.print("frames dropped: " + ", ".join(f"{k} {v}" for k, v in sorted(dropped.items())))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status")(status)
+

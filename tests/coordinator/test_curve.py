@@ -1,0 +1,88 @@
+"""CURVE: key files, and a coordinator that admits only the keys it was given."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+import time
+
+import pytest
+from cptest import LAXFLOW, CoordinatorProcess, TestDaemon, request
+
+from laxflow.coordinator.client import Endpoints, request_status
+from laxflow.coordinator.core import CoordinatorConfig
+from laxflow.coordinator.keys import ClientKeys, ServerKeys, generate
+from laxflow.coordinator.server import ServerConfig
+from laxflow.errors import UserError
+from laxflow.protocol import messages as m
+
+
+def test_keys_generate_cli(tmp_path):
+    d = tmp_path / "keys"
+    out = subprocess.run([LAXFLOW, "keys", "generate", str(d), "--client", "node1", "--client", "node2"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    files = sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file())
+    assert files == ["clients/node1.key", "clients/node1.key_secret", "clients/node2.key", "clients/node2.key_secret",
+                     "coordinator.key", "coordinator.key_secret"]
+    assert all(stat.S_IMODE((d / f).stat().st_mode) == 0o600 for f in files)
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700 and stat.S_IMODE((d / "clients").stat().st_mode) == 0o700
+    server, client = ServerKeys.load(d), ClientKeys.load(d, "node2")
+    assert client.server_public == server.public and len(client.secret) == 40
+    # adding a client later keeps the coordinator's pair; an existing name is refused
+    generate(d, ["node3"])
+    assert ServerKeys.load(d).public == server.public
+    again = subprocess.run([LAXFLOW, "keys", "generate", str(d), "--client", "node1"], capture_output=True, text=True, timeout=30)
+    assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_bad_key_files_are_one_line_errors(tmp_path):
+    d = tmp_path / "k"
+    generate(d)
+    with pytest.raises(UserError, match="not found"):
+        ClientKeys.load(d, "nobody")
+    (d / "clients" / "client.key_secret").chmod(0o644)
+    with pytest.raises(UserError, match="readable by others"):
+        ClientKeys.load(d)
+    (d / "clients" / "client.key_secret").chmod(0o600)
+    (d / "coordinator.key").write_text("garbage\n")
+    with pytest.raises(UserError, match="coordinator.key"):
+        ClientKeys.load(d)
+
+
+def test_curve_required_off_loopback():
+    with pytest.raises(UserError, match="refusing"):
+        ServerConfig(bind="tcp://0.0.0.0:5555").check()
+    with pytest.raises(UserError, match="refusing"):
+        ServerConfig(bind="tcp://*:5555").check()
+    assert not ServerConfig(bind="tcp://0.0.0.0:5555", insecure=True).check().loopback
+    assert ServerConfig(bind="tcp://127.0.0.1:5555").check().loopback
+    assert ServerConfig(bind="tcp://localhost:5555").check().loopback
+    assert ServerConfig(bind="ipc:///tmp/x").check().pub == "ipc:///tmp/x.pub"
+    assert Endpoints.parse("tcp://[::1]:7").loopback
+    assert ServerConfig(bind="tcp://10.0.0.1:5555", curve_keys="/k", core=CoordinatorConfig()).check()
+
+
+def test_only_the_right_key_gets_in(tmp_path):
+    keys, other = tmp_path / "keys", tmp_path / "other"
+    generate(keys)
+    generate(other)
+    c = CoordinatorProcess(tmp_path, keys=keys).start()  # start() waits for a status answer with the right key
+    daemon = TestDaemon(c.address, "n1", ["n1/p0"], keys=ClientKeys.load(keys))
+    intruder = TestDaemon(c.address, "evil", ["evil/p0"], keys=ClientKeys.load(other))
+    plain = TestDaemon(c.address, "plain", ["plain/p0"])
+    try:
+        daemon.arrive(m.BatchInfo("b", 0.0, (request("r", time.time() + 5, 1.0, "n1/p0", "n1/p0"),)))
+        intruder.arrive(m.BatchInfo("x", 0.0, (request("xr", time.time() + 1, 1.0, "evil/p0", "evil/p0"),)))
+        daemon.wait_for(lambda d: [r.batch_id for r in d.order] == ["b"])
+        time.sleep(1.0)
+        s = request_status(c.address, keys=ClientKeys.load(keys))
+        assert [d.node for d in s.daemons] == ["n1"]  # neither the wrong key nor no key reached the core
+        assert intruder.decisions == [] and plain.decisions == []  # nor did they hear the PUB
+        for bad in (ClientKeys.load(other), None):
+            with pytest.raises(UserError, match="no coordinator answered"):
+                request_status(c.address, keys=bad, timeout_s=0.5)
+    finally:
+        for d in (daemon, intruder, plain):
+            d.close()
+        c.stop()

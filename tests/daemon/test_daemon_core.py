@@ -1,0 +1,226 @@
+"""The daemon core as a pure state machine, driven with a fake clock."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from laxflow.daemon.core import COMPUTE_DONE_LAYER, CoreConfig, DaemonCore
+from laxflow.daemon.gate import grants
+from laxflow.daemon.ports import PortSpec
+from laxflow.errors import UserError
+from laxflow.policy.config import MfsConfig
+from laxflow.policy.flow import Stage
+from laxflow.protocol.shm import EVENT_DTYPE
+
+GBPS100 = 100e9 / 8
+
+
+def create_core(window=0.0, ports=("eth0",), **kw) -> DaemonCore:
+    return DaemonCore(CoreConfig(ports=tuple(PortSpec(p, GBPS100) for p in ports), window_bytes=window, **kw))
+
+
+def granted(result) -> list[int]:
+    return [p.msg_id for p in result.permits]
+
+
+# ------------------------------------------------------------------ permit rule
+
+
+def test_gate_grants_the_top_rank_and_holds_lower_ones_until_the_window():
+    rank = [0, 1, 1, 2]
+    rem = [100.0, 50.0, 50.0, 10.0]
+    everyone = [True] * 4
+    assert grants(rank, rem, everyone, window=0.0) == [True, False, False, False]
+    # Below the window the next rank goes too (both of equal rank), and then the third: 100+100 >= 150 stops it.
+    assert grants(rank, rem, everyone, window=150.0) == [True, True, True, False]
+    assert grants(rank, rem, everyone, window=201.0) == [True, True, True, True]
+    # Already granted messages are never granted again but still count ahead.
+    waiting = [False, True, True, True]
+    assert grants(rank, rem, waiting, window=0.0) == [False, False, False, False]
+    assert grants(rank, [0.0, 50, 50, 10], waiting, window=0.0) == [False, True, True, False]
+    # Order of the input does not matter, only ranks.
+    assert grants([2, 0, 1], [1.0, 1.0, 1.0], [True] * 3, window=0.0) == [False, True, False]
+
+
+def test_collective_goes_first_reuse_waits_then_follows_on_completion():
+    core = create_core()
+    core.register_request("r1", deadline=1.0)
+    core.batch_formed("b1", ["r1"], 0.0)
+    core.layer_begin("b1", 0, 0.0)
+    core.submit(1, "r1", Stage.REUSE, 3, 1e6, 0.0)
+    core.submit(2, "r1", Stage.COLLECTIVE, 0, 1e6, 0.0)
+    out = core.step(0.0)
+    assert granted(out) == [2]
+    assert out.permits[0].level == 1 and out.permits[0].dscp == 38  # RLI 0 -> RMLQ level 1 -> DSCP 38
+    assert core.queue_depths() == {("eth0", 4): 1}  # reuse 3 layers ahead: RLI 3 -> level 4
+    assert core.step(0.001).permits == []  # nothing changed: nothing granted
+    core.complete(2, 0.002)
+    out = core.step(0.002)
+    assert granted(out) == [1] and out.cleared == [2]
+    assert out.permits[0].level == 4 and out.permits[0].dscp == 35
+    assert out.permits[0].waited == pytest.approx(0.002)
+
+
+def test_work_conserving_window_lets_the_next_rank_start_while_the_last_bytes_drain():
+    core = create_core(window=2e5)
+    core.batch_formed("b1", ["r1"], 0.0)
+    core.layer_begin("b1", 0, 0.0)
+    core.submit(1, "r1", Stage.COLLECTIVE, 0, 1e6, 0.0)
+    core.submit(2, "r1", Stage.REUSE, 2, 1e6, 0.0)
+    assert granted(core.step(0.0)) == [1]
+    core.progress(1, 7e5, 1e-5)  # 3e5 left: still above the window
+    assert granted(core.step(1e-5)) == []
+    core.progress(1, 9e5, 2e-5)  # 1e5 left: below
+    assert granted(core.step(2e-5)) == [2]
+
+
+def test_layer_boundary_promotes_waiting_reuse_and_permit_carries_new_level():
+    core = create_core()
+    core.batch_formed("b1", ["r1"], 0.0)
+    core.layer_begin("b1", 0, 0.0)
+    core.submit(1, "r1", Stage.COLLECTIVE, 0, 1e6, 0.0)
+    core.submit(2, "r1", Stage.REUSE, 3, 1e6, 0.0)
+    core.step(0.0)
+    assert core.messages[2].queue == 4
+    core.layer_begin("b1", 2, 0.001)  # RLI 1 now
+    core.step(0.001)
+    assert core.messages[2].queue == 2
+    core.layer_begin("b1", 1, 0.002)  # a late boundary never demotes
+    core.step(0.002)
+    assert core.messages[2].queue == 2
+    core.complete(1, 0.003)
+    out = core.step(0.003)
+    assert [(p.msg_id, p.level, p.dscp) for p in out.permits] == [(2, 2, 37)]
+
+
+def test_p2d_after_compute_end_promotes_on_the_period_timer():
+    core = create_core(mfs=MfsConfig(period=1e-3))
+    core.register_request("r1", deadline=0.1)
+    core.batch_formed("b1", ["r1"], 0.0)
+    core.layer_begin("b1", 0, 0.0)
+    core.submit(1, "r1", Stage.COLLECTIVE, 0, 1e9, 0.0)  # keeps the port busy
+    core.submit(2, "r1", Stage.P2D, 0, 1e8, 0.0)  # MLU 1e8 / (0.1 * 12.5e9) = 0.08 -> level 2
+    core.step(0.0)
+    assert core.messages[2].queue == 2
+    core.compute_done("b1", 0.0005)
+    out = core.step(0.0005)
+    assert out.next_timer == pytest.approx(1e-3)
+    assert core.messages[2].queue == 2  # not before the tick
+    out = core.step(0.09)  # close to the deadline: MLU 1e8 / (0.01 * 12.5e9) = 0.8 -> top
+    assert core.messages[2].queue == 0
+
+
+def test_two_batches_at_one_level_are_granted_in_red_order():
+    core = create_core()
+    for name, deadline in (("late", 0.9), ("early", 0.2)):
+        core.register_request(name, deadline=deadline)
+        core.batch_formed(f"b-{name}", [name], 0.0)
+        core.layer_begin(f"b-{name}", 0, 0.0)
+    core.submit(1, "late", Stage.COLLECTIVE, 0, 1e6, 0.0)
+    core.submit(2, "early", Stage.COLLECTIVE, 0, 1e6, 0.0)
+    out = core.step(0.0)
+    assert granted(out) == [2]  # same RMLQ level (1), RED rank decides
+    assert core.messages[1].queue == core.messages[2].queue == 1
+    core.complete(2, 1e-4)
+    assert granted(core.step(1e-4)) == [1]
+
+
+def test_coordinator_order_and_pruning_apply():
+    core = create_core()
+    for name, deadline in (("a", 0.2), ("b", 0.3)):
+        core.register_request(name, deadline=deadline)
+        core.batch_formed(f"b-{name}", [name], 0.0)
+        core.layer_begin(f"b-{name}", 0, 0.0)
+    core.apply_order({"b-b": 0, "b-a": 1}, pruned=["a"])
+    core.submit(1, "a", Stage.REUSE, 0, 1e6, 0.0)
+    core.submit(2, "b", Stage.REUSE, 0, 1e6, 0.0)
+    out = core.step(0.0)
+    assert granted(out) == [2]
+    assert core.messages[1].queue == 8  # scavenger: K
+    assert core.pruned() == {"a"}
+    core.complete(2, 1e-4)
+    out = core.step(1e-4)
+    assert [(p.msg_id, p.level, p.dscp) for p in out.permits] == [(1, 8, 8)]  # still completes, CS1
+
+
+def test_ports_are_independent_and_shm_events_map_through_bound_handles():
+    core = create_core(ports=("eth0", "eth1"))
+    core.bind_handle(pid=7, handle=42, port="eth1")
+    ev = np.zeros(4, dtype=EVENT_DTYPE)
+    ev["kind"] = [1, 1, 3, 1]
+    ev["pid"] = 7
+    ev["msg_id"] = [11, 12, 0, 13]
+    ev["request_id"] = 5
+    ev["bytes"] = 1 << 20
+    ev["t_ns"] = [1_000, 2_000, 3_000, 4_000]
+    ev["stage"] = [2, 1, 0, 1]  # collective, reuse, -, reuse
+    ev["layer"] = [0, 4, 1, 5]
+    ev["handle"] = [1, 1, 0, 42]
+    core.ingest(ev)
+    out = core.step(5e-6)
+    # Port eth0: the collective goes, the reuse waits; eth1 has only the reuse 13, which goes.
+    assert sorted(granted(out)) == [11, 13]
+    assert {core.ports[core.messages[m].port].name for m in (11, 12)} == {"eth0"}
+    assert core.messages[13].port == 1
+    assert core.batches["5"].current_layer == 1
+    bad = np.zeros(1, dtype=EVENT_DTYPE)
+    bad["kind"] = 99
+    core.ingest(bad)
+    assert core.stats["bad_events"] == 1
+    done = np.zeros(1, dtype=EVENT_DTYPE)
+    done["kind"], done["request_id"], done["layer"], done["t_ns"] = 3, 5, COMPUTE_DONE_LAYER, 6_000
+    core.ingest(done)
+    assert core.batches["5"].compute_done
+
+
+def test_reports_only_on_batch_arrival_and_departure():
+    core = create_core()
+    core.register_request("r1", deadline=0.5)
+    core.batch_formed("b1", ["r1"], 0.0, compute=0.01, traffic={"eth0": {"r1": 3e6}})
+    reports = core.step(0.0).reports
+    assert [(r.kind, r.batch, r.deadlines, r.compute) for r in reports] == [("arrival", "b1", {"r1": 0.5}, 0.01)]
+    assert reports[0].traffic == {"eth0": {"r1": 3e6}}
+    for layer in range(5):
+        core.layer_begin("b1", layer, layer * 1e-3)
+        core.submit(10 + layer, "r1", Stage.COLLECTIVE, layer, 1e5, layer * 1e-3)
+        core.complete(10 + layer, layer * 1e-3 + 1e-4)
+        assert core.step(layer * 1e-3 + 1e-4).reports == []  # never per layer
+    core.compute_done("b1", 0.006)
+    core.submit(20, "r1", Stage.P2D, 4, 1e5, 0.006)
+    core.complete(20, 0.007)
+    reports = core.step(0.007).reports
+    assert [(r.kind, r.batch) for r in reports] == [("departure", "b1")]
+    assert not core.batches
+
+
+def test_open_all_releases_everything_waiting():
+    core = create_core()
+    core.batch_formed("b1", ["r1"], 0.0)
+    core.layer_begin("b1", 0, 0.0)
+    for i in range(1, 4):
+        core.submit(i, "r1", Stage.REUSE, i, 1e6, 0.0)
+    assert granted(core.step(0.0)) == [1]
+    assert sorted(p.msg_id for p in core.open_all(0.001)) == [2, 3]
+    assert core.queue_depths() == {}
+
+
+def test_bad_input_is_counted_not_fatal():
+    core = create_core()
+    core.submit(1, "r", Stage.REUSE, 0, 10, 0.0)
+    core.submit(1, "r", Stage.REUSE, 0, 10, 0.0)
+    core.submit(0, "r", Stage.REUSE, 0, 10, 0.0)
+    core.complete(99, 0.0)
+    assert core.stats["duplicate_submits"] == 1 and core.stats["bad_events"] == 1
+    assert core.stats["unknown_completions"] == 1
+    with pytest.raises(UserError, match="unknown port 'eth9'"):
+        core.bind_handle(1, 1, "eth9")
+
+
+def test_config_is_validated_once_with_clear_messages():
+    with pytest.raises(UserError, match="at least one port"):
+        CoreConfig(ports=())
+    with pytest.raises(UserError, match="window_bytes"):
+        CoreConfig(ports=(PortSpec("a", 1.0),), window_bytes=-1)
+    with pytest.raises(UserError, match="rate must be"):
+        PortSpec("a", 0)
