@@ -8,6 +8,7 @@ reported, so the serving path never waits on a missing daemon.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 from collections import Counter
 from pathlib import Path
@@ -52,3 +53,21 @@ class HooksLink:
             if self.failures == 1:
                 log.warning("laxflow hooks: %s failed (%s); serving goes on", name, exc)
             return None
+
+
+def shim_tagger() -> tuple[Any, Any] | None:
+    """(set_tag, clear_tag) of the laxflow shim preloaded in this process (``laxflow run``), or None.
+
+    ``set_tag(request_key, stage, layer, dscp)`` makes the calling thread's
+    next connections / QPs carry that flow tag (native/shim_sockets.c);
+    ``clear_tag()`` ends it. Looked up once per worker-side connector.
+    """
+    try:
+        proc = ctypes.CDLL(None)
+        set_tag, clear_tag = proc.laxflow_shim_set_tag, proc.laxflow_shim_clear_tag
+    except (OSError, AttributeError):
+        return None
+    set_tag.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int]
+    set_tag.restype = ctypes.c_int
+    clear_tag.argtypes, clear_tag.restype = [], None
+    return set_tag, clear_tag
