@@ -170,3 +170,30 @@ def test_fairbatching_sizes_the_step_by_its_time_budget(tmp_path):
     assert batch.time_budget <= 0.03 + 1e-9 and out.total_num_scheduled_tokens < 1800
     assert all(out.num_scheduled_tokens[f"d{i}"] == 1 for i in range(4))
     assert batch.predicted_seconds <= batch.time_budget + 1e-9
+
+
+def run_to_completion(s, limit=400):
+    trace = []
+    while s.has_requests() and len(trace) < limit:
+        out = step(s)
+        trace.append((out, s.last_batch))
+    assert not s.has_requests(), "every request finishes"
+    return trace
+
+
+def test_slidebatching_steps_follow_its_batches_to_completion(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAXFLOW_VLLM_BATCH_OPTIONS", '{"setting": "colocated", "gamma": 1.5}')
+    s = make_scheduler(tmp_path, SlideBatchingScheduler, max_num_batched_tokens=1024)
+    assert s.policy.config.gamma == 1.5
+    now = time.time()
+    for i, (n, ttft, tpot) in enumerate(((600, 3000, 100), (64, 300, 40), (300, 1000, 60), (32, 200, 30))):
+        s.add_request(make_request(f"r{i}", n, max_tokens=5, arrival=now + i * 1e-3,
+                                   extra_args={"ttft_slo_ms": ttft, "tpot_slo_ms": tpot}))
+    trace = run_to_completion(s)
+    for out, batch in trace:
+        if out.total_num_scheduled_tokens:
+            assert set(out.num_scheduled_tokens) <= set(batch.ids)
+            assert out.total_num_scheduled_tokens <= batch.tokens
+    # the tight short request's prefill is admitted in the first step, ahead of the earlier 600-token one
+    first = trace[0][0]
+    assert "r3" in first.num_scheduled_tokens and "r1" in first.num_scheduled_tokens
