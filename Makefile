@@ -11,13 +11,18 @@ LAXFLOW := $(VENV)/bin/laxflow
 APT_PACKAGES := libibverbs-dev libibverbs1 libnuma1 iproute2
 EXTRAS := test,torch
 
-.PHONY: demo test install apt bench clean vllm
+.PHONY: demo test test-sanitize install apt bench clean vllm
 
 demo: install
 	$(LAXFLOW) sim serve --preset demo --plot out/demo.png
 
 test: install vllm
 	$(PY) -m pytest -q tests
+
+# The shim's multi-threaded scenarios under ThreadSanitizer and
+# AddressSanitizer + UBSan alone (also part of `make test`).
+test-sanitize: install
+	$(PY) -m pytest -q tests/native/test_shim_sanitizers.py
 
 install: apt $(VENV)/bin/python
 	$(PIP) install -q --upgrade pip setuptools wheel cffi

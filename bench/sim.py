@@ -1,6 +1,6 @@
 """Serving-simulator speed: one policy at paper scale, and wall time as the cluster grows.
 
-    python bench/sim.py --json            # prints {"paper_scale_s", "requests_per_s", "scaling": {...}}
+    python bench/sim.py --json   # {"paper_scale_s", "requests_per_s", "calib_s", "mfs_paper_scale_s", "mfs_over_fs", "scaling": {...}}
 
 Paper scale (MFS §6.1): 256 servers x 8 A100 (1024 prefill GPUs = 32
 Mixtral-8x22B units), 512 warm-up + 1024 measured QwenA-conversation
@@ -10,6 +10,14 @@ simulated duration), so a cost linear in requests shows up as wall time
 proportional to the server count. Timings are wall-clock seconds of
 ``ServingSimulator.run`` only (workload generation excluded); quote them
 with the machine they ran on.
+
+``calib_s`` is the wall time of a 10M-addition pure-Python loop on the same
+machine in the same run (the smaller of one before and one after the
+simulations), so figures from different machines compare:
+``paper_scale_s / calib_s`` (target <= 45). ``mfs_paper_scale_s`` is the
+paper-scale run under ``mfs`` (same workload), and ``mfs_over_fs`` its ratio
+to the ``--policy`` run (target <= 1.5 with the default ``fs``); ``--no-mfs``
+skips it.
 """
 
 from __future__ import annotations
@@ -36,6 +44,15 @@ def timed_run(servers: int, requests: int, warmup: int, rate: float, policy: str
             "batches": len(res.batches), "slo_attainment": att}
 
 
+def calib_s() -> float:
+    """Seconds of a 10M-addition pure-Python loop: this machine's speed for interpreted code."""
+    t0 = time.perf_counter()
+    x = 0
+    for _ in range(10_000_000):
+        x += 1
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print only the JSON result")
@@ -46,7 +63,9 @@ def main() -> None:
     ap.add_argument("--servers", default="32,64,128,256", help="cluster sizes of the scaling series")
     ap.add_argument("--requests", type=int, default=1024, help="measured requests at 256 servers")
     ap.add_argument("--warmup", type=int, default=512, help="warm-up requests at 256 servers")
+    ap.add_argument("--no-mfs", action="store_true", help="skip the paper-scale mfs run (mfs_over_fs)")
     args = ap.parse_args()
+    calib = calib_s()
 
     sizes = [int(s) for s in args.servers.split(",")]
     runs = {}
@@ -59,12 +78,22 @@ def main() -> None:
             print(json.dumps(r), file=sys.stderr)
     paper = runs.get(256) or timed_run(256, args.requests, args.warmup, args.rate, args.policy, args.model,
                                        args.workload)
+    mfs = None
+    if not args.no_mfs:
+        mfs = timed_run(256, args.requests, args.warmup, args.rate, "mfs", args.model, args.workload)
+        if not args.json:
+            print(json.dumps({"policy": "mfs", **mfs}), file=sys.stderr)
+    calib = min(calib, calib_s())
     out = {
         "paper_scale_s": round(paper["wall_s"], 3),
         "requests_per_s": round(paper["requests"] / paper["wall_s"], 2),
+        "calib_s": round(calib, 3),
+        "paper_over_calib": round(paper["wall_s"] / calib, 1),
+        **({"mfs_paper_scale_s": round(mfs["wall_s"], 3), "mfs_over_fs": round(mfs["wall_s"] / paper["wall_s"], 2)}
+           if mfs else {}),
         "scaling": {str(s): round(r["wall_s"], 3) for s, r in runs.items()},
         "detail": {"policy": args.policy, "rate": args.rate, "model": args.model, "workload": args.workload,
-                   "runs": {str(s): r for s, r in runs.items()}},
+                   "runs": {str(s): r for s, r in runs.items()}, "mfs_run": mfs},
     }
     print(json.dumps(out))
 

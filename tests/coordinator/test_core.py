@@ -179,3 +179,12 @@ def test_status(core):
     assert [d.node for d in s.daemons] == ["n1", "n2"] and s.daemons[0].queues[0].messages == 5
     assert s.batches[0].id == "b" and s.batches[0].rank == 0
     assert decode(encode(s, "c")).body == s
+
+
+def test_trigger_names_four_events_and_counts_the_rest(core):
+    for k in range(6):
+        core.handle(env(m.BatchArrival("n1", batch(f"b{k}", req(f"r{k}", 5.0 + k)))), b"id1", 0.0)
+    d = core.decide(0.0)
+    assert d.trigger == "arrival b0, arrival b1, arrival b2, arrival b3 +2"
+    core.handle(env(m.BatchDeparture("n1", "b0")), b"id1", 0.1)
+    assert core.decide(0.1).trigger == "departure b0"

@@ -69,7 +69,10 @@ def test_only_the_right_key_gets_in(tmp_path):
     generate(other)
     c = CoordinatorProcess(tmp_path, keys=keys).start()  # start() waits for a status answer with the right key
     daemon = TestDaemon(c.address, "n1", ["n1/p0"], keys=ClientKeys.load(keys))
-    intruder = TestDaemon(c.address, "evil", ["evil/p0"], keys=ClientKeys.load(other))
+    # knows the coordinator's public key (it is public) but holds a client key the coordinator never admitted
+    stranger = ClientKeys.load(other)
+    stranger = ClientKeys(stranger.public, stranger.secret, ClientKeys.load(keys).server_public)
+    intruder = TestDaemon(c.address, "evil", ["evil/p0"], keys=stranger)
     plain = TestDaemon(c.address, "plain", ["plain/p0"])
     try:
         daemon.arrive(m.BatchInfo("b", 0.0, (request("r", time.time() + 5, 1.0, "n1/p0", "n1/p0"),)))
@@ -79,9 +82,15 @@ def test_only_the_right_key_gets_in(tmp_path):
         s = request_status(c.address, keys=ClientKeys.load(keys))
         assert [d.node for d in s.daemons] == ["n1"]  # neither the wrong key nor no key reached the core
         assert intruder.decisions == [] and plain.decisions == []  # nor did they hear the PUB
-        for bad in (ClientKeys.load(other), None):
+        for bad in (stranger, ClientKeys.load(other), None):
             with pytest.raises(UserError, match="no coordinator answered"):
                 request_status(c.address, keys=bad, timeout_s=0.5)
+        metrics = c.metrics()  # refusals are counted: unknown client key -> ZAP denies (auth); no CURVE -> protocol
+        assert metrics["laxflow_coordinator_handshake_failures_total{kind=auth}"] >= 1
+        assert metrics["laxflow_coordinator_handshake_failures_total{kind=protocol}"] >= 1
+        ok = subprocess.run([LAXFLOW, "status", "--coordinator", c.address, "--curve-keys", str(keys), "--json"],
+                            capture_output=True, text=True, timeout=30)
+        assert ok.returncode == 0 and '"node": "n1"' in ok.stdout, ok.stderr
     finally:
         for d in (daemon, intruder, plain):
             d.close()

@@ -102,12 +102,14 @@ def test_fuzz_router(tmp_path):
         base = _accounted(coordinator.metrics())
         sent = 0
 
-        @settings(max_examples=FRAMES - 3, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-        @given(frames)
-        def fire(parts):
+        # lists of 50: hypothesis' per-example overhead would otherwise dominate the run
+        @settings(max_examples=(FRAMES - 3) // 50, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(st.lists(frames, min_size=50, max_size=50))
+        def fire(batch):
             nonlocal sent
-            sock.send_multipart(parts)
-            sent += 1
+            for parts in batch:
+                sock.send_multipart(parts)
+            sent += len(batch)
 
         fire()
         rng = random.Random(0)
@@ -146,3 +148,50 @@ def test_fuzz_router(tmp_path):
         sock.close()
         ctx.term()
         coordinator.stop()
+
+
+def test_fuzz_daemon_link(tmp_path):
+    """A daemon's CoordinatorLink fed 10,000 bad and mutated frames on its DEALER and SUB: all counted."""
+    from laxflow.coordinator.client import CoordinatorLink
+
+    address = f"ipc://{tmp_path}/coord"
+    ctx = zmq.Context()
+    router, pub = ctx.socket(zmq.ROUTER), ctx.socket(zmq.PUB)
+    router.bind(address)
+    pub.bind(address + ".pub")
+    link = CoordinatorLink(address, "n1", context=ctx)
+    try:
+        link.send(m.StatusRequest(False))
+        identity, _ = router.recv_multipart()
+        probe = encode(m.ResyncRequest("c", "probe"), "c")
+        got = []
+        while not got:  # PUB drops until the subscription has arrived
+            pub.send(probe)
+            got = link.receive(timeout_ms=50)
+        sent = delivered = 0
+
+        @settings(max_examples=FRAMES // 50, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(st.lists(frames, min_size=50, max_size=50), st.booleans())
+        def fire(batch, via_pub):
+            nonlocal sent, delivered
+            for parts in batch:
+                if via_pub:
+                    pub.send_multipart(parts)
+                else:
+                    router.send_multipart([identity, *parts])
+            sent += len(batch)
+            delivered += len(link.receive(timeout_ms=0))
+
+        before = link.drops.total
+        fire()
+        deadline = time.monotonic() + 30
+        while delivered + link.drops.total - before < sent and time.monotonic() < deadline:
+            delivered += len(link.receive(timeout_ms=100))
+        assert sent == FRAMES
+        assert delivered + link.drops.total - before == sent
+        assert link.drops.counts["malformed"] > 0 and link.drops.counts["bad_field"] > 0
+    finally:
+        link.close()
+        router.close(0)
+        pub.close(0)
+        ctx.term()

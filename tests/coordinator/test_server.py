@@ -137,3 +137,14 @@ def test_refuses_public_bind_without_keys():
     assert out.returncode == 2 and "--curve-keys" in out.stderr and out.stderr.count("\n") == 1
     out = subprocess.run([LAXFLOW, "coordinator", "--bind", "udp://x"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and "expected tcp://HOST:PORT" in out.stderr
+
+
+def test_port_in_use_is_one_line(coordinator):
+    out = subprocess.run([LAXFLOW, "coordinator", "--bind", coordinator.address], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "cannot bind" in out.stderr and out.stderr.count("\n") == 1
+    from cptest import free_port
+
+    other = f"tcp://127.0.0.1:{free_port(pair=True)}"
+    out = subprocess.run([LAXFLOW, "coordinator", "--bind", other, "--metrics-port", str(coordinator.metrics_port)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "cannot serve metrics" in out.stderr

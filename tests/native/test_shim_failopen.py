@@ -169,6 +169,34 @@ def test_socket_calls_attach_to_a_daemon_started_later(shim_lib):
             d.close()
 
 
+def test_tcp_only_process_follows_a_daemon_restart(shim_lib):
+    """No verbs, hence no progress thread: the socket calls themselves notice
+    the stale segment and move to the new daemon's."""
+    name = f"/lxf-test-late-tcp-re-{os.getpid()}"
+    a = Daemon(stale_ns=200_000_000, name=name)
+    proc = late_process(shim_lib, name)
+    b = None
+    try:
+        assert ask(proc, "tcp") == "connected"
+        assert proc.pid in a.seg.proc_pids()
+        a.stop_heartbeat()
+        Segment.unlink_name(name)
+        b = Daemon(stale_ns=2_000_000_000, name=name)
+        deadline = time.monotonic() + 10
+        while proc.pid not in b.seg.proc_pids() and time.monotonic() < deadline:
+            assert ask(proc, "tcp") == "connected"
+            time.sleep(0.01)
+        assert proc.pid in b.seg.proc_pids()
+        assert b.seg.counters()["reattaches"] == 1
+        assert ask(proc, "api") == "1 0"
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+        a.close()
+        if b:
+            b.close()
+
+
 def build_origin_case(d):
     """libfoo.so (RUNPATH $ORIGIN/sub) dlopens "libdep.so" from sub/."""
     (d / "sub").mkdir(parents=True)

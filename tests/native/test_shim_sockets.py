@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from laxflow.protocol.shm import EventKind
+from laxflow.protocol.shm import EventKind, Gate
 
 scapy_all = pytest.importorskip("scapy.all")
 from scapy.all import IP, TCP, AsyncSniffer  # noqa: E402
@@ -249,11 +249,18 @@ def test_socket_flow_tags_set_the_class_per_message_and_report_bytes(shim_lib, d
         assert submits["layer"].tolist() == [0, 1, 2, 3]
         c = daemon.seg.counters()
         assert c["sock_msgs"] == 4 and c["sock_tos_set"] == 3  # 12, 34, 46: the repeated 34 set nothing
+        # a tag that leaves the class open (-1) takes the permit's DSCP
+        m = daemon.seg.tag_socket(pid, fd, request_id=90, stage=1, layer=0, bytes=500, dscp=-1)
+        daemon.seg.set_permit(m, Gate.OPEN, dscp=20)
+        proc.stdin.write("send 500\n")
+        proc.stdin.flush()
+        assert int(proc.stdout.readline()) == 20 << 2
+        daemon.seg.drain_events()
         # an untagged write on the same socket passes through, class kept
         daemon.seg.remove_tag(pid, 2, fd)
         proc.stdin.write("send 100\n")
         proc.stdin.flush()
-        assert int(proc.stdout.readline()) == 46 << 2
+        assert int(proc.stdout.readline()) == 20 << 2
         assert len(daemon.seg.drain_events()) == 0
     finally:
         proc.stdin.close()

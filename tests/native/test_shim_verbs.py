@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from shimtest import Client, client_env, flap_stress, kick_sync, log_by_qp, post_count, run_client
+from shimtest import Client, client_env, flap_stress, kick_sync, log_by_qp, post_count, run_client, wait_for
 
 from laxflow.protocol.shm import EventKind, Gate, Segment, Stage
 
@@ -282,6 +282,30 @@ def test_refused_unsignaled_wrs_are_reported(native_bin, shim_lib, tmp_path, dae
     assert client.wait() == 0
     assert " errors=0 unsignaled_errors=2 " in done
     assert daemon.seg.counters()["wr_post_errors"] == 2
+
+
+def test_injected_errors_past_the_buffer_are_counted(native_bin, shim_lib, tmp_path, daemon):
+    """The device refuses every released chain: 300 WRs come back as error
+    completions, of which the shim's buffer holds 256 (until polled); the
+    rest are counted as dropped, none silently lost."""
+    log = tmp_path / "shim.log"
+    env = client_env(native_bin, log, shim_lib, daemon.name, FAKEVERBS_FAIL_ALL="1")
+    client = Client(native_bin, ["direct", "1", "150", "1", "--wait", "--poll-timeout", "1", "--hold-poll"], env)
+    pid, qps = client.qps()
+    msgs = tag_all(daemon.seg, pid, qps, client.plan(1, 1), 0)
+    client.send()
+    client.expect("POSTED 0")
+    daemon.seg.set_permit(msgs[qps[0]], Gate.OPEN)
+    deferred = daemon.seg.counters()["wr_deferred"]
+    wait_for(lambda: daemon.seg.counters()["wr_post_errors"] == deferred, what="every chain to be refused")
+    client.send()  # only now does the client poll
+    done = client.expect("DONE")
+    client.wait()
+    c = daemon.seg.counters()
+    reported = int(done.split(" errors=")[1].split()[0]) + int(done.split("unsignaled_errors=")[1].split()[0])
+    assert c["wr_post_errors"] == c["wr_deferred"] > 256
+    assert reported == 256
+    assert c["injected_dropped"] == c["wr_post_errors"] - 256
 
 
 def test_commands_release_and_pass_through(native_bin, shim_lib, tmp_path, daemon):

@@ -314,3 +314,19 @@ def test_coordinator_may_prune_requests_before_their_flows_arrive():
     assert policy.pruned_requests == set(names[::2])
     assert [policy.queue_level(f) for f in flows] == [8, 7] * 20
     assert d.level[0] == d.level.max() and d.level[1] < d.level[0]
+
+
+def test_pruned_requests_bytes_stay_out_of_later_standalone_runs():
+    # Run 1 (t=0): batch B1 = {x: 100 B on a 100 B/s port, due 0.5} cannot
+    # make it: x is pruned. Run 2 (t=0.1, batch B2 = {z: 60 B, due 0.95}
+    # arrives): x is in the scavenger class, so its 40 B left are not in the
+    # way of z (0.1 + 60/100 = 0.7 <= 0.95) and nothing more is pruned.
+    # Counting x's bytes again would put z at 0.1 + 100/100 = 1.1 and prune z.
+    policy = create_policy("mfs", drop_budget=1)
+    x = flow("x", Stage.P2D, 100.0, request="x", batch="B1", deadline=0.5)
+    policy.decide(snap([x], capacity=100.0))
+    assert policy.pruned_requests == {"x"}
+    z = flow("z", Stage.P2D, 60.0, request="z", batch="B2", deadline=0.95)
+    d = policy.decide(snap([x, z], now=0.1, remaining=[40.0, 60.0], capacity=100.0))
+    assert policy.pruned_requests == {"x"}
+    assert d.queue.tolist() == [policy.config.levels, d.queue[1]] and d.queue[1] < policy.config.levels

@@ -58,7 +58,9 @@ def samples() -> list:
 
 
 def test_every_message_type_has_a_sample():
-    assert {type(s).TYPE for s in samples()} == set(message_types())
+    # Other modules (laxflow.hooks.messages) register their own types on the same codec: only this module's here.
+    ours = {t for t, cls in message_types().items() if cls.__module__ == m.__name__}
+    assert {type(s).TYPE for s in samples()} == ours
 
 
 @pytest.mark.parametrize("msg", samples(), ids=lambda s: type(s).TYPE)

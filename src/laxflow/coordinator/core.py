@@ -25,6 +25,7 @@ state and replaces what the coordinator held for that node.
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass, field
 
@@ -92,12 +93,13 @@ class _Batch:
     request's index in ``request_ids``. Port names map to indices once per
     port epoch (the set of known ports changes only on Hello or death)."""
 
-    __slots__ = ("id", "parts", "request_ids", "deadline", "compute", "e_req", "e_names", "e_load", "_epoch", "_entries")
+    __slots__ = ("id", "parts", "request_ids", "deadline", "compute", "e_req", "e_names", "e_load", "_epoch", "_entries", "nodes")
 
     def __init__(self, batch_id: str) -> None:
         self.id = batch_id
         self.parts: dict[str, m.BatchInfo] = {}
         self.request_ids: list[str] = []
+        self.nodes: tuple[str, ...] = ()
 
     def _rebuild(self) -> None:
         index: dict[str, int] = {}
@@ -117,6 +119,7 @@ class _Batch:
                         names += (t.src, t.dst)
                         e_load += (t.nbytes, t.nbytes)
         self.request_ids = list(index)
+        self.nodes = tuple(sorted(self.parts))
         self.deadline = np.array(deadline, dtype=float)
         self.compute = max(i.compute for i in self.parts.values())
         self.e_req = np.array(e_req, dtype=np.int64)
@@ -162,6 +165,7 @@ class CoordinatorCore:
         self.dirty = False
         self.conflicts = 0  # reports refused (a request already in another batch)
         self.triggers: list[str] = []
+        self._more_triggers = 0
         self._port_epoch = 0
         self._port_cache: tuple | None = None
 
@@ -213,23 +217,26 @@ class CoordinatorCore:
         self.dirty = False
         order, red, finish = self._algorithm1(now)
         self.seq += 1
-        nodes = {bid: tuple(sorted(self.batches[bid].parts)) for bid in order}
+        batches = self.batches
         self.last = m.Decision(
             coordinator_id=self.id,
             seq=self.seq,
             now=now,
-            trigger=", ".join(self.triggers[:4]) + (f" +{len(self.triggers) - 4}" if len(self.triggers) > 4 else ""),
-            order=tuple(m.BatchRank(b, k, red[b], finish[b], nodes[b]) for k, b in enumerate(order)),
+            trigger=", ".join(self.triggers) + (f" +{self._more_triggers}" if self._more_triggers else ""),
+            order=tuple([m.BatchRank(b, k, red[b], finish[b], batches[b].nodes) for k, b in enumerate(order)]),
             pruned=tuple(self.pruned),
         )
-        self.triggers = []
+        self.triggers, self._more_triggers = [], 0
         return self.last
 
     # ------------------------------------------------------------ state changes
 
     def _mark(self, trigger: str) -> None:
         self.dirty = True
-        self.triggers.append(trigger)
+        if len(self.triggers) < 4:  # what the decision names; the rest is a count
+            self.triggers.append(trigger)
+        else:
+            self._more_triggers += 1
 
     def _resync(self, d: DaemonState, now: float, reason: str) -> list[Reply | Publish]:
         # One request per dead-after period: the daemon's Hello is on its way.
@@ -309,20 +316,20 @@ class CoordinatorCore:
         left with no request goes last, ordered by its RED."""
         _, port_index, bandwidth = self._port_table()
         epoch = self._port_epoch
+        pruned = self.pruned
+        touched = {self.owner[r] for r in pruned if r in self.owner}  # batches with a pruned request
         batch_ids: list[str] = []
         compute: list[float] = []
-        request_ids: list[str] = []
-        request_batch: list[np.ndarray] = []
+        ids_of: list[list[str]] = []
         deadline: list[np.ndarray] = []
         e_req: list[np.ndarray] = []
         e_port: list[np.ndarray] = []
         e_load: list[np.ndarray] = []
         scavenged: list[_Batch] = []
-        pruned = self.pruned
         for batch in self.batches.values():
             req, port, load = batch.entries(port_index, epoch)
             ids, dl = batch.request_ids, batch.deadline
-            if pruned and not pruned.keys().isdisjoint(ids):
+            if batch.id in touched:
                 alive = np.array([r not in pruned for r in ids], dtype=bool)
                 if not alive.any():
                     scavenged.append(batch)
@@ -332,19 +339,21 @@ class CoordinatorCore:
                 req, port, load = renum[req[keep]], port[keep], load[keep]
                 ids = [r for r, a in zip(ids, alive) if a]
                 dl = dl[alive]
-            base = len(request_ids)
-            request_batch.append(np.full(len(ids), len(batch_ids), dtype=np.int64))
             batch_ids.append(batch.id)
             compute.append(batch.compute)
-            request_ids.extend(ids)
+            ids_of.append(ids)
             deadline.append(dl)
-            e_req.append(req + base)
+            e_req.append(req)
             e_port.append(port)
             e_load.append(load)
         order: list[str] = []
         red: dict[str, float] = {}
         finish: dict[str, float] = {}
         if batch_ids:
+            counts = np.fromiter(map(len, ids_of), dtype=np.int64, count=len(ids_of))
+            base = np.cumsum(counts) - counts  # first request index of each batch
+            entries = np.fromiter(map(len, e_req), dtype=np.int64, count=len(e_req))
+            request_ids = list(itertools.chain.from_iterable(ids_of))
             result = schedule_table(
                 LoadTable(
                     now=now,
@@ -354,9 +363,9 @@ class CoordinatorCore:
                     batch_ids=batch_ids,
                     compute=np.array(compute, dtype=float),
                     request_ids=request_ids,
-                    request_batch=np.concatenate(request_batch),
+                    request_batch=np.repeat(np.arange(len(batch_ids)), counts),
                     deadline=np.concatenate(deadline),
-                    entry_request=np.concatenate(e_req),
+                    entry_request=np.concatenate(e_req) + np.repeat(base, entries),
                     entry_port=np.concatenate(e_port),
                     entry_load=np.concatenate(e_load),
                 )

@@ -38,6 +38,11 @@ log = logging.getLogger("laxflow.coordinator")
 _BURST = 2000  # frames drained before deciding: bounds decision latency under a flood
 _ACCEPTED = (m.Hello, m.Heartbeat, m.BatchArrival, m.BatchDeparture, m.StatusRequest)
 SENDER = "coordinator"
+_HANDSHAKE_FAILURES = {
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH: "auth",
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "protocol",
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "other",
+}
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,13 @@ class _Metrics:
             self.dropped.labels(reason.value)
         self.resyncs = Counter("laxflow_coordinator_resync_requests", "ResyncRequests sent to daemons", registry=r)
         self.errors = Counter("laxflow_coordinator_internal_errors", "Frames whose handling raised", registry=r)
+        self.handshakes = Counter(
+            "laxflow_coordinator_handshake_failures",
+            "Peers refused at the ZeroMQ handshake (auth: unknown CURVE key; protocol: no or wrong security)",
+            ["kind"], registry=r,
+        )
+        for kind in _HANDSHAKE_FAILURES.values():
+            self.handshakes.labels(kind)
         self.conflicts = Gauge(
             "laxflow_coordinator_report_conflicts", "Batch reports refused: a request already in another batch", registry=r
         )
@@ -119,13 +131,18 @@ class CoordinatorServer:
         self.registry = registry or CollectorRegistry()
         self.metrics = _Metrics(self.registry)
         if config.metrics_port is not None:
-            start_http_server(config.metrics_port, registry=self.registry)
+            try:
+                start_http_server(config.metrics_port, registry=self.registry)
+            except OSError as exc:
+                self.close()
+                raise UserError(f"coordinator: cannot serve metrics on port {config.metrics_port}: {exc.strerror or exc}") from None
         self.drops = DropCounter()
         self._dups = DuplicateFilter()
         self._latencies: collections.deque[float] = collections.deque(maxlen=1000)
         self._log_budget = dict.fromkeys(DropReason, 20)
         self.stop = threading.Event()
         self.decision_count = 0
+        self.handshake_failures = 0
         self._closed = False
 
     def _socket(self, kind: int, keys: ServerKeys | None) -> zmq.Socket:
@@ -151,10 +168,21 @@ class CoordinatorServer:
         next_tick = time.monotonic() + period
         poller = zmq.Poller()
         poller.register(self.router, zmq.POLLIN)
+        # Handshake failures never reach the ROUTER as frames: the socket monitor is how they are counted.
+        events = 0
+        for e in _HANDSHAKE_FAILURES:
+            events |= e
+        monitors = [s.get_monitor_socket(events) for s in (self.router, self.pub)]
+        for mon in monitors:
+            poller.register(mon, zmq.POLLIN)
         try:
             while not self.stop.is_set():
                 wait = max(0.0, min(next_tick - time.monotonic(), 0.2))
-                if poller.poll(int(wait * 1000) + 1):
+                ready = dict(poller.poll(int(wait * 1000) + 1))
+                for mon in monitors:
+                    if mon in ready:
+                        self._handshake_events(mon)
+                if self.router in ready:
                     self.drain()
                 if time.monotonic() >= next_tick:
                     next_tick = time.monotonic() + period
@@ -162,7 +190,26 @@ class CoordinatorServer:
                     self._decide(time.perf_counter())
                     self._gauges()
         finally:
+            for sock, mon in zip((self.router, self.pub), monitors):
+                sock.disable_monitor()
+                mon.close(linger=0)
             self.close()
+
+    def _handshake_events(self, mon: zmq.Socket) -> None:
+        from zmq.utils.monitor import recv_monitor_message
+
+        while True:
+            try:
+                event = recv_monitor_message(mon, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            kind = _HANDSHAKE_FAILURES.get(event["event"])
+            if kind is not None:
+                self.handshake_failures += 1
+                self.metrics.handshakes.labels(kind).inc()
+                if self.handshake_failures <= 20 or self.handshake_failures % 1000 == 0:
+                    log.warning("coordinator: refused a peer at the handshake (%s, %s); %d so far",
+                                kind, event.get("endpoint", b"").decode(errors="replace"), self.handshake_failures)
 
     def drain(self) -> None:
         """Handle every frame waiting (up to _BURST), then decide once."""
@@ -221,14 +268,14 @@ class CoordinatorServer:
                 except zmq.Again:  # that daemon's queue is full: it will resync on its next heartbeat
                     log.warning("coordinator: reply %s to a slow peer dropped", type(out.msg).__name__)
             else:
-                self.pub.send(encode(out.msg, SENDER), zmq.NOBLOCK)
+                self.pub.send(encode(out.msg, SENDER, check=False), zmq.NOBLOCK)  # a Decision again
 
     def _decide(self, first: float) -> None:
         before = len(self.core.pruned)
         decision = self.core.decide(time.time())
         if decision is None:
             return
-        self.pub.send(encode(decision, SENDER), zmq.NOBLOCK)
+        self.pub.send(encode(decision, SENDER, check=False), zmq.NOBLOCK)  # built from validated reports
         elapsed = time.perf_counter() - first
         self._latencies.append(elapsed)
         self.metrics.decisions.inc()

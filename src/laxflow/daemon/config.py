@@ -122,7 +122,7 @@ def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None) 
         mfs=MfsConfig.from_mapping(mfs_raw),
         rtt=_number(values.get("rtt_us", 20), "rtt_us") * 1e-6,
         window_bytes=None if values.get("window_bytes") is None else _number(values["window_bytes"], "window_bytes"),
-        default_port=int(values.get("default_port", 0)),
+        default_port=_integer(values.get("default_port", 0), "default_port"),
     )
     kw = {f.name: values[f.name] for f in fields(DaemonConfig) if f.name in values and f.name not in ("core", "shm")}
     kw.setdefault("hooks", default_hooks_address(shm, runtime_dir(env)))
@@ -140,6 +140,12 @@ def _ports(value: Any) -> tuple[PortSpec, ...]:
     if isinstance(value, list) and value:
         return tuple(_port_entry(e, f"daemon config: ports[{i}]") for i, e in enumerate(value))
     raise UserError(f"--ports: expected 'auto', a ports file or a list of ports, got {value!r}")
+
+
+def _integer(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UserError(f"{what}: expected an integer, got {value!r}")
+    return value
 
 
 def _number(value: Any, what: str) -> float:

@@ -95,7 +95,6 @@ class DaemonCore:
         )
         self.policy = MfsPolicy(config.mfs)
         self.levels = config.mfs.levels
-        self.dscp_map = config.mfs.dscp_map
         self.meter = LinkMeter(self.capacity, config.mfs.load_window)
         self.messages: dict[int, Message] = {}  # live, in submission order
         self.requests: dict[str, RequestInfo] = {}

@@ -36,7 +36,7 @@ package); :func:`schedule_table` takes the arrays a coordinator keeps
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -103,33 +103,60 @@ class LoadTable:
     def from_problem(cls, problem: InterProblem) -> "LoadTable":
         port_ids = sorted(problem.ports)
         port_index = {p: i for i, p in enumerate(port_ids)}
-        request_ids: list[str] = []
-        request_batch: list[int] = []
-        deadline: list[float] = []
-        e_req: list[int] = []
-        e_port: list[int] = []
-        e_load: list[float] = []
-        for b, batch in enumerate(problem.batches):
-            for r in batch.requests:
-                e_req.extend([len(request_ids)] * len(r.load))
-                e_port.extend(map(port_index.__getitem__, r.load))
-                e_load.extend(r.load.values())
-                request_ids.append(r.id)
-                request_batch.append(b)
-                deadline.append(r.deadline)
-        load = np.array(e_load, dtype=float)
+        builder = LoadTableBuilder()
+        for batch in problem.batches:
+            requests = ((r.id, r.deadline, {port_index[p]: v for p, v in r.load.items()}) for r in batch.requests)
+            builder.add_batch(batch.id, batch.compute, requests)
+        bandwidth = np.array([problem.ports[p] for p in port_ids], dtype=float)
+        return builder.build(problem.now, problem.drop_budget, bandwidth)
+
+
+class LoadTableBuilder:
+    """Collects Algorithm 1's input batch by batch into a :class:`LoadTable`.
+
+    The one builder of the table: used for a parsed file
+    (:meth:`LoadTable.from_problem`), by the ``mfs`` policy's standalone
+    pruning from its live flows, and by the coordinator from daemon reports.
+    Entries with no load are left out at :meth:`build`.
+    """
+
+    def __init__(self) -> None:
+        self.batch_ids: list[str] = []
+        self.compute: list[float] = []
+        self.request_ids: list[str] = []
+        self.request_batch: list[int] = []
+        self.deadline: list[float] = []
+        self._request: list[int] = []
+        self._port: list[int] = []
+        self._load: list[float] = []
+
+    def add_batch(self, batch_id: str, compute: float, requests: Iterable[tuple[str, float, Mapping[int, float]]]) -> None:
+        """A batch (``compute`` s still to run) and its requests: (id, deadline, port index -> bytes)."""
+        b = len(self.batch_ids)
+        for request_id, deadline, load in requests:
+            self._request.extend([len(self.request_ids)] * len(load))
+            self._port.extend(load)
+            self._load.extend(load.values())
+            self.request_ids.append(request_id)
+            self.request_batch.append(b)
+            self.deadline.append(deadline)
+        self.batch_ids.append(batch_id)
+        self.compute.append(compute)
+
+    def build(self, now: float, drop_budget: int, bandwidth: np.ndarray) -> LoadTable:
+        load = np.array(self._load, dtype=float)
         keep = load > 0
-        return cls(
-            now=problem.now,
-            drop_budget=problem.drop_budget,
-            bandwidth=np.array([problem.ports[p] for p in port_ids], dtype=float),
-            batch_ids=[b.id for b in problem.batches],
-            compute=np.array([b.compute for b in problem.batches], dtype=float),
-            request_ids=request_ids,
-            request_batch=np.array(request_batch, dtype=np.int64),
-            deadline=np.array(deadline, dtype=float),
-            entry_request=np.array(e_req, dtype=np.int64)[keep],
-            entry_port=np.array(e_port, dtype=np.int64)[keep],
+        return LoadTable(
+            now=now,
+            drop_budget=drop_budget,
+            bandwidth=np.asarray(bandwidth, dtype=float),
+            batch_ids=list(self.batch_ids),
+            compute=np.array(self.compute, dtype=float),
+            request_ids=list(self.request_ids),
+            request_batch=np.array(self.request_batch, dtype=np.int64),
+            deadline=np.array(self.deadline, dtype=float),
+            entry_request=np.array(self._request, dtype=np.int64)[keep],
+            entry_port=np.array(self._port, dtype=np.int64)[keep],
             entry_load=load[keep],
         )
 

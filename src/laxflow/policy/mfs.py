@@ -53,7 +53,8 @@ from laxflow.policy.base import Decision, FlowPolicy, Snapshot
 from laxflow.policy.config import MfsConfig
 from laxflow.policy.dscp import DscpMap
 from laxflow.policy.flow import STAGE_CODES, Flow, Stage
-from laxflow.policy.inter_request import LoadTable, schedule_table
+from laxflow.policy.inter_request import LoadTableBuilder, schedule_table
+from laxflow.policy.mfs_scalar import FEW_FLOWS, decide_few
 from laxflow.policy.mlu import level_of, mlu, thresholds
 from laxflow.policy.red import red_order
 from laxflow.policy.rli import rli
@@ -67,6 +68,8 @@ class MfsPolicy(FlowPolicy):
     """RMLQ with MLU/RLI promotion, RED order, pruning into a scavenger class."""
 
     name = "mfs"
+    # Snapshots with at most this many flows take the scalar path (mfs_scalar.py).
+    few_flows = FEW_FLOWS
 
     def __init__(self, config: MfsConfig | None = None, **options: Any) -> None:
         self.config = config if config is not None else MfsConfig.from_mapping(options)
@@ -92,6 +95,7 @@ class MfsPolicy(FlowPolicy):
         # Moving average of explicit-deadline traffic per link (see mlu.py: rho).
         self._explicit_load = np.zeros(0)
         self._finished_bytes = np.zeros(0)  # explicit bytes of flows done since the last decision
+        self._finished_links: set[int] = set()  # where _finished_bytes is not 0
         self._last_t: float | None = None
 
     # ------------------------------------------------------------ coordinator
@@ -130,6 +134,8 @@ class MfsPolicy(FlowPolicy):
         if n == 0:
             empty = np.zeros(0, np.int64)
             return Decision(level=empty, queue=empty, dscp=np.zeros(0, np.uint8))
+        if n <= self.few_flows:
+            return decide_few(self, snap)
         now = snap.now
         slot = self.rmlq.slot
         idx_list = [slot.get(f, -1) for f in flows]
@@ -177,7 +183,9 @@ class MfsPolicy(FlowPolicy):
         b = int(self.rmlq.batch[s])
         if self.rmlq.explicit[s] and self._finished_bytes.size:
             # Its last bytes moved since the last decision: count them there.
-            self._finished_bytes[self.rmlq.bneck_link[s]] += self.rmlq.last_rem[s] * self.rmlq.bneck_weight[s]
+            link = int(self.rmlq.bneck_link[s])
+            self._finished_bytes[link] += self.rmlq.last_rem[s] * self.rmlq.bneck_weight[s]
+            self._finished_links.add(link)
         self.rmlq.release(flow)
         live = self._live_flows.get(b)
         if live is not None:
@@ -241,14 +249,18 @@ class MfsPolicy(FlowPolicy):
         t.target[slots] = np.fromiter((_NAN if f.layer is None else f.layer for f in new), float, len(new))
         t.due[slots] = np.fromiter((_NAN if (d := f.due) is None else d for f in new), float, len(new))
         for f, s in zip(new, slots.tolist()):
-            b = self._batch_slot(f.batch)
-            r = self._request_slot(f.request, _NAN if f.deadline is None else f.deadline, b)
-            t.batch[s] = b
-            t.request[s] = r
-            self._live_flows.setdefault(b, {})[f] = r
-            requests = self._live_requests.setdefault(b, {})
-            requests[r] = requests.get(r, 0) + 1
+            self._register(f, s)
         return slots
+
+    def _register(self, f: Flow, s: int) -> None:
+        """Enter a new flow (slot ``s``) in the batch and request tables."""
+        b = self._batch_slot(f.batch)
+        r = self._request_slot(f.request, _NAN if f.deadline is None else f.deadline, b)
+        self.rmlq.batch[s] = b
+        self.rmlq.request[s] = r
+        self._live_flows.setdefault(b, {})[f] = r
+        requests = self._live_requests.setdefault(b, {})
+        requests[r] = requests.get(r, 0) + 1
 
     def _batch_slot(self, name: str) -> int:
         b = self._batch_index.get(name)
@@ -300,12 +312,17 @@ class MfsPolicy(FlowPolicy):
         if self._explicit_load.size != links:
             self._explicit_load = np.zeros(links)
             self._finished_bytes = np.zeros(links)
+            self._finished_links.clear()
         now, last = snap.now, self._last_t
         self._last_t = now
         if last is None or now <= last:
             return
         t = self.rmlq
         moved = t.explicit[idx] & ~is_new
+        if not self._finished_links and not moved.any():
+            # No explicit bytes moved: utilization 0 on every link, the average only decays.
+            self._explicit_load *= math.exp(-(now - last) / self.config.load_window)
+            return
         sent = (t.last_rem[idx[moved]] - snap.remaining[moved]) * t.bneck_weight[idx[moved]]
         bytes_per_link = np.bincount(t.bneck_link[idx[moved]], weights=sent, minlength=links) + self._finished_bytes
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -315,6 +332,31 @@ class MfsPolicy(FlowPolicy):
         decay = math.exp(-(now - last) / self.config.load_window)
         self._explicit_load = util + (self._explicit_load - util) * decay
         self._finished_bytes[:] = 0.0
+        self._finished_links.clear()
+
+    def _advance_explicit_load(self, snap: Snapshot, dt: float, sent: dict[int, float]) -> None:
+        """The moving-average step of :meth:`_measure_explicit_load` given the bytes
+        live explicit flows moved per link in ``dt``; links not in ``sent`` or
+        ``_finished_links`` had utilization 0 and only decay. Same float
+        operations per link as the vectorized step (called by mfs_scalar)."""
+        decay = math.exp(-dt / self.config.load_window)
+        load, done = self._explicit_load, self._finished_bytes
+        updates = []
+        for link in set(sent) | self._finished_links:
+            moved = sent.get(link, 0.0) + float(done[link])
+            span = float(snap.capacity[link]) * dt
+            if span > 0:
+                util = moved / span
+            else:  # as NumPy divides, then nan_to_num(nan=0, posinf=1)
+                util = 0.0 if moved == 0 or math.isnan(moved) else math.copysign(1.0, moved)
+            util = 0.0 if math.isnan(util) else min(max(util, 0.0), 1.0)
+            updates.append((link, util + (float(load[link]) - util) * decay))
+        load *= decay
+        for link, value in updates:
+            load[link] = value
+        for link in self._finished_links:
+            done[link] = 0.0
+        self._finished_links.clear()
 
     def _note_levels(self, flows: Any, pos: np.ndarray, idx: np.ndarray) -> None:
         if not pos.size:
@@ -362,17 +404,10 @@ class MfsPolicy(FlowPolicy):
         cannot take their bytes off a port.
         """
         remaining = {f: r for f, r in zip(snap.flows, snap.remaining)}
-        # Algorithm 1's arrays, as the coordinator keeps them: ports are the
-        # link indices, requests listed batch by batch, one entry per
-        # (request, link) with its summed load.
-        batch_ids: list[str] = []
-        compute: list[float] = []
-        request_ids: list[str] = []
-        request_batch: list[int] = []
-        deadline: list[float] = []
-        e_req: list[int] = []
-        e_port: list[int] = []
-        e_load: list[float] = []
+        # Algorithm 1's table as the coordinator keeps it: ports are the link
+        # indices, requests listed batch by batch, one entry per (request,
+        # link) with its summed load.
+        table = LoadTableBuilder()
         for b in live:
             loads: dict[int, dict[int, float]] = {}
             longest = 0.0
@@ -388,35 +423,11 @@ class MfsPolicy(FlowPolicy):
                 for link, w in zip(f.links.tolist(), f.weights.tolist()):
                     load[link] = load.get(link, 0.0) + float(remaining[f]) * w
                 longest = max(longest, f.downstream)
-            if not loads:
-                continue
-            for r, load in loads.items():
-                e_req.extend([len(request_ids)] * len(load))
-                e_port.extend(load)
-                e_load.extend(load.values())
-                request_ids.append(self._request_names[r])
-                request_batch.append(len(batch_ids))
-                deadline.append(self._request_deadline[r])
-            batch_ids.append(self._batch_names[b])
-            compute.append(longest)
-        if not batch_ids:
+            if loads:
+                requests = ((self._request_names[r], self._request_deadline[r], load) for r, load in loads.items())
+                table.add_batch(self._batch_names[b], longest, requests)
+        if not table.batch_ids:
             return
-        entry_load = np.array(e_load, dtype=float)
-        keep = entry_load > 0
-        result = schedule_table(
-            LoadTable(
-                now=snap.now,
-                drop_budget=self.config.drop_budget,
-                bandwidth=np.asarray(snap.capacity, dtype=float),
-                batch_ids=batch_ids,
-                compute=np.array(compute, dtype=float),
-                request_ids=request_ids,
-                request_batch=np.array(request_batch, dtype=np.int64),
-                deadline=np.array(deadline, dtype=float),
-                entry_request=np.array(e_req, dtype=np.int64)[keep],
-                entry_port=np.array(e_port, dtype=np.int64)[keep],
-                entry_load=entry_load[keep],
-            )
-        )
+        result = schedule_table(table.build(snap.now, self.config.drop_budget, snap.capacity))
         for name in result.pruned:
             self._pruned[self._request_index[name]] = True

@@ -37,7 +37,7 @@ import time
 import types
 import typing
 from collections import OrderedDict
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import msgpack
 
@@ -134,27 +134,59 @@ def new_msg_id() -> str:
 
 
 def _to_wire(value: Any) -> Any:
-    if dataclasses.is_dataclass(value):
-        return {f.name: _to_wire(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple):
-        return [_to_wire(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _to_wire(v) for k, v in value.items()}
-    return value
+    enc = _ENCODERS.get(type(value))
+    if enc is None:
+        enc = _ENCODERS[type(value)] = _compile_encoder(type(value))
+    return enc(value)
 
 
-def encode(msg: Any, sender: str, msg_id: str | None = None, ts: float | None = None) -> bytes:
+_ENCODERS: dict[type, Callable[[Any], Any]] = {}
+
+
+def _compile_encoder(cls: type) -> Callable[[Any], Any]:
+    """Dataclass -> nested dicts/lists, one closure per class (built once)."""
+    parts = []
+    for name, hint in _schema(cls):
+        parts.append((name, _field_encoder(hint)))
+
+    def enc(obj: Any) -> dict:
+        return {name: (f(getattr(obj, name)) if f else getattr(obj, name)) for name, f in parts}
+
+    return enc
+
+
+def _field_encoder(hint: Any) -> Callable[[Any], Any] | None:
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        (item,) = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        inner = _field_encoder(item)
+        return (lambda v: [inner(x) for x in v]) if inner else list
+    if origin is dict:
+        return dict
+    if origin in (Union, types.UnionType):
+        (inner_hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        inner = _field_encoder(inner_hint)
+        return (lambda v: None if v is None else inner(v)) if inner else None
+    if dataclasses.is_dataclass(hint):
+        return _compile_encoder(hint)
+    return None  # scalars go as they are
+
+
+def encode(msg: Any, sender: str, msg_id: str | None = None, ts: float | None = None, check: bool = True) -> bytes:
     """Pack ``msg`` (a registered message) into one frame.
 
-    Validates the message first (the sender finds its own bugs, not the
-    receiver); raises ProtocolError(BAD_FIELD / OVERSIZED) if it would not
-    decode on the other side.
+    Validates the message first with the receiver's validator (the sender
+    finds its own bugs, not the receiver); raises ProtocolError(BAD_FIELD /
+    OVERSIZED) if it would not decode on the other side. ``check=False``
+    skips that pass, for a hot path that sends what it built from validated
+    input (the coordinator's Decision); the receiver still validates.
     """
     cls = type(msg)
     if _TYPES.get(getattr(cls, "TYPE", None)) is not cls:
         raise ProtocolError(DropReason.UNKNOWN_TYPE, f"{cls.__name__} is not a registered message")
     body = _to_wire(msg)
-    _check(cls, body, cls.TYPE)  # same validator as the receiver
+    if check:
+        _check(cls, body, cls.TYPE)  # same validator as the receiver
     frame = msgpack.packb(
         {
             "v": PROTOCOL_VERSION,
@@ -217,64 +249,130 @@ def _bad(where: str, what: str) -> ProtocolError:
     return ProtocolError(DropReason.BAD_FIELD, f"{where}: {what}")
 
 
+class _Bad(Exception):
+    """A field that does not fit; ``path`` grows as it propagates out."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.path: list[str] = []
+
+
 def _check(cls: type, data: Any, where: str) -> Any:
     """Build ``cls`` from decoded ``data`` checking every field's type, then
-    the class's own ``validate()`` (value ranges, cross-field rules)."""
-    if not isinstance(data, dict):
-        raise _bad(where, f"expected a map, got {type(data).__name__}")
-    schema = _schema(cls)
-    if len(data) != len(schema) or any(name not in data for name, _ in schema):
-        names = [n for n, _ in schema]
-        missing = [n for n in names if n not in data]
-        extra = sorted(str(k) for k in data if k not in names)
-        raise _bad(where, f"fields: missing {missing}, unexpected {extra[:5]}")
-    kwargs = {name: _value(hint, data[name], f"{where}.{name}") for name, hint in schema}
-    obj = cls(**kwargs)
-    check = getattr(obj, "validate", None)
-    if check is not None:
-        try:
-            check()
-        except ValueError as exc:
-            raise _bad(where, str(exc)) from None
-    return obj
+    each record's own ``validate()`` (value ranges, cross-field rules)."""
+    dec = _DECODERS.get(cls)
+    if dec is None:
+        dec = _DECODERS[cls] = _compile_decoder(cls)
+    try:
+        return dec(data)
+    except _Bad as exc:
+        raise _bad(where + "".join(reversed(exc.path)), exc.what) from None
 
 
-def _value(hint: Any, x: Any, where: str) -> Any:
+_DECODERS: dict[Any, Callable[[Any], Any]] = {}
+
+
+def _compile_decoder(hint: Any) -> Callable[[Any], Any]:
+    """One checking converter per field type, built once; errors carry their path."""
     origin = typing.get_origin(hint)
     if hint is str:
-        if not isinstance(x, str) or len(x) > MAX_ID_LEN * 16:
-            raise _bad(where, f"expected a string, got {type(x).__name__}")
-        return x
+        limit = MAX_ID_LEN * 16
+
+        def dec_str(x: Any) -> str:
+            if not isinstance(x, str) or len(x) > limit:
+                raise _Bad(f"expected a string of at most {limit} chars, got {type(x).__name__}")
+            return x
+
+        return dec_str
     if hint is bool:
-        if not isinstance(x, bool):
-            raise _bad(where, f"expected a bool, got {type(x).__name__}")
-        return x
+
+        def dec_bool(x: Any) -> bool:
+            if not isinstance(x, bool):
+                raise _Bad(f"expected a bool, got {type(x).__name__}")
+            return x
+
+        return dec_bool
     if hint is int:
-        if not isinstance(x, int) or isinstance(x, bool):
-            raise _bad(where, f"expected an integer, got {type(x).__name__}")
-        return x
+
+        def dec_int(x: Any) -> int:
+            if not isinstance(x, int) or isinstance(x, bool):
+                raise _Bad(f"expected an integer, got {type(x).__name__}")
+            return x
+
+        return dec_int
     if hint is float:
-        if not _is_number(x):
-            raise _bad(where, f"expected a finite number, got {type(x).__name__}")
-        return float(x)
+
+        def dec_float(x: Any) -> float:
+            if not _is_number(x):
+                raise _Bad(f"expected a finite number, got {type(x).__name__}")
+            return float(x)
+
+        return dec_float
     if origin is tuple:
-        if not isinstance(x, list):
-            raise _bad(where, f"expected a list, got {type(x).__name__}")
         (item,) = [a for a in typing.get_args(hint) if a is not Ellipsis]
-        return tuple(_value(item, v, f"{where}[{i}]") for i, v in enumerate(x))
+        inner = _compile_decoder(item)
+
+        def dec_tuple(x: Any) -> tuple:
+            if not isinstance(x, list):
+                raise _Bad(f"expected a list, got {type(x).__name__}")
+            try:
+                return tuple([inner(v) for v in x])
+            except _Bad as exc:
+                for i, v in enumerate(x):  # the failure path only: find the index
+                    try:
+                        inner(v)
+                    except _Bad:
+                        exc.path.append(f"[{i}]")
+                        break
+                raise
+
+        return dec_tuple
     if origin is dict:
-        if not isinstance(x, dict):
-            raise _bad(where, f"expected a map, got {type(x).__name__}")
-        kt, vt = typing.get_args(hint)
-        return {_value(kt, k, f"{where} key"): _value(vt, v, f"{where}[{k!r}]") for k, v in x.items()}
+        kt, vt = (_compile_decoder(a) for a in typing.get_args(hint))
+
+        def dec_dict(x: Any) -> dict:
+            if not isinstance(x, dict):
+                raise _Bad(f"expected a map, got {type(x).__name__}")
+            return {kt(k): vt(v) for k, v in x.items()}
+
+        return dec_dict
     if origin in (Union, types.UnionType):  # only ``X | None`` is used
-        if x is None:
-            return None
-        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _value(inner, x, where)
+        (inner_hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        inner_opt = _compile_decoder(inner_hint)
+        return lambda x: None if x is None else inner_opt(x)
     if dataclasses.is_dataclass(hint):
-        return _check(hint, x, where)
-    raise TypeError(f"protocol: unsupported field type {hint!r} at {where}")  # a bug in messages.py
+        return _compile_record(hint)
+    raise TypeError(f"protocol: unsupported field type {hint!r}")  # a bug in messages.py
+
+
+def _compile_record(cls: type) -> Callable[[Any], Any]:
+    fields = [(name, _compile_decoder(hint)) for name, hint in _schema(cls)]
+    names = [n for n, _ in fields]
+    validate = getattr(cls, "validate", None)
+
+    def dec_record(x: Any) -> Any:
+        if not isinstance(x, dict):
+            raise _Bad(f"expected a map, got {type(x).__name__}")
+        if len(x) != len(fields) or any(n not in x for n in names):
+            missing = [n for n in names if n not in x]
+            extra = sorted(str(k) for k in x if k not in names)
+            raise _Bad(f"fields: missing {missing}, unexpected {extra[:5]}")
+        kwargs = {}
+        for name, dec in fields:
+            try:
+                kwargs[name] = dec(x[name])
+            except _Bad as exc:
+                exc.path.append(f".{name}")
+                raise
+        obj = cls(**kwargs)
+        if validate is not None:
+            try:
+                obj.validate()
+            except ValueError as exc:
+                raise _Bad(str(exc)) from None
+        return obj
+
+    return dec_record
 
 
 # ------------------------------------------------------------------ receiver helpers

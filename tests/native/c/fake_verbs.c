@@ -11,7 +11,8 @@
  * The device: one "fake0".  Its context's ops table records every work
  * request handed to post_send (FAKEVERBS_LOG=path, one line per WR with its
  * SG list and data bytes), and completes signaled ones at once on the send
- * CQ.  FAKEVERBS_FAIL_WRID=n makes post_send refuse the WR with that wr_id.
+ * CQ.  FAKEVERBS_FAIL_WRID=n makes post_send refuse the WR with that wr_id;
+ * FAKEVERBS_FAIL_ALL=1 makes it refuse every chain.
  *
  * The extended API is there too, laid out as rdma-core lays it out: the
  * context is the last member of a struct verbs_context (abi_compat marks it
@@ -60,6 +61,7 @@ static FILE *g_log;
 static unsigned g_next_qp_num = 0x100;
 static unsigned long long g_posted;
 static long long g_fail_wrid = -1;
+static int g_fail_all;
 
 __attribute__((visibility("default"))) unsigned long long fakeverbs_posted(void)
 {
@@ -74,6 +76,7 @@ static void log_open(void)
     const char *f = getenv("FAKEVERBS_FAIL_WRID");
     if (f)
         g_fail_wrid = atoll(f);
+    g_fail_all = getenv("FAKEVERBS_FAIL_ALL") != NULL;
 }
 
 static void log_wr(struct fake_qp *q, unsigned long long call, int pos, const struct ibv_send_wr *w)
@@ -112,7 +115,7 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
     unsigned long long call = q->calls++;
     int pos = 0;
     for (struct ibv_send_wr *w = wr; w; w = w->next, pos++) {
-        if ((long long)w->wr_id == g_fail_wrid) {
+        if ((long long)w->wr_id == g_fail_wrid || g_fail_all) {
             *bad_wr = w;
             pthread_mutex_unlock(&cq->lock);
             return EINVAL;

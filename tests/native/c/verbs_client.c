@@ -1,7 +1,7 @@
 /*
  * verbs_client.c -- a verbs user as NCCL or Mooncake is one, for tests/native.
  *
- *   verbs_client MODE NQPS NCHAINS NPHASES [--wait] [--sig-all] [--tpq K] [--poll]
+ *   verbs_client MODE NQPS NCHAINS NPHASES [--wait] [--sig-all] [--tpq K] [--poll] [--poll-timeout S] [--hold-poll]
  *
  * MODE direct: calls ibv_* as a program linked with -libverbs (Mooncake).
  * MODE dlopen: dlopen("libibverbs.so.1") and dlvsym(h, name, "IBVERBS_1.1")
@@ -50,7 +50,7 @@ static int g_ex;
 static struct ibv_qp_ex **g_qpx;
 static struct ibv_cq_ex **g_cqx;
 static pthread_mutex_t g_qp_lock[8]; /* a qp_ex batch is one thread's at a time */
-static int g_nqps, g_nchains, g_nphases, g_wait, g_sig_all, g_tpq = 1, g_nthreads;
+static int g_nqps, g_nchains, g_nphases, g_wait, g_sig_all, g_tpq = 1, g_nthreads, g_poll_timeout = 30, g_hold_poll;
 static struct ibv_qp **g_qp;
 static struct ibv_cq **g_cq;
 static unsigned char g_buf[8][4096];
@@ -281,6 +281,9 @@ int main(int argc, char **argv)
         g_sig_all |= strcmp(argv[i], "--sig-all") == 0;
         if (strcmp(argv[i], "--tpq") == 0 && i + 1 < argc)
             g_tpq = atoi(argv[++i]);
+        g_hold_poll |= strcmp(argv[i], "--hold-poll") == 0;
+        if (strcmp(argv[i], "--poll-timeout") == 0 && i + 1 < argc)
+            g_poll_timeout = atoi(argv[++i]);
     }
     g_nthreads = g_nqps * g_tpq;
     if (g_nqps < 1 || g_tpq < 1 || g_nthreads > 8)
@@ -372,6 +375,8 @@ int main(int argc, char **argv)
         __atomic_store_n(&g_stop_poll, 1, __ATOMIC_RELAXED);
         pthread_join(poller_th, NULL);
     }
+    if (g_hold_poll && !fgets(line, sizeof line, stdin)) /* the test says when */
+        return 2;
     int expected = 0;
     for (int t = 0; t < g_nthreads; t++)
         expected += g_expected[t];
@@ -381,7 +386,7 @@ int main(int argc, char **argv)
         for (int q = 0; q < g_nqps; q++)
             poll_count(q);
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec - t0.tv_sec > 30)
+        if (now.tv_sec - t0.tv_sec > g_poll_timeout)
             break;
         usleep(100);
     }

@@ -1,12 +1,23 @@
-"""Rate allocation: textbook max-min cases, strict priority, caps, and a
-brute-force reference on random instances."""
+"""Rate allocation: textbook max-min cases, strict priority, caps, ties and
+rounding slivers, and a brute-force reference on random instances. Every
+test runs on both paths of ``allocate``: the scalar one small inputs take
+(``allocator_scalar``) and the vectorized one, and the two are compared
+bit for bit on random instances."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from laxflow.sim.network import allocator_scalar
 from laxflow.sim.network.allocator import Usage, allocate
+
+
+@pytest.fixture(autouse=True, params=["scalar", "vectorized"])
+def path(request, monkeypatch):
+    """Run the test with every input forced onto the scalar path or onto the vectorized one."""
+    monkeypatch.setattr(allocator_scalar, "FEW_ENTRIES", 10**6 if request.param == "scalar" else -1)
+    return request.param
 
 
 def make_usage(flows: list[dict[int, float]]) -> Usage:
@@ -94,6 +105,43 @@ def test_level_numbers_need_not_be_dense():
     a = run([1.0, 1.0], paths([0], [0, 1], [1]), level=[0, 7, 7])
     b = run([1.0, 1.0], paths([0], [0, 1], [1]), level=[5, 100, 100])
     np.testing.assert_allclose(a, b)
+
+
+def test_tied_links_freeze_in_the_same_round():
+    # f crosses A (cap 0.3, with a1 and a2) and B (cap 0.2, with h). Both fair
+    # shares are 0.1 in exact arithmetic; in floats A's is 0.3/3 =
+    # 0.09999999999999999 and B's 0.2/2 = 0.1. As ties they freeze together:
+    # h gets B's share. Broken by rounding, A would freeze first and h would
+    # get the leftover 0.2 - 0.3/3 = 0.10000000000000002 one round later.
+    rates = run([0.3, 0.2], paths([0, 1], [0], [0], [1]))
+    assert rates.tolist() == [0.3 / 3, 0.3 / 3, 0.3 / 3, 0.2 / 2]
+    assert 0.2 / 2 != 0.2 - 0.3 / 3
+
+
+def test_tied_cap_freezes_with_its_link():
+    # The cap equals the link's fair share in exact arithmetic (0.1), one ulp
+    # above it in floats: the capped flow freezes as capped, with the others.
+    rates = run([0.3], paths([0], [0], [0]), cap=[0.1, np.inf, np.inf])
+    assert rates.tolist() == [0.3 / 3] * 3
+
+
+def test_a_saturated_link_leaves_no_sliver_to_lower_levels():
+    # Seven equal flows fill a 25 GB/s link at level 0; adding up their
+    # shares in floats leaves 3.8e-6 B/s "free". The level-1 flow must get
+    # exactly 0, not a rate that would take 10^9 years to finish its bytes.
+    capacity = 25e9
+    assert capacity - sum([capacity / 7] * 7) > 0  # the rounding residue exists
+    rates = run([capacity], paths(*[[0]] * 8), level=[0] * 7 + [1])
+    assert rates[7] == 0.0 and rates[:7].tolist() == [capacity / 7] * 7
+
+
+def test_a_sliver_after_kept_levels_is_snapped_too():
+    capacity = np.array([25e9])
+    usage = paths(*[[0]] * 8)
+    level = np.array([0] * 7 + [1])
+    full = allocate(capacity, usage, level, np.full(8, np.inf))
+    again = allocate(capacity, usage, level, np.full(8, np.inf), from_level=1, prev_rate=full)
+    assert again[7] == 0.0 and again.tolist() == full.tolist()
 
 
 def reference(capacity, flows, level, cap):

@@ -160,17 +160,28 @@ def allocate(
     ``from_level`` keep ``prev_rate`` (the caller guarantees those levels and
     their flows' caps are unchanged since ``prev_rate`` was computed, which
     makes their allocation identical) and only the rest is recomputed.
+    Small inputs go to the bit-identical scalar path
+    (:mod:`~laxflow.sim.network.allocator_scalar`).
     """
     n = usage.num_flows
-    rates = np.zeros(n)
     if n == 0:
-        return rates
+        return np.zeros(0)
+    if n <= 256:  # Python min/max: a NumPy reduction costs more on a short array
+        levels = level.tolist()
+        lowest, highest = min(levels), max(levels)
+    else:
+        lowest, highest = int(level.min()), int(level.max())
+    entries, few = usage.link.size, allocator_scalar.FEW_ENTRIES
+    # The vectorized path costs a few dozen NumPy calls per level, the scalar
+    # one a few Python steps per entry: scalar for few entries per level.
+    if entries <= few * (highest - lowest + 1):
+        return allocator_scalar.allocate_few(capacity, usage, level, cap, from_level, prev_rate)
+    rates = np.zeros(n)
     residual = capacity.astype(np.float64, copy=True)
     counts = usage.nnz
-    lowest = int(level.min())
     if from_level is not None and from_level <= lowest:
         from_level = None  # every level is recomputed
-    if from_level is None and lowest == level.max():
+    if from_level is None and lowest == highest:
         # One level (fair sharing): no reordering needed.
         rates = water_fill(residual, usage.link, usage.weight, counts, cap)
         _snap_saturated(residual, capacity, usage.link)
@@ -218,3 +229,6 @@ def _snap_saturated(residual: np.ndarray, capacity: np.ndarray, links: np.ndarra
         return
     left = residual[links]
     residual[links[left <= capacity[links] * SATURATED_REL_EPS]] = 0.0
+
+
+from laxflow.sim.network import allocator_scalar  # noqa: E402  (it reads this module's constants)

@@ -49,6 +49,7 @@ DONE_REL_EPS = 1e-9
 # now) to send: its finish time is not representable as later than now.
 DONE_TIME_EPS = 1e-12
 _NUM_CODES = max(STAGE_CODES.values()) + 1  # bincount length over stage codes
+_STAGE_ITEMS = tuple(STAGE_OF_CODE.items())
 
 Callback = Callable[[Flow], None]
 
@@ -77,8 +78,10 @@ class FluidNetwork:
         self.queue = queue if queue is not None else EventQueue()
         self.load_window = float(load_window)
         self.capacity = topology.capacity
+        self._capacity_list = self.capacity.tolist()
         self.bytes_delivered_by_stage: dict[Stage, float] = {s: 0.0 for s in Stage}
         self.link_load = np.zeros(topology.num_links)
+        self._load_idle = True  # link_load and the utilization are all 0 (until the first rates)
         self.events = 0  # engine events handled (completions, timers, recomputes)
 
         self._flows: list[Flow] = []
@@ -87,6 +90,7 @@ class FluidNetwork:
         self._rate = np.zeros(0)
         self._level = np.zeros(0, dtype=np.int64)  # -1: not decided yet
         self._cap = np.zeros(0)
+        self._no_cap = np.zeros(0)  # the all-inf caps of decisions without caps, reused
         self._queue = np.zeros(0, dtype=np.int64)  # the decision's queue (switch class) per flow
         self._dscp = np.zeros(0, dtype=np.uint8)  # ... and its DSCP
         self._size = np.zeros(0)
@@ -100,7 +104,10 @@ class FluidNetwork:
         self._usage = Usage(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
         self._pending: list[tuple[Flow, Callback | None, np.ndarray, np.ndarray]] = []
         self._removed_min_level: int | None = None  # lowest level a removal touched
-        self._link_util = np.zeros(topology.num_links)
+        # Utilization of the links live flows use (all others are at 0), as
+        # (link indices, values): the average's update touches only those.
+        self._util_links = np.zeros(0, dtype=np.int64)
+        self._util = np.zeros(0)
         self._t = self.queue.now  # time up to which bytes are accounted
         self._recompute_at: float | None = None
         self._completion_gen = 0
@@ -179,11 +186,18 @@ class FluidNetwork:
             sent = self._rate * dt
             np.minimum(sent, self._remaining, out=sent)
             self._remaining -= sent
-            by_stage = np.bincount(self._stage, weights=sent, minlength=_NUM_CODES)
-            for code, stage in STAGE_OF_CODE.items():
-                self.bytes_delivered_by_stage[stage] += float(by_stage[code])
+            by_stage = np.bincount(self._stage, weights=sent, minlength=_NUM_CODES).tolist()
+            for code, stage in _STAGE_ITEMS:
+                self.bytes_delivered_by_stage[stage] += by_stage[code]
+        if self._load_idle:
+            return  # nothing ever loaded a link: the average stays 0
+        # load <- util + (load - util) * decay: where util is 0 that is
+        # load * decay, the same float result, done in one pass in place.
         decay = math.exp(-dt / self.load_window)
-        self.link_load = self._link_util + (self.link_load - self._link_util) * decay
+        load, links, util = self.link_load, self._util_links, self._util
+        old = load[links]
+        load *= decay
+        load[links] = util + (old - util) * decay
 
     def _schedule_recompute(self) -> None:
         now = self.queue.now
@@ -199,26 +213,24 @@ class FluidNetwork:
         self.events += 1
         now = self.queue.now
         self._advance(now)
-        alive = ~self._dead
-        done = alive & (
-            (self._remaining <= self._size * DONE_REL_EPS)
-            | (self._remaining <= self._rate * DONE_TIME_EPS * max(1.0, abs(now)))
+        done = (self._remaining <= self._size * DONE_REL_EPS) | (
+            self._remaining <= self._rate * DONE_TIME_EPS * max(1.0, abs(now))
         )
-        finished = np.flatnonzero(done)
+        done &= ~self._dead
+        finished = done.nonzero()[0]  # (nonzero, not flatnonzero or any(): a tenth of the cost on small arrays)
         if finished.size == 0:
             self._schedule_completion()  # rounding left a sliver: go again
             return
         # Bytes still counted as remaining are delivered now.
         last = self._remaining[finished]
-        by_stage = np.bincount(self._stage[finished], weights=last, minlength=_NUM_CODES)
-        for code, stage in STAGE_OF_CODE.items():
-            self.bytes_delivered_by_stage[stage] += float(by_stage[code])
+        by_stage = np.bincount(self._stage[finished], weights=last, minlength=_NUM_CODES).tolist()
+        for code, stage in _STAGE_ITEMS:
+            self.bytes_delivered_by_stage[stage] += by_stage[code]
         self._remaining[finished] = 0.0
         self._rate[finished] = 0.0
         self._dead[finished] = True
-        levels = self._level[finished]
-        low = int(levels.min()) if levels.size else None
-        if low is not None and low >= 0:
+        low = min(self._level[finished].tolist())
+        if low >= 0:
             self._removed_min_level = low if self._removed_min_level is None else min(self._removed_min_level, low)
         # (Link utilisation is refreshed by the recompute at this same time,
         # before any time passes.)
@@ -251,14 +263,17 @@ class FluidNetwork:
         n = len(self._flows)
         if n == 0:
             self._rate = np.zeros(0)
-            self._link_util = np.zeros(self.capacity.size)
+            self._util_links, self._util = np.zeros(0, dtype=np.int64), np.zeros(0)
             self._removed_min_level = None
             self._completion_gen += 1
             return
         decision = self.policy.decide(self._snapshot(now))
         level, cap, queue, dscp = self._check(decision, n)
-        self._allocate(level, cap)
-        self._write_back(level, cap, queue, dscp)
+        # Flows whose level or cap changed (new flows have level -1): they
+        # need new rates and their Flow objects new values.
+        moved = (self._level != level) | (self._cap != cap)
+        self._allocate(level, cap, moved)
+        self._write_back(level, cap, queue, dscp, moved | (self._queue != queue) | (self._dscp != dscp))
         self._level, self._cap, self._queue, self._dscp = level, cap, queue, dscp
         for t in decision.timers:
             if t > now and t not in self._timers and math.isfinite(t):
@@ -274,7 +289,7 @@ class FluidNetwork:
             flows=list(self._flows),  # a copy: the engine edits its list in place
             remaining=self._remaining.copy(),
             capacity=self.capacity,
-            link_load=np.clip(self.link_load, 0.0, 1.0),
+            link_load=np.minimum(np.maximum(self.link_load, 0.0), 1.0),  # clip, at a third of np.clip's cost
             load_window=self.load_window,
         )
         # Columns the engine already holds as arrays: fill the snapshot's
@@ -287,6 +302,7 @@ class FluidNetwork:
         return snap
 
     def _check(self, decision: Decision, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The decision's arrays, validated (one clear error naming the policy and field)."""
         name = type(self.policy).__name__
         level = np.asarray(decision.level)
         if level.shape != (n,):
@@ -294,44 +310,54 @@ class FluidNetwork:
         if level.dtype.kind not in "iu":
             if not np.all(np.isfinite(level)) or np.any(level != np.round(level)):
                 raise ValueError(f"policy {name}: decision.level must be integers")
-        level = level.astype(np.int64)
-        if np.any(level < 0):
+        level = level.astype(np.int64)  # a copy: the engine keeps it
+        if (level < 0).nonzero()[0].size:
             raise ValueError(f"policy {name}: decision.level must be >= 0")
         if decision.cap is None:
-            cap = np.full(n, np.inf)
+            if self._no_cap.size != n:
+                self._no_cap = np.full(n, np.inf)
+                self._no_cap.flags.writeable = False  # shared by decisions until n changes
+            cap = self._no_cap
         else:
             cap = np.asarray(decision.cap, dtype=np.float64).copy()
             if cap.shape != (n,):
                 raise ValueError(f"policy {name}: decision.cap has shape {cap.shape}, expected ({n},)")
-            if np.any(np.isnan(cap)) or np.any(cap < 0):
+            if (~(cap >= 0)).nonzero()[0].size:  # also catches NaN
                 raise ValueError(f"policy {name}: decision.cap must be >= 0 (inf for none)")
         queue = np.asarray(decision.queue)
-        if queue.shape != (n,) or queue.dtype.kind not in "iu" or (n and queue.min() < 0):
+        if queue.shape != (n,) or queue.dtype.kind not in "iu" or (queue < 0).nonzero()[0].size:
             raise ValueError(f"policy {name}: decision.queue must be {n} integers >= 0 (one per flow)")
         dscp = np.asarray(decision.dscp)
-        if dscp.shape != (n,) or dscp.dtype != np.uint8 or (n and dscp.max() > 63):
+        if dscp.shape != (n,) or dscp.dtype != np.uint8 or (dscp > 63).nonzero()[0].size:
             raise ValueError(f"policy {name}: decision.dscp must be {n} uint8 codepoints in 0..63 (one per flow)")
         return level, cap, queue.astype(np.int64, copy=False), dscp
 
-    def _allocate(self, level: np.ndarray, cap: np.ndarray) -> None:
-        """Rates for the new decision, reusing the levels no change touched."""
+    def _allocate(self, level: np.ndarray, cap: np.ndarray, changed: np.ndarray) -> None:
+        """Rates for the new decision, reusing the levels no change touched
+        (``changed``: flows whose level or cap is not the last decision's)."""
         old = self._level
-        changed = (old < 0) | (old != level) | (self._cap != cap)
-        touched = [int(level[changed].min())] if changed.any() else []
-        prev = old[changed & (old >= 0)]
-        if prev.size:
-            touched.append(int(prev.min()))
+        touched = []
+        which = changed.nonzero()[0]
+        if which.size:
+            touched.append(min(level[which].tolist()))
+            prev = [lv for lv in old[which].tolist() if lv >= 0]
+            if prev:
+                touched.append(min(prev))
         if self._removed_min_level is not None:
             touched.append(self._removed_min_level)
         self._removed_min_level = None
         if not touched:
             return  # same flows, levels and caps: same rates
         self._rate = allocate(self.capacity, self._usage, level, cap, from_level=min(touched), prev_rate=self._rate)
-        self._link_util = self._usage.link_load(self._rate, self.capacity.size) / self.capacity
+        # Per entry (a link may repeat: the same value is then written twice).
+        links = self._usage.link
+        self._util_links = links
+        self._util = self._usage.link_load(self._rate, self.capacity.size)[links] / self.capacity[links]
+        self._load_idle = False
 
-    def _write_back(self, level: np.ndarray, cap: np.ndarray, queue: np.ndarray, dscp: np.ndarray) -> None:
-        """Write levels, caps, queues and DSCPs into the Flow objects (only those that changed)."""
-        changed = np.flatnonzero((self._level != level) | (self._cap != cap) | (self._queue != queue) | (self._dscp != dscp))
+    def _write_back(self, level: np.ndarray, cap: np.ndarray, queue: np.ndarray, dscp: np.ndarray, changed: np.ndarray) -> None:
+        """Write levels, caps, queues and DSCPs into the Flow objects (only those that ``changed``)."""
+        changed = changed.nonzero()[0]
         flows = self._flows
         rows = zip(changed.tolist(), level[changed].tolist(), cap[changed].tolist(), queue[changed].tolist(), dscp[changed].tolist())
         for i, lev, c, q, d in rows:
@@ -343,22 +369,23 @@ class FluidNetwork:
 
     def _schedule_completion(self) -> None:
         self._completion_gen += 1
-        moving = self._rate > 0
-        if not moving.any():
+        moving = (self._rate > 0).nonzero()[0]
+        if not moving.size:
             return
-        dt = float(np.min(self._remaining[moving] / self._rate[moving]))
+        dt = min((self._remaining[moving] / self._rate[moving]).tolist())
         self.queue.push(self.queue.now + dt, Priority.COMPLETION, self._on_completion, self._completion_gen)
 
     # -- live-set bookkeeping -----------------------------------------------------
 
     def _compact(self) -> None:
         """Drop finished flows from the arrays (order kept)."""
-        if not self._dead.any():
+        gone = self._dead.nonzero()[0]
+        if not gone.size:
             return
         keep = ~self._dead
         # Usually one or two flows leave: deleting them is cheaper than
         # rebuilding the lists.
-        for i in np.flatnonzero(self._dead)[::-1].tolist():
+        for i in gone[::-1].tolist():
             del self._flows[i]
             del self._callbacks[i]
         for name in ("_remaining", "_rate", "_level", "_cap", "_queue", "_dscp", "_size", "_arrival", "_stage", "_bneck", "_dead"):
@@ -370,13 +397,18 @@ class FluidNetwork:
         self._pos = None
 
     def _admit_pending(self) -> None:
-        if not self._pending:
+        """Append the flows added since the last recompute to the live arrays.
+
+        Per-flow values are gathered in Python lists and appended with one
+        concatenate per array (a handful of flows arrive at a time)."""
+        pending = self._pending
+        if not pending:
             return
-        flows = [p[0] for p in self._pending]
+        flows = [p[0] for p in pending]
         k = len(flows)
         self._flows.extend(flows)
-        self._callbacks.extend(p[1] for p in self._pending)
-        size = np.fromiter((f.size for f in flows), dtype=np.float64, count=k)
+        self._callbacks.extend(p[1] for p in pending)
+        size = np.array([f.size for f in flows], dtype=np.float64)
         self._remaining = np.concatenate([self._remaining, size])
         self._size = np.concatenate([self._size, size])
         self._rate = np.concatenate([self._rate, np.zeros(k)])
@@ -384,22 +416,25 @@ class FluidNetwork:
         self._cap = np.concatenate([self._cap, np.full(k, np.inf)])
         self._queue = np.concatenate([self._queue, np.full(k, -1, dtype=np.int64)])
         self._dscp = np.concatenate([self._dscp, np.zeros(k, dtype=np.uint8)])
-        self._arrival = np.concatenate([self._arrival, np.fromiter((f.arrival for f in flows), dtype=np.float64, count=k)])
-        self._stage = np.concatenate(
-            [self._stage, np.fromiter((STAGE_CODES[f.stage] for f in flows), dtype=np.int8, count=k)]
-        )
+        self._arrival = np.concatenate([self._arrival, np.array([f.arrival for f in flows], dtype=np.float64)])
+        self._stage = np.concatenate([self._stage, np.array([STAGE_CODES[f.stage] for f in flows], dtype=np.int8)])
         self._dead = np.concatenate([self._dead, np.zeros(k, dtype=bool)])
+        # Bottleneck rate alone (min over links of capacity / weight; weights
+        # are > 0 after _merge_links) and the CSR pointers, in Python floats.
+        capacity = self._capacity_list
+        bneck, ptr, end = [], [], int(self._usage.ptr[-1])
+        for _, _, links, weights in pending:
+            bneck.append(min([capacity[link] / w for link, w in zip(links.tolist(), weights.tolist())]))
+            end += links.size
+            ptr.append(end)
+        self._bneck = np.concatenate([self._bneck, bneck])
         u = self._usage
-        counts = np.fromiter((p[2].size for p in self._pending), dtype=np.int64, count=k)
-        ptr = np.concatenate([u.ptr, u.ptr[-1] + np.cumsum(counts)])
-        new_link = np.concatenate([p[2] for p in self._pending])
-        new_weight = np.concatenate([p[3] for p in self._pending])
-        starts = ptr[-k - 1 : -1] - u.ptr[-1]
-        self._bneck = np.concatenate(
-            [self._bneck, np.minimum.reduceat(self.capacity[new_link] / new_weight, starts)]
+        self._usage = Usage(
+            np.concatenate([u.ptr, ptr]).astype(np.int64, copy=False),
+            np.concatenate([u.link] + [p[2] for p in pending]),
+            np.concatenate([u.weight] + [p[3] for p in pending]),
         )
-        self._usage = Usage(ptr, np.concatenate([u.link, new_link]), np.concatenate([u.weight, new_weight]))
-        self._pending.clear()
+        pending.clear()
         self._pos = None
 
 
@@ -408,14 +443,15 @@ def _merge_links(flow: Flow, num_links: int) -> tuple[np.ndarray, np.ndarray]:
     if not (math.isfinite(flow.size) and flow.size > 0):
         raise ValueError(f"flow {flow.id!r}: size must be finite and > 0 (got {flow.size!r})")
     links, weights = flow.links, flow.weights
-    if links.min() < 0 or links.max() >= num_links:
+    # Python min/max over the (short) lists: NumPy reductions cost more here.
+    link_list, weight_list = links.tolist(), weights.tolist()
+    if min(link_list) < 0 or max(link_list) >= num_links:
         raise ValueError(f"flow {flow.id!r}: link index out of range (topology has {num_links} links)")
-    low = weights.min()
-    if not (low >= 0 and math.isfinite(weights.max())):
+    if not all(0 <= w < math.inf for w in weight_list):
         raise ValueError(f"flow {flow.id!r}: weights must be finite and >= 0")
+    low = min(weight_list)
     if links.size > 1:
-        ordered = np.sort(links)
-        if (ordered[1:] == ordered[:-1]).any():
+        if len(set(link_list)) < len(link_list):
             merged = np.bincount(links, weights=weights, minlength=num_links)
             links = np.flatnonzero(merged > 0)
             weights = merged[links]
