@@ -11,12 +11,12 @@ LAXFLOW := $(VENV)/bin/laxflow
 APT_PACKAGES := libibverbs-dev libibverbs1 libnuma1 iproute2
 EXTRAS := test,torch
 
-.PHONY: demo test test-sanitize install apt bench clean
+.PHONY: demo test test-sanitize install apt bench clean vllm
 
 demo: install
 	$(LAXFLOW) sim serve --preset demo --plot out/demo.png
 
-test: install
+test: install vllm
 	$(PY) -m pytest -q tests
 
 # The shim's multi-threaded scenarios under ThreadSanitizer and
@@ -28,6 +28,24 @@ install: apt $(VENV)/bin/python
 	$(PIP) install -q --upgrade pip setuptools wheel cffi
 	$(PIP) install -q --no-build-isolation -e '.[$(EXTRAS)]'
 	$(MAKE) -s -C native/nccl_profiler OUT=$(CURDIR)/src/laxflow/_native
+
+# vLLM for laxflow.integrations.vllm's tests, CPU only: the wheel with --no-deps (its
+# resolved dependencies pull CUDA and a torchvision that breaks CPU torch), then only
+# the light packages its imports need, within vLLM 0.32.0's own version ranges.
+VLLM_VERSION := 0.32.0
+VLLM_DEPS := numpy 'pydantic>=2.12.0' regex cbor2 psutil 'pyzmq>=25.0.0' 'transformers>=5.16.1,<5.20.0' \
+  'aiohttp>=3.14.3' 'requests>=2.33.0' 'openai>=2.25.0' openai-harmony pybase64 cachetools msgspec \
+  cloudpickle uvloop py-cpuinfo 'prometheus_client>=0.18.0' 'fastapi>=0.133.0,<0.137.0' partial-json-parser \
+  'llguidance>=1.7.0,<1.8.0' einops blake3 'torch==2.13.0'
+
+vllm: install $(VENV)/.vllm-$(VLLM_VERSION)
+
+$(VENV)/.vllm-$(VLLM_VERSION):
+	$(PIP) install -q --no-deps vllm==$(VLLM_VERSION)
+	$(PIP) install -q $(VLLM_DEPS)
+	$(PIP) install -q --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.11
+	$(PY) -c "import importlib.metadata as m; assert m.version('vllm') == '$(VLLM_VERSION)'; assert m.version('torch').startswith('2.13.0')"
+	touch $@
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
