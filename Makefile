@@ -27,6 +27,7 @@ test-sanitize: install
 install: apt $(VENV)/bin/python
 	$(PIP) install -q --upgrade pip setuptools wheel cffi
 	$(PIP) install -q --no-build-isolation -e '.[$(EXTRAS)]'
+	$(MAKE) -s -C native/nccl_profiler OUT=$(CURDIR)/src/laxflow/_native
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)

@@ -60,6 +60,9 @@ def register(app: typer.Typer) -> None:
         config = ShimConfig(dscp=dscp, shm_name=shm_name, stale_ms=stale_ms, max_defer_ms=max_defer_ms)
         for what in invisible_paths(os.environ):
             print(f"laxflow run: warning: {what}", file=sys.stderr)
+        from laxflow.adapters.nccl import apply_run_env
+
+        apply_run_env(dscp=dscp)  # NCCL / Gloo: NCCL_IB_TC, stage 2, profiler plugin
         command = list(ctx.args)
         if not command:
             raise UserError("run: expected a command after '--' (laxflow run [--dscp N] -- CMD ...)")

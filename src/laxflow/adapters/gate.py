@@ -1,0 +1,246 @@
+"""The permit client adapters share: submit, wait for the permit, complete.
+
+One :class:`PermitGate` per serving process (per wrapped engine).  The
+caller's thread calls :meth:`PermitGate.submit`, which pushes a SUBMIT event
+for the message into the node daemon's shared-memory segment and returns a
+:class:`concurrent.futures.Future` at once.  A waiter thread polls the
+permit table; when the daemon opens the message's gate, a worker thread runs
+the transfer (``run(permit)``), pushes the COMPLETION event and resolves the
+future.  The caller never blocks on the daemon.
+
+Fails open, as the shim does: with no segment, a layout mismatch, a stale
+daemon heartbeat (before or while a message waits) or a full event ring, the
+transfer runs at once with ``permit=None`` and is counted in :attr:`stats`.
+The segment is re-attached at most once per ``reattach_s`` when it was
+missing, so a daemon started after the job still takes over.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+from laxflow.protocol.shm import EventKind, Gate, Permit, Segment, SegmentError, TagValue
+
+DEFAULT_SHM_NAME = "/laxflow"
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """How an adapter talks to the node daemon.
+
+    shm_name: the daemon's segment ('/name').
+    poll_s: how often the waiter thread reads the permits of waiting messages.
+    workers: threads that run released transfers (each blocks in the library).
+    reattach_s: how often to retry attaching when the segment was missing.
+    """
+
+    shm_name: str = DEFAULT_SHM_NAME
+    poll_s: float = 0.0002
+    workers: int = 4
+    reattach_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.shm_name.startswith("/") or "/" in self.shm_name[1:]:
+            raise ValueError(f"shm_name: expected '/name' (one slash), got {self.shm_name!r}")
+        if not 0 < self.poll_s <= 1:
+            raise ValueError(f"poll_s: expected seconds in (0, 1], got {self.poll_s!r}")
+        if not 1 <= self.workers <= 256:
+            raise ValueError(f"workers: expected 1..256, got {self.workers!r}")
+        if not self.reattach_s > 0:
+            raise ValueError(f"reattach_s: expected seconds > 0, got {self.reattach_s!r}")
+
+
+@dataclass
+class _Waiting:
+    msg_id: int
+    request_id: int
+    stage: int
+    layer: int
+    nbytes: int
+    run: Callable[[Permit | None], object]
+    future: Future
+    generation: int = 0
+
+
+class PermitGate:
+    """Gate transfers on the daemon's permits; see the module docstring.
+
+    ``submit`` may be called from any thread; ``close`` from the owner's.
+    """
+
+    def __init__(self, config: GateConfig | None = None) -> None:
+        self.config = config or GateConfig()
+        self._lock = threading.Lock()  # the Segment's cffi scratch buffers are shared
+        self._seg: Segment | None = None
+        self._why_bypass: str | None = "not attached yet"
+        self._next_attach = 0.0
+        self._generation = 0  # bumped whenever the mapped segment is replaced
+        self._waiting: dict[int, _Waiting] = {}
+        self._wake = threading.Condition(self._lock)
+        self._closed = False
+        self._pool = ThreadPoolExecutor(self.config.workers, thread_name_prefix="laxflow-xfer")
+        self._pid = os.getpid()
+        self.stats = {"submitted": 0, "released": 0, "failopen": 0, "bypassed": 0, "completed": 0}
+        self._waiter = threading.Thread(target=self._wait_loop, name="laxflow-permits", daemon=True)
+        self._waiter.start()
+
+    # ------------------------------------------------------------ segment
+
+    def _attach_locked(self) -> Segment | None:
+        """The live segment, attaching (again) when due; None means bypass."""
+        now = time.monotonic()
+        if self._seg is None and now >= self._next_attach:
+            self._next_attach = now + self.config.reattach_s
+            try:
+                self._seg = Segment.attach(self.config.shm_name)
+            except SegmentError as exc:
+                self._why_bypass = str(exc)
+        if self._seg is None:
+            return None
+        if not self._seg.live():
+            self._why_bypass = f"segment {self.config.shm_name!r}: daemon heartbeat is stale"
+            if now >= self._next_attach:  # a restarted daemon has a new segment under the same name
+                self._seg.close(unlink=False)
+                self._seg = None
+                self._generation += 1  # messages announced to the old daemon are failed open
+                self._next_attach = now + self.config.reattach_s
+                try:
+                    self._seg = Segment.attach(self.config.shm_name)
+                except SegmentError:
+                    pass
+                if self._seg is not None and self._seg.live():
+                    self._why_bypass = None
+                    return self._seg
+            return None
+        self._why_bypass = None
+        return self._seg
+
+    @property
+    def bypass_reason(self) -> str | None:
+        """Why transfers currently pass straight through (None: gated)."""
+        with self._lock:
+            self._attach_locked()
+            return self._why_bypass
+
+    # -------------------------------------------------------------- submit
+
+    def submit(
+        self,
+        run: Callable[[Permit | None], object],
+        request_id: int,
+        stage: int,
+        layer: int,
+        nbytes: int,
+        handle: int = 0,
+    ) -> Future:
+        """Announce one message and run it once permitted; returns its future.
+
+        Called by an adapter on the caller's thread; never blocks on the daemon.
+        ``run`` gets the permit (None when failing open) on a worker thread and
+        its return value becomes the future's result.
+        """
+        future: Future = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("PermitGate is closed")
+            seg = self._attach_locked()
+            msg_id = 0
+            if seg is not None:
+                msg_id = seg.alloc_msg_id()
+                if not seg.push_event(EventKind.SUBMIT, msg_id, request_id, nbytes, stage, layer, handle):
+                    seg, msg_id = None, 0  # ring full: counted by the segment, fail open
+            self.stats["submitted"] += 1
+            item = _Waiting(msg_id, request_id, stage, layer, nbytes, run, future, self._generation)
+            if seg is None:
+                self.stats["bypassed"] += 1
+            else:
+                self._waiting[msg_id] = item
+                self._wake.notify()
+                return future
+        self._dispatch(item, None)
+        return future
+
+    # -------------------------------------------------------------- waiter
+
+    def _wait_loop(self) -> None:
+        """Waiter thread: release messages whose gate opened, or all when stale."""
+        while True:
+            released: list[tuple[_Waiting, Permit | None]] = []
+            with self._lock:
+                while not self._waiting and not self._closed:
+                    self._wake.wait()
+                if self._closed and not self._waiting:
+                    return
+                seg = self._attach_locked() if not self._closed else None
+                for msg_id, item in list(self._waiting.items()):
+                    if seg is None or item.generation != self._generation:
+                        released.append((item, None))
+                        self.stats["failopen"] += 1
+                    else:
+                        permit = seg.get_permit(msg_id)
+                        if permit is None or permit.gate != Gate.OPEN:
+                            continue
+                        released.append((item, permit))
+                        self.stats["released"] += 1
+                    del self._waiting[msg_id]
+            for item, permit in released:
+                self._dispatch(item, permit)
+            time.sleep(self.config.poll_s)
+
+    def _dispatch(self, item: _Waiting, permit: Permit | None) -> None:
+        self._pool.submit(self._run, item, permit)
+
+    def _run(self, item: _Waiting, permit: Permit | None) -> None:
+        """Worker thread: the transfer itself, then COMPLETION and the future."""
+        if not item.future.set_running_or_notify_cancel():
+            return
+        try:
+            result = item.run(permit)
+        except BaseException as exc:  # the caller sees it through the future
+            self._complete(item, 0)
+            item.future.set_exception(exc)
+            return
+        self._complete(item, item.nbytes)
+        item.future.set_result(result)
+
+    def _complete(self, item: _Waiting, nbytes: int) -> None:
+        with self._lock:
+            self.stats["completed"] += 1
+            if item.msg_id and self._seg is not None and item.generation == self._generation:
+                self._seg.push_event(
+                    EventKind.COMPLETION, item.msg_id, item.request_id, nbytes, item.stage, item.layer
+                )
+
+    def write_tag(self, kind: int, handle: int, value: TagValue) -> bool:
+        """Write a flow tag for this process's QP or socket; False when bypassing or full.
+
+        Called on a worker thread just before a released transfer starts, so
+        the shim reads the message's id and class on that QP or socket.
+        """
+        with self._lock:
+            if self._seg is None:
+                return False
+            try:
+                self._seg.write_tag(self._pid, kind, handle, value)
+            except SegmentError:
+                return False  # registry full: counted by the segment, traffic flows untagged
+            return True
+
+    # --------------------------------------------------------------- close
+
+    def close(self) -> None:
+        """Release every waiting message (fail open), finish running ones, detach."""
+        with self._lock:
+            self._closed = True
+            self._wake.notify_all()
+        self._waiter.join()
+        self._pool.shutdown(wait=True)
+        with self._lock:
+            if self._seg is not None:
+                self._seg.close(unlink=False)
+                self._seg = None

@@ -1,0 +1,369 @@
+"""Mooncake's ``TransferEngine`` with laxflow's keywords: gated, tagged, reported.
+
+:class:`TransferEngine` has the calls of ``mooncake.engine.TransferEngine``
+(anything it does not wrap, such as ``register_memory`` or
+``get_rpc_port``, goes straight to the inner engine) and adds keyword-only
+``request``, ``stage``, ``layer`` and ``deadline`` to every transfer call.
+Each transfer becomes one laxflow message:
+
+1. the caller's thread pushes SUBMIT (request, stage, layer, bytes) into the
+   daemon's segment and gets a handle at once (:mod:`laxflow.adapters.gate`);
+2. a waiter thread sees the daemon open its gate; a worker thread then marks
+   the peer's connections with the permit's class (TCP: ``IP_TOS`` on
+   Mooncake's sockets to that peer and a socket flow tag for the shim; RDMA:
+   QP flow tags, see ``MooncakeAdapterConfig.qp_lookup``), starts the
+   transfer with Mooncake's asynchronous batch call and polls it;
+3. COMPLETION is pushed and the handle completes.
+
+The synchronous calls (``transfer_sync_*``, ``batch_transfer_sync_*``) block
+their caller as Mooncake's do; the asynchronous ones
+(``batch_transfer_async_*``, ``transfer_submit_write``) return a handle that
+``transfer_check_status`` / ``get_batch_transfer_status`` accept, exactly as
+Mooncake's batch ids; :meth:`TransferEngine.submit` returns a Future.
+
+*Finding Mooncake's sockets.*  Mooncake's TCP transport opens its data
+connections on its own threads, during the first transfer to a peer, and
+keeps them.  The wrapper notes the process's sockets before its first
+transfer to a target ``host:rpc_port``, sends that transfer's first
+``PRIME_BYTES`` alone, and takes the connection that appeared meanwhile
+towards the target's host (not to its RPC port) as Mooncake's: its remote
+port is the peer's TcpTransport port.  From then on the peer's connections
+are the sockets to (or, for a peer in this process, from) that
+``host:port``; they are marked, then the rest of the transfer is sent, and
+later transfers are marked before they start (the set is looked up again
+when a socket is gone or ``RESCAN_S`` has passed).  Mooncake
+multiplexes concurrent transfers to one peer over those connections, so a
+connection carries the most urgent (lowest level) class among the transfers
+in flight to that peer.  The data of a READ is sent by the peer's socket:
+its class on the wire is the peer's (in one process, as in the tests, both
+ends are marked).
+
+Threads: callers any; one waiter thread and ``GateConfig.workers`` worker
+threads per wrapper.  Fails open with the gate: no daemon, no marks.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from concurrent.futures import Future
+from itertools import count
+from typing import Any
+
+from laxflow.adapters.gate import PermitGate
+from laxflow.adapters.mooncake_config import MooncakeAdapterConfig
+from laxflow.adapters.sockets import TcpSocket, set_dscp, socket_inodes, tcp_sockets
+from laxflow.protocol.shm import Permit, Stage, TagKind, TagValue
+
+_READ, _WRITE = "read", "write"
+RESCAN_S = 1.0  # at most this long before a peer's connections are looked up again
+PRIME_BYTES = 4096  # first transfer to a new peer: sent alone to open and learn the connection
+
+
+class _PeerSockets:
+    """Mooncake's known connections to one target, and the classes in flight there."""
+
+    def __init__(self, before: set[int]) -> None:
+        self.before = before  # socket inodes of the process before the first transfer here
+        self.data_port: int | None = None  # the peer's TcpTransport port, learned at first contact
+        self.sockets: list[TcpSocket] = []
+        self.inflight: dict[int, int] = {}  # token -> (level << 8 | dscp)
+        self.scanned_at = 0.0  # time.monotonic() of the last scan
+        self.first_contact: set[int] = set()  # tokens of transfers that started before data_port was known
+
+
+class TransferEngine:
+    """The wrapper; see the module docstring.  ``engine`` defaults to a new Mooncake engine."""
+
+    def __init__(
+        self, engine: Any = None, config: MooncakeAdapterConfig | None = None, protocol: str = ""
+    ) -> None:
+        """``protocol``: 'tcp' or 'rdma' when ``engine`` is already initialized."""
+        if engine is None:
+            from mooncake.engine import TransferEngine as MooncakeEngine
+
+            engine = MooncakeEngine()
+        self._engine = engine
+        self.config = config or MooncakeAdapterConfig.from_env()
+        self._gate = PermitGate(self.config.gate)
+        self._protocol = protocol
+        # sockets that existed before Mooncake's: reset by initialize(); an
+        # engine handed over already initialized has no known history
+        self._baseline: set[int] = set()
+        self._peers: dict[str, _PeerSockets] = {}
+        self._peers_lock = threading.Lock()
+        self._handles: dict[int, Future] = {}
+        self._handle_ids = count(1)
+        self._tokens = count(1)
+        self._deadlines_sent: set[int] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # never recurse through a half-built wrapper
+            raise AttributeError(name)
+        return getattr(self._engine, name)
+
+    @property
+    def gate(self) -> PermitGate:
+        return self._gate
+
+    # ------------------------------------------------------------ setup
+
+    def initialize(self, local_hostname: str, metadata_server: str, protocol: str, device_name: str) -> int:
+        self._protocol = protocol
+        self._baseline = set(socket_inodes())
+        return self._engine.initialize(local_hostname, metadata_server, protocol, device_name)
+
+    def initialize_ext(self, local_hostname, metadata_server, protocol, device_name, metadata_type) -> int:
+        self._protocol = protocol
+        self._baseline = set(socket_inodes())
+        return self._engine.initialize_ext(local_hostname, metadata_server, protocol, device_name, metadata_type)
+
+    def close(self) -> None:
+        """Release waiting transfers (fail open), finish running ones, detach from the daemon."""
+        self._gate.close()
+
+    # ------------------------------------------------------- the futures API
+
+    def submit(
+        self,
+        op: str,
+        target_hostname: str,
+        buffers: list[int],
+        peer_buffer_addresses: list[int],
+        lengths: list[int],
+        transport_hint: str = "",
+        *,
+        request: int = 0,
+        stage: int | None = None,
+        layer: int = 0,
+        deadline: float | None = None,
+    ) -> Future:
+        """One message of ``op`` ('read' or 'write'); the Future gives 0 or Mooncake's error.
+
+        ``request``: the request's 63-bit id in shared memory (the hooks API's
+        ``request_key``).  ``stage`` defaults to reuse (1) for reads and p2d (3)
+        for writes.  ``deadline``: the request's TTFT deadline, in the units of
+        the hooks API's ``register_request`` (handed to ``on_deadline``).
+        """
+        if op not in (_READ, _WRITE):
+            raise ValueError(f"op: expected 'read' or 'write', got {op!r}")
+        if not (len(buffers) == len(peer_buffer_addresses) == len(lengths)) or not buffers:
+            raise ValueError("buffers, peer_buffer_addresses and lengths: expected equal, non-zero lengths")
+        if stage is None:
+            stage = Stage.REUSE if op == _READ else Stage.P2D
+        if stage not in (Stage.REUSE, Stage.COLLECTIVE, Stage.P2D, Stage.NONE):
+            raise ValueError(f"stage: expected 0..3, got {stage!r}")
+        if request < 0 or layer < 0:
+            raise ValueError(f"request and layer: expected integers >= 0, got {request}, {layer}")
+        if deadline is not None and request not in self._deadlines_sent:
+            self._deadlines_sent.add(request)
+            if self.config.on_deadline is not None:
+                self.config.on_deadline(request, float(deadline))
+        nbytes = int(sum(lengths))
+
+        def run(permit: Permit | None) -> int:
+            return self._execute(op, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint,
+                                 permit, request, int(stage), layer, nbytes)
+
+        return self._gate.submit(run, request, int(stage), layer, nbytes)
+
+    # --------------------------------------------------- Mooncake's calls
+
+    def transfer_sync_read(self, target_hostname, buffer, peer_buffer_address, length, transport_hint="", **tags) -> int:
+        return self.submit(_READ, target_hostname, [buffer], [peer_buffer_address], [length], transport_hint, **tags).result()
+
+    def transfer_sync_write(self, target_hostname, buffer, peer_buffer_address, length, transport_hint="", **tags) -> int:
+        return self.submit(_WRITE, target_hostname, [buffer], [peer_buffer_address], [length], transport_hint, **tags).result()
+
+    def transfer_sync(self, target_hostname, buffer, peer_buffer_address, length, opcode, notify=None,
+                      transport_hint="", **tags) -> int:
+        if notify is not None:
+            raise ValueError("transfer_sync: notify is not supported through laxflow; call the inner engine")
+        return self.submit(_op(opcode), target_hostname, [buffer], [peer_buffer_address], [length],
+                           transport_hint, **tags).result()
+
+    def batch_transfer_sync_read(self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint="", **tags) -> int:
+        return self.submit(_READ, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint, **tags).result()
+
+    def batch_transfer_sync_write(self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint="", **tags) -> int:
+        return self.submit(_WRITE, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint, **tags).result()
+
+    def batch_transfer_async_read(self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint="", **tags) -> int:
+        return self._handle(self.submit(_READ, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint, **tags))
+
+    def batch_transfer_async_write(self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint="", **tags) -> int:
+        return self._handle(self.submit(_WRITE, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint, **tags))
+
+    def batch_transfer_async(self, target_hostname, buffers, peer_buffer_addresses, lengths, opcode, transport_hint="", **tags) -> int:
+        return self._handle(self.submit(_op(opcode), target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint, **tags))
+
+    def transfer_submit_write(self, target_hostname, buffer, peer_buffer_address, length, transport_hint="", **tags) -> int:
+        return self._handle(self.submit(_WRITE, target_hostname, [buffer], [peer_buffer_address], [length], transport_hint, **tags))
+
+    def transfer_check_status(self, handle: int) -> int:
+        """1 done, 0 waiting or running, negative failed (Mooncake's convention); frees a finished handle."""
+        future = self._handles.get(handle)
+        if future is None:
+            return self._engine.transfer_check_status(handle)
+        if not future.done():
+            return 0
+        del self._handles[handle]
+        if future.exception() is not None:
+            return -1
+        return 1 if future.result() == 0 else future.result()
+
+    def get_batch_transfer_status(self, handles: list[int]) -> int:
+        """Wait for every handle; 0 when all succeeded, else the first error (as Mooncake's)."""
+        worst = 0
+        for handle in handles:
+            future = self._handles.pop(handle, None)
+            if future is None:
+                raise ValueError(f"get_batch_transfer_status: unknown handle {handle}")
+            try:
+                result = future.result()
+            except Exception:
+                result = -1
+            if result != 0 and worst == 0:
+                worst = result
+        return worst
+
+    def _handle(self, future: Future) -> int:
+        handle = next(self._handle_ids)
+        self._handles[handle] = future
+        return handle
+
+    # ---------------------------------------------------------- execution
+
+    def _execute(self, op, target, buffers, peers, lengths, hint, permit, request, stage, layer, nbytes) -> int:
+        """Worker thread: mark, run Mooncake's asynchronous batch, poll it to the end."""
+        dscp = self.config.wire_dscp(self._protocol, permit.dscp if permit else None)
+        token = next(self._tokens)
+        peer = self._mark_start(target, token, permit, dscp, request, stage, layer, nbytes)
+        try:
+            opcode = self._engine.TransferOpcode.Read if op == _READ else self._engine.TransferOpcode.Write
+            if peer is not None and dscp >= 0 and peer.data_port is None and lengths[0] > PRIME_BYTES:
+                # First contact: Mooncake connects during the first transfer.
+                # Send its first bytes alone, learn and mark the connection,
+                # then the rest, so all but PRIME_BYTES carry the class.
+                status = self._run_batch(target, buffers[:1], peers[:1], [PRIME_BYTES], opcode, hint)
+                if status != 0:
+                    return status
+                self._refresh_marks(target, peer, rescan=True)
+                self._tag_sockets(peer, permit, request, stage, layer, nbytes, dscp)
+                buffers = [buffers[0] + PRIME_BYTES, *buffers[1:]]
+                peers = [peers[0] + PRIME_BYTES, *peers[1:]]
+                lengths = [lengths[0] - PRIME_BYTES, *lengths[1:]]
+            return self._run_batch(target, buffers, peers, lengths, opcode, hint)
+        finally:
+            self._mark_end(target, peer, token)
+
+    def _run_batch(self, target, buffers, peers, lengths, opcode, hint) -> int:
+        """One Mooncake batch, polled to its end: 0, or Mooncake's error."""
+        batch = self._engine.batch_transfer_async(target, buffers, peers, lengths, opcode, hint)
+        if batch is None or batch <= 0:
+            return -1 if batch is None or batch == 0 else batch
+        sleep = 5e-5
+        while (status := self._engine.transfer_check_status(batch)) == 0:
+            time.sleep(sleep)
+            sleep = min(sleep * 2, 1e-3)
+        return 0 if status == 1 else status
+
+    def _mark_start(self, target, token, permit, dscp, request, stage, layer, nbytes) -> _PeerSockets | None:
+        if permit is None or dscp < 0 and self._protocol != "rdma":
+            return None
+        if self._protocol == "rdma":
+            if self.config.qp_lookup is not None:
+                for qp in self.config.qp_lookup(target):
+                    self._gate.write_tag(TagKind.QP, qp, TagValue(permit.msg_id, request, nbytes, stage, layer, dscp))
+            return None
+        if not self.config.tag_sockets:
+            return None
+        with self._peers_lock:
+            peer = self._peers.get(target)
+            if peer is None:
+                peer = self._peers[target] = _PeerSockets(set(socket_inodes()))
+            peer.inflight[token] = permit.level << 8 | dscp
+            if peer.data_port is None:  # nothing to mark before Mooncake connects
+                peer.first_contact.add(token)
+                return peer
+        self._refresh_marks(target, peer)
+        self._tag_sockets(peer, permit, request, stage, layer, nbytes, dscp)
+        return peer
+
+    def _tag_sockets(self, peer: _PeerSockets, permit: Permit, request, stage, layer, nbytes, dscp) -> None:
+        """Socket flow tags for the shim: this message now rides the peer's connections."""
+        with self._peers_lock:
+            known = list(peer.sockets)
+        for sock in known:
+            self._gate.write_tag(TagKind.SOCKET, sock.fd, TagValue(permit.msg_id, request, nbytes, stage, layer, dscp))
+
+    def _mark_end(self, target: str, peer: _PeerSockets | None, token: int) -> None:
+        if peer is None:
+            return
+        with self._peers_lock:
+            peer.inflight.pop(token, None)
+            still = bool(peer.inflight)
+            # Learned while the first transfer ran, the set may lack the
+            # peer's accepted end (connected before accept() gave it an fd).
+            stale = token in peer.first_contact or not peer.sockets
+            peer.first_contact.discard(token)
+        if still:
+            self._refresh_marks(target, peer)
+        if stale:
+            found = self._discover(target, peer)
+            with self._peers_lock:
+                peer.sockets, peer.scanned_at = found, time.monotonic()
+
+    def _refresh_marks(self, target: str, peer: _PeerSockets, rescan: bool = False) -> list[TcpSocket]:
+        """Mark the peer's connections with the most urgent class in flight; rescan if needed."""
+        with self._peers_lock:
+            if not peer.inflight:
+                return peer.sockets
+            dscp = min(peer.inflight.values()) & 0xFF
+            known = list(peer.sockets)
+        due = rescan or time.monotonic() - peer.scanned_at > RESCAN_S  # Mooncake may have opened more
+        if due or not known or not all(set_dscp(s.fd, s.inode, dscp) for s in known):
+            known = self._discover(target, peer)
+            for s in known:
+                set_dscp(s.fd, s.inode, dscp)
+            with self._peers_lock:
+                peer.sockets, peer.scanned_at = known, time.monotonic()
+        return known
+
+    def _discover(self, target: str, peer: _PeerSockets) -> list[TcpSocket]:
+        """Mooncake's connections to target: to or from its TcpTransport port.
+
+        That port is learned at first contact: the connection that appeared
+        since ``peer.before`` towards the target's host (its accepted end, when
+        the peer lives in this process, is on one of our listening ports).
+        """
+        host, _, port = target.rpartition(":")
+        try:
+            rpc_port = int(port)
+            ip = socket.gethostbyname(host)
+        except (ValueError, OSError):
+            return []
+        socks = tcp_sockets()
+        if peer.data_port is None:
+            listening = {s.local[1] for s in socks if s.state == "LISTEN"}
+            towards = [s for s in socks if s.state == "ESTABLISHED" and s.inode not in self._baseline
+                       and s.remote[0] == ip and rpc_port not in (s.remote[1], s.local[1])]
+            # an engine handed over after it had talked to the peer: its old connections
+            new = [s for s in towards if s.inode not in peer.before] or towards
+            accepted = [s for s in new if s.local[1] in listening]
+            if not new:
+                return []
+            with self._peers_lock:
+                peer.data_port = accepted[0].local[1] if accepted else new[0].remote[1]
+        data = (ip, peer.data_port)
+        return [s for s in socks if s.state == "ESTABLISHED" and data in (s.remote, s.local)]
+
+
+def _op(opcode: Any) -> str:
+    name = getattr(opcode, "name", str(opcode)).lower()
+    if name.endswith("read"):
+        return _READ
+    if name.endswith("write"):
+        return _WRITE
+    raise ValueError(f"opcode: expected TransferOpcode.Read or .Write, got {opcode!r}")

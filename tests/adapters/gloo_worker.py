@@ -1,0 +1,29 @@
+"""One rank of the Gloo all_to_all test (run under `laxflow run`).
+
+argv: rank world port rounds.  Prints one JSON line: whether every round's
+result was right, and the local TCP ports this process used (for the capture).
+"""
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+
+from laxflow.adapters.sockets import tcp_sockets
+
+rank, world, port, rounds = (int(a) for a in sys.argv[1:5])
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+chunk = 16384
+ok = True
+for r in range(rounds):
+    send = torch.arange(world * chunk, dtype=torch.float32) + 1000.0 * rank + r
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send)
+    for src in range(world):  # chunk src of recv is chunk `rank` of src's send
+        want = torch.arange(rank * chunk, (rank + 1) * chunk, dtype=torch.float32) + 1000.0 * src + r
+        ok = ok and torch.equal(recv[src * chunk : (src + 1) * chunk], want)
+ports = sorted({s.local[1] for s in tcp_sockets() if s.state == "ESTABLISHED"})
+dist.barrier()
+print(json.dumps({"rank": rank, "ok": ok, "ports": ports}), flush=True)
+dist.destroy_process_group()
