@@ -9,6 +9,8 @@
   a peer (``/proc``), and marking them with a DSCP.
 * :mod:`laxflow.adapters.nccl` -- the environment ``laxflow run`` gives NCCL
   (and Gloo) jobs, and the path of the NCCL profiler plugin.
+* :mod:`laxflow.adapters.gloo` -- Gloo collectives gated and marked as stage-2
+  messages in daemon mode.
 
 Nothing here is imported by ``laxflow`` itself; Mooncake is imported only
 when a wrapper is built without an engine of the caller's.
