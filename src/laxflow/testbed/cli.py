@@ -166,6 +166,8 @@ def run_command(
                                    "on (coordinator + daemons); off and on required."),
     window_bytes: Optional[int] = typer.Option(None, "--window-bytes",
                                                help="Daemons' permit window in bytes (default: one BDP)."),
+    collective: str = typer.Option("auto", "--collective",
+                                   help="Stage 2: gloo (torch.distributed), tcp (own exchange), auto (gloo if torch)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Run a synthetic disaggregated prefill on a 4-host fabric: one class (off), static per-stage classes
@@ -179,7 +181,7 @@ def run_command(
     result = run_contention(ScenarioConfig(
         name=name, requests=requests, rate=rate, tagger=tagger, layers=layers, compute_ms=compute_ms,
         a2a_bytes=a2a_bytes, reuse_bytes=reuse_bytes, kv_bytes=kv_bytes, interarrival_ms=interarrival_ms,
-        slo_factor=slo_factor, modes=tuple(m.strip() for m in modes.split(",") if m.strip()), window_bytes=window_bytes))
+        slo_factor=slo_factor, modes=tuple(m.strip() for m in modes.split(",") if m.strip()), window_bytes=window_bytes, collective=collective))
     if as_json:
         typer.echo(json.dumps(result, indent=1))
         return

@@ -28,10 +28,13 @@ Modes, run back to back on the same fabric and workload (``modes``):
   through the shim. Connection set-up keeps the stage's static class for what
   no message covers (receivers' ACKs).
 
-The Mooncake adapter is not used for stages 1/3 here (the wheel's TCP
-transport needs its metadata service; the hooks+socket-tag path is the same
-gate), nor Gloo for stage 2 (the all_to_all is the worker's own TCP
-exchange, tagged stage 2): both adapters are tested on their own in tests/adapters.
+Stage 2 is a Gloo all_to_all (torch.distributed over eth0; ``on``: gated and
+marked by :class:`laxflow.adapters.gloo.GlooCollectives`) when torch is
+installed (``collective="auto"``/``"gloo"``), else the workers' own TCP
+exchange tagged stage 2 (``"tcp"``). Stages 1/3 use the PermitGate + socket
+flow tag path, not the Mooncake wrapper (same gate; Mooncake's TCP transport
+needs its metadata service in each namespace): the wrapper is tested on its
+own in tests/adapters.
 
 TTFT SLO: ``slo_factor`` x the request's TTFT on an idle fabric, computed
 from the sizes and the line rate (the paper uses 3x the low-load TTFT).
@@ -40,6 +43,7 @@ Called by the CLI and the tests in the main thread of a root process.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -76,6 +80,7 @@ class ScenarioConfig:
     tagger: str = "shim"  # or "sockopt"
     modes: tuple[str, ...] = ("off", "static", "on")
     window_bytes: int | None = None  # the daemons' permit window (None: their default, one BDP)
+    collective: str = "auto"  # stage 2: gloo (torch installed), tcp (the workers' own exchange), auto
 
     def __post_init__(self) -> None:
         parse_rate(self.rate)
@@ -90,6 +95,8 @@ class ScenarioConfig:
         if bad or "off" not in self.modes or "on" not in self.modes or len(set(self.modes)) != len(self.modes):
             raise UserError(f"scenario: modes must include off and on, each once, from {', '.join(MODES)}; "
                             f"got {','.join(self.modes)!r}")
+        if self.collective not in ("auto", "gloo", "tcp"):
+            raise UserError(f"scenario: collective must be auto, gloo or tcp, got {self.collective!r}")
         if self.window_bytes is not None and self.window_bytes < 0:
             raise UserError(f"scenario: window_bytes must be >= 0, got {self.window_bytes}")
         if self.tagger != "shim" and "on" in self.modes:
@@ -191,12 +198,21 @@ def run_mode(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool) -> dict
     return _run_job(tb, cfg, mode, capture, None)
 
 
+def collective_kind(cfg: ScenarioConfig) -> str:
+    """Stage 2's implementation: Gloo when asked or (auto) when torch is installed."""
+    if cfg.collective != "auto":
+        return cfg.collective
+    return "gloo" if importlib.util.find_spec("torch") is not None else "tcp"
+
+
 def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: ControlPlane | None) -> dict[str, Any]:
     py = sys.executable
     dscp = stage_dscp(mode)
     slo = cfg.slo_factor * cfg.ideal_ttft_s()
+    kind = collective_kind(cfg)
     common = {"kv_port": 7001, "decode_port": 7002, "a2a_port": 7100, "tagger": cfg.tagger,
-              "dscp": {str(k): v for k, v in dscp.items()}, "slo_s": slo}
+              "dscp": {str(k): v for k, v in dscp.items()}, "slo_s": slo, "collective": kind,
+              "gloo_master": f"{tb.address(0)}:7200"}
 
     def host_cfg(h: int) -> dict[str, Any]:
         return dict(common, daemon={"shm": cp.shm(h), "hooks": cp.hooks(h)}) if cp else common
@@ -208,7 +224,9 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
         tb.popen_in(2, [py, "-m", "laxflow.testbed.worker", "kvstore", json.dumps(host_cfg(2))], env=env(2, dscp[1])),
         tb.popen_in(3, [py, "-m", "laxflow.testbed.worker", "decode", json.dumps(host_cfg(3))], env=env(3, dscp[3])),
     ]
-    span = cfg.requests * cfg.interarrival_ms / 1000 + cfg.ideal_ttft_s() * 4
+    # time for every process to start and connect (importing torch takes seconds on a loaded box)
+    delay = 10.0 if kind == "gloo" else 2.5
+    span = delay + cfg.requests * cfg.interarrival_ms / 1000 + cfg.ideal_ttft_s() * 4
     cap = None
     if capture:
         ports = ",".join(tb.switch_port(i) for i in range(tb.config.hosts))
@@ -218,15 +236,17 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
         assert cap.stderr is not None
         if not cap.stderr.readline().startswith("capturing on"):  # its sockets are open from here on
             raise UserError(f"contention scenario: the DSCP capture did not start ({cap.stderr.read().strip()[-200:]})")
-    start = time.time() + 2.5  # time for every process to start and connect
+    start = time.time() + delay
     ranks = []
     for rank in (0, 1):
         wcfg = dict(host_cfg(rank), rank=rank, peer=tb.address(1 - rank), kvstore=tb.address(2),
                     decode=tb.address(3), layers=cfg.layers, requests=cfg.requests,
                     compute_s=cfg.compute_ms / 1000, a2a_bytes=cfg.a2a_bytes, reuse_bytes=cfg.reuse_bytes,
                     kv_bytes=cfg.kv_bytes, interarrival_s=cfg.interarrival_ms / 1000, start_epoch=start)
+        renv = env(rank, dscp[2] if kind == "gloo" else None) or dict(os.environ)
+        renv["GLOO_SOCKET_IFNAME"] = "eth0"  # Gloo's connections on the fabric, not lo
         ranks.append(tb.popen_in(rank, [py, "-m", "laxflow.testbed.worker", "prefill", json.dumps(wcfg)],
-                                 stdout=subprocess.PIPE, env=env(rank, None)))
+                                 stdout=subprocess.PIPE, env=renv))
     try:
         outs = [json.loads(p.communicate(timeout=span * 10 + 60)[0]) for p in ranks]
     except (ValueError, subprocess.TimeoutExpired) as exc:
@@ -241,7 +261,7 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
     cct = outs[0]["cct"] + outs[1]["cct"]
     result: dict[str, Any] = {"cct_mean": statistics.fmean(cct), "ttft_mean": statistics.fmean(ttft),
                               "slo_attainment": sum(t <= slo for t in ttft) / len(ttft),
-                              "cct_p99": sorted(cct)[min(len(cct) - 1, int(0.99 * len(cct)))]}
+                              "cct_p99": sorted(cct)[min(len(cct) - 1, int(0.99 * len(cct)))], "collective": kind}
     if mode == "on":
         used: dict[str, int] = {}
         for o in outs:

@@ -11,7 +11,8 @@
   reads the reused KV of all layers from the kvstore (stage 1, layer j must
   be in before layer j computes), computes each layer (a timed sleep), runs
   the layer's all_to_all with the other rank (stage 2: send and receive
-  ``a2a_bytes`` at once), and hands layer j's KV to a writer thread that
+  ``a2a_bytes`` at once; a Gloo all_to_all with ``collective: gloo``), and
+  hands layer j's KV to a writer thread that
   sends it to decode (stage 3, overlapping the next layers). TTFT = last
   stage-3 ack - arrival. Prints one JSON line of measurements.
 
@@ -177,15 +178,64 @@ def decode(cfg: dict[str, Any]) -> None:
         threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
 
+class GlooAllToAll:
+    """Stage 2 as a Gloo all_to_all (torch.distributed, CPU, TCP over eth0).
+
+    ``on``: each collective is gated and marked by
+    :class:`laxflow.adapters.gloo.GlooCollectives` (permit -> DSCP on Gloo's
+    sockets + flow tags); ``static``: the shim's static rule marks Gloo's
+    connections; ``off``: DSCP 0. Made after the rank's other connections,
+    so the adapter leaves those alone.
+    """
+
+    def __init__(self, cfg: dict[str, Any], rank: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.dist, self.coll = dist, None
+        self.used: dict[str, int] = {}  # "s2:<permit DSCP>" -> collectives
+        if cfg.get("daemon"):
+            from laxflow.adapters.gate import GateConfig
+            from laxflow.adapters.gloo import GlooCollectives
+
+            self.coll = GlooCollectives(GateConfig(shm_name=cfg["daemon"]["shm"]))
+        dist.init_process_group("gloo", init_method=f"tcp://{cfg['gloo_master']}", rank=rank, world_size=2)
+        self.nbytes = cfg["a2a_bytes"]
+        self.send = torch.zeros(2 * self.nbytes, dtype=torch.uint8)  # half of it to the peer
+        self.recv = torch.empty_like(self.send)
+
+    def run(self, request: int, layer: int) -> None:
+        if self.coll is None:
+            self.dist.all_to_all_single(self.recv, self.send)
+            return
+        with self.coll.collective(request=request, layer=layer, nbytes=self.nbytes) as permit:
+            self.dist.all_to_all_single(self.recv, self.send)
+        if permit is not None:
+            key = f"s2:{permit.dscp}"
+            self.used[key] = self.used.get(key, 0) + 1
+
+    def close(self) -> None:
+        self.dist.barrier()
+        self.dist.destroy_process_group()
+        if self.coll is not None:
+            self.coll.close()
+
+
 def prefill(cfg: dict[str, Any]) -> None:
     rank, L = cfg["rank"], cfg["layers"]
     tag = Tagger(cfg["tagger"])
     dscp = {int(k): v for k, v in cfg["dscp"].items()}
-    peer_ls = _listen(cfg["a2a_port"] + rank)
-    a2a_out = tag.connect((cfg["peer"], cfg["a2a_port"] + 1 - rank), dscp[2], 2)
-    a2a_in = tag.accept(peer_ls, dscp[2], 2)
     kv = tag.connect((cfg["kvstore"], cfg["kv_port"]), dscp[1], 1)
     dec = tag.connect((cfg["decode"], cfg["decode_port"]), dscp[3], 3)
+    gloo = cfg.get("collective") == "gloo"
+    if gloo:
+        a2a = GlooAllToAll(cfg, rank)
+        own: list[socket.socket] = []
+    else:
+        peer_ls = _listen(cfg["a2a_port"] + rank)
+        a2a_out = tag.connect((cfg["peer"], cfg["a2a_port"] + 1 - rank), dscp[2], 2)
+        a2a_in = tag.accept(peer_ls, dscp[2], 2)
+        own = [a2a_out, a2a_in]
     a2a_bytes, reuse, kv_bytes = cfg["a2a_bytes"], cfg["reuse_bytes"], cfg["kv_bytes"]
     payload = bytes(max(a2a_bytes, kv_bytes, 1))
     # Both ranks start together: the scenario gives a wall-clock start a little in the future.
@@ -243,10 +293,13 @@ def prefill(cfg: dict[str, Any]) -> None:
             if io is not None:
                 io.hooks().layer_end(batch, layer, last=layer == L - 1)
             t0 = time.time()
-            sender = threading.Thread(target=send, args=(a2a_out, payload[:a2a_bytes], rid, 2, layer))
-            sender.start()
-            _drain(a2a_in, a2a_bytes)
-            sender.join()
+            if gloo:
+                a2a.run(rid, layer)
+            else:
+                sender = threading.Thread(target=send, args=(a2a_out, payload[:a2a_bytes], rid, 2, layer))
+                sender.start()
+                _drain(a2a_in, a2a_bytes)
+                sender.join()
             cct.append(time.time() - t0)
             writes.put((rid, layer))
         rthread.join()
@@ -256,14 +309,18 @@ def prefill(cfg: dict[str, Any]) -> None:
     used: dict[str, int] = {}
     if io is not None:
         used = {str(k): v for k, v in io.dscp_used.items()}
+        if gloo:
+            used.update(a2a.used)
         waits = {str(k): sum(v) / len(v) for k, v in io.waits.items()}
         io.close()
     else:
         waits = {}
     print(json.dumps({"rank": rank, "cct": cct, "ttft": ttft, "permit_dscp": used, "permit_wait_s": waits}),
           flush=True)
-    for sock in (a2a_out, a2a_in, kv, dec):
+    for sock in (*own, kv, dec):
         sock.close()
+    if gloo:
+        a2a.close()
 
 
 def main() -> None:
