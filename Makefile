@@ -15,6 +15,8 @@ EXTRAS := test,torch
 
 demo: install
 	$(LAXFLOW) sim serve --preset demo --plot out/demo.png
+	@if [ "$$(id -u)" = 0 ]; then $(LAXFLOW) testbed run --name lxfdemo --requests 6 --modes off,on; \
+	else echo "real-traffic part skipped: it needs root (network namespaces, qdiscs): sudo make demo"; fi
 
 test: install vllm
 	$(PY) -m pytest -q tests

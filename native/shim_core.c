@@ -65,6 +65,9 @@ static void load_config(void)
     lxf_cfg.progress_us = (uint32_t)env_long("LAXFLOW_PROGRESS_US", 50, 1, 1000000);
     lxf_cfg.max_defer_ns = (uint64_t)env_long("LAXFLOW_MAX_DEFER_MS", LXF_DEFAULT_MAX_DEFER_MS, 1, 3600000) * 1000000ULL;
     lxf_cfg.disabled = (int)env_long("LAXFLOW_SHIM_DISABLE", 0, 0, 1);
+    /* `laxflow run` sets 2 (collective) for NCCL/Gloo jobs: their QPs and
+     * sockets carry no flow tags, yet the daemon must see their traffic. */
+    lxf_cfg.default_stage = (uint32_t)env_long("LAXFLOW_DEFAULT_STAGE", 0, 0, 3);
 }
 
 /* Field 22 of /proc/self/stat (start time in clock ticks since boot); 0 if

@@ -77,6 +77,8 @@ struct lxf_qp_state {
     uint32_t n_deferred;            /* WRs in the queue */
     uint64_t cur_msg;               /* message of the last post (submit once per message) */
     uint32_t cur_gen;               /* segment generation of cur_msg and of the open messages */
+    uint64_t dflt_msg;              /* LAXFLOW_DEFAULT_STAGE: this untagged QP's stream message */
+    uint32_t dflt_gen;              /* segment generation dflt_msg was allocated in */
     uint64_t post_seq;              /* WRs handed to the provider */
     struct lxf_mark marks[LXF_MARKS];
     uint32_t mk_head, mk_tail;
@@ -470,8 +472,19 @@ int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_send_wr *wr, struct ibv_send
     int rc;
 
     spin_lock(&qs->lock);
-    uint64_t msg = tagged ? tag.msg_id : 0;
     uint32_t gen = lxf_generation();
+    if (!tagged && seg && lxf_cfg.default_stage) {
+        /* LAXFLOW_DEFAULT_STAGE: the untagged QP is one open-ended message of
+         * that stage (bytes 0: it ends when the QP goes), submitted once per
+         * daemon; its permit gates it like any other. */
+        if (!qs->dflt_msg || qs->dflt_gen != gen) {
+            qs->dflt_msg = lxf_msg_id_alloc(seg);
+            qs->dflt_gen = gen;
+        }
+        tag = (struct lxf_tag_value){.msg_id = qs->dflt_msg, .stage = lxf_cfg.default_stage, .dscp = -1};
+        tagged = qs->dflt_msg != 0;
+    }
+    uint64_t msg = tagged ? tag.msg_id : 0;
     if (LXF_UNLIKELY(qs->cur_gen != gen)) {
         /* The daemon was replaced: its messages are nobody's now (and the
          * new daemon's ids may reuse theirs). */

@@ -66,6 +66,7 @@ struct lxf_config {
     uint32_t progress_us; /* LAXFLOW_PROGRESS_US, progress-thread period while WRs wait */
     uint64_t max_defer_ns; /* LAXFLOW_MAX_DEFER_MS: a deferred WR older than this is released */
     int disabled;         /* LAXFLOW_SHIM_DISABLE=1: pass everything through */
+    uint32_t default_stage; /* LAXFLOW_DEFAULT_STAGE 1..3: stage of untagged QPs and TCP sockets; 0 none */
 };
 
 extern struct lxf_real lxf_real;

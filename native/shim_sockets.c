@@ -102,6 +102,9 @@ struct lxf_fd_state {
     uint64_t bytes;       /* bytes of msg written so far */
     int done;             /* its COMPLETION was sent */
     struct lxf_tag_value tag;
+    int dflt;             /* LAXFLOW_DEFAULT_STAGE: a TCP connection of ours, untagged writes are messages */
+    int dflt_dscp_plus1;  /* class of this socket's default-stage messages, from their permits; 0 none */
+    uint64_t prev_dflt;   /* the last default-stage message, whose permit may hold the class */
 };
 
 static struct lxf_fd_state g_fds[LXF_MAX_FDS];
@@ -144,7 +147,25 @@ static void finish_msg(struct lxf_fd_state *f, int fd)
  * tag's DSCP, or the permit's when the tag leaves it open -- one setsockopt
  * only when the class changes.  Returns the state to account the written
  * bytes to, or NULL (untagged: pass through). */
-static struct lxf_fd_state *flow_before(int fd)
+static int is_tcp(int fd)
+{
+    int type = 0, family = 0;
+    socklen_t len = sizeof(type);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM)
+        return 0;
+    len = sizeof(family);
+    return getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &len) == 0 && (family == AF_INET || family == AF_INET6);
+}
+
+static uint64_t write_len(size_t len, const struct iovec *iov, size_t iovcnt)
+{
+    uint64_t n = len;
+    for (size_t i = 0; iov && i < iovcnt; i++)
+        n += iov[i].iov_len;
+    return n;
+}
+
+static struct lxf_fd_state *flow_before(int fd, size_t len, const struct iovec *iov, size_t iovcnt)
 {
     struct lxf_segment *seg = lxf_segment();
     if (!seg || fd < 0 || fd >= LXF_MAX_FDS || !lxf_gating())
@@ -152,12 +173,33 @@ static struct lxf_fd_state *flow_before(int fd)
     struct lxf_fd_state *f = &g_fds[fd];
     struct lxf_tag_value tag;
     int tagged = lxf_tag_read(seg, lxf_self_pid(), LXF_TAG_SOCKET, (uint64_t)fd, &tag) && tag.msg_id;
-    if (!tagged && !__atomic_load_n(&f->msg, __ATOMIC_RELAXED))
+    int dflt = !tagged && __atomic_load_n(&f->dflt, __ATOMIC_RELAXED);
+    if (!tagged && !dflt && !__atomic_load_n(&f->msg, __ATOMIC_RELAXED))
         return NULL;
     lxf_in_shim++;
     int saved = errno;
+    if (dflt && !is_tcp(fd)) {
+        /* The number was closed and reused for a file or pipe (close is not
+         * ours to see): those writes are not network traffic. */
+        __atomic_store_n(&f->dflt, 0, __ATOMIC_RELAXED);
+        dflt = 0;
+    }
     fd_lock(f);
     uint32_t gen = lxf_generation();
+    if (dflt) {
+        /* LAXFLOW_DEFAULT_STAGE: each untagged write is one message of that
+         * stage.  Its own permit comes after the write has started, so the
+         * class is the one the daemon gave this socket's previous message. */
+        struct lxf_permit_view pv;
+        if (f->prev_dflt && lxf_permit_get(seg, f->prev_dflt, &pv) && pv.dscp < 64)
+            f->dflt_dscp_plus1 = (int)pv.dscp + 1;
+        uint64_t n = write_len(len, iov, iovcnt);
+        tag = (struct lxf_tag_value){.msg_id = n ? lxf_msg_id_alloc(seg) : 0, .bytes = n,
+                                     .stage = lxf_cfg.default_stage, .dscp = f->dflt_dscp_plus1 - 1};
+        tagged = tag.msg_id != 0;
+        if (tagged)
+            f->prev_dflt = tag.msg_id;
+    }
     if (!tagged || tag.msg_id != f->msg || f->gen != gen) {
         finish_msg(f, fd);
         if (tagged) {
@@ -212,6 +254,14 @@ static void tag_socket(int fd, int family)
 {
     int dscp = socket_dscp();
     fd_reset(fd);
+    if (lxf_cfg.default_stage && fd >= 0 && fd < LXF_MAX_FDS) {
+        struct lxf_fd_state *f = &g_fds[fd];
+        fd_lock(f);
+        f->dflt = is_tcp(fd);
+        f->dflt_dscp_plus1 = 0;
+        f->prev_dflt = 0;
+        fd_unlock(f);
+    }
     if (dscp < 0 || fd < 0)
         return;
     set_class(fd, family, dscp);
@@ -299,7 +349,7 @@ static void maintain_sometimes(void)
 /* The four write calls of TCP senders (Mooncake's TCP transport, Gloo,
  * Python's socket module): untagged fds, no daemon and re-entry pass straight
  * through after one lookup. */
-#define WRITE_WRAPPER(call, real_call)                         \
+#define WRITE_WRAPPER(call, real_call, len, iov, iovcnt)       \
     lxf_init();                                                \
     if (LXF_UNLIKELY(!lxf_real.call)) {                        \
         errno = ENOSYS;                                        \
@@ -308,7 +358,7 @@ static void maintain_sometimes(void)
     if (lxf_in_shim || lxf_cfg.disabled)                       \
         return real_call;                                      \
     maintain_sometimes();                                      \
-    struct lxf_fd_state *f = flow_before(fd);                  \
+    struct lxf_fd_state *f = flow_before(fd, len, iov, iovcnt); \
     ssize_t n = real_call;                                     \
     if (f)                                                     \
         flow_after(f, fd, n);                                  \
@@ -316,20 +366,21 @@ static void maintain_sometimes(void)
 
 LXF_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 {
-    WRITE_WRAPPER(send, lxf_real.send(fd, buf, len, flags))
+    WRITE_WRAPPER(send, lxf_real.send(fd, buf, len, flags), len, NULL, 0)
 }
 
 LXF_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
-    WRITE_WRAPPER(sendmsg, lxf_real.sendmsg(fd, msg, flags))
+    WRITE_WRAPPER(sendmsg, lxf_real.sendmsg(fd, msg, flags), 0, msg ? msg->msg_iov : NULL,
+                  msg ? msg->msg_iovlen : 0)
 }
 
 LXF_EXPORT ssize_t write(int fd, const void *buf, size_t len)
 {
-    WRITE_WRAPPER(write, lxf_real.write(fd, buf, len))
+    WRITE_WRAPPER(write, lxf_real.write(fd, buf, len), len, NULL, 0)
 }
 
 LXF_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
-    WRITE_WRAPPER(writev, lxf_real.writev(fd, iov, iovcnt))
+    WRITE_WRAPPER(writev, lxf_real.writev(fd, iov, iovcnt), 0, iov, iovcnt > 0 ? (size_t)iovcnt : 0)
 }

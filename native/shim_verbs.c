@@ -80,7 +80,8 @@ static int wrap_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
         if (!lxf_gating())
             return real(qp, wr, bad_wr);
         struct lxf_tag_value tag;
-        if (!lxf_tag_read(lxf_segment(), lxf_self_pid(), LXF_TAG_QP, qp->qp_num, &tag) || tag.msg_id == 0)
+        if (!lxf_cfg.default_stage &&
+            (!lxf_tag_read(lxf_segment(), lxf_self_pid(), LXF_TAG_QP, qp->qp_num, &tag) || tag.msg_id == 0))
             return real(qp, wr, bad_wr); /* untagged QP: pass through */
         qs = lxf_qp_claim(qp);
         if (!qs)

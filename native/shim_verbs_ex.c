@@ -189,6 +189,8 @@ static int should_record(struct ibv_qp *qp)
         return 1; /* it may hold deferred work: nothing may overtake it */
     if (!lxf_gating())
         return 0;
+    if (lxf_cfg.default_stage)
+        return 1; /* untagged QPs carry the default stage's message */
     struct lxf_tag_value tag;
     return lxf_tag_read(lxf_segment(), lxf_self_pid(), LXF_TAG_QP, qp->qp_num, &tag) && tag.msg_id;
 }

@@ -161,9 +161,17 @@ def run_command(
     kv_bytes: int = typer.Option(250_000, "--kv-bytes", help="Stage-3 bytes each rank writes per layer."),
     interarrival_ms: float = typer.Option(200.0, "--interarrival-ms", help="Time between request arrivals."),
     slo_factor: float = typer.Option(2.0, "--slo-factor", help="TTFT SLO = factor x idle-fabric TTFT."),
+    modes: str = typer.Option("off,static,on", "--modes",
+                              help="Comma-separated modes: off (one class), static (per-stage DSCP), "
+                                   "on (coordinator + daemons); off and on required."),
+    window_bytes: Optional[int] = typer.Option(None, "--window-bytes",
+                                               help="Daemons' permit window in bytes (default: one BDP)."),
+    collective: str = typer.Option("auto", "--collective",
+                                   help="Stage 2: gloo (torch.distributed), tcp (own exchange), auto (gloo if torch)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Run a synthetic disaggregated prefill on a 4-host fabric with one class (off) and per-stage classes (on)."""
+    """Run a synthetic disaggregated prefill on a 4-host fabric: one class (off), static per-stage classes
+    (static), laxflow's coordinator and daemons (on)."""
     if scenario != "contention":
         raise UserError(f"--scenario: expected contention, got {scenario!r}")
     from laxflow.testbed.fabric import require_root
@@ -173,13 +181,15 @@ def run_command(
     result = run_contention(ScenarioConfig(
         name=name, requests=requests, rate=rate, tagger=tagger, layers=layers, compute_ms=compute_ms,
         a2a_bytes=a2a_bytes, reuse_bytes=reuse_bytes, kv_bytes=kv_bytes, interarrival_ms=interarrival_ms,
-        slo_factor=slo_factor))
+        slo_factor=slo_factor, modes=tuple(m.strip() for m in modes.split(",") if m.strip()), window_bytes=window_bytes, collective=collective))
     if as_json:
         typer.echo(json.dumps(result, indent=1))
         return
-    for mode in ("off", "on"):
+    for mode in ("off", "static", "on"):
+        if mode not in result:
+            continue
         r = result[mode]
-        typer.echo(f"{mode:>3}: CCT {r['cct_mean'] * 1000:.1f} ms  TTFT {r['ttft_mean'] * 1000:.1f} ms  "
+        typer.echo(f"{mode:>6}: CCT {r['cct_mean'] * 1000:.1f} ms  TTFT {r['ttft_mean'] * 1000:.1f} ms  "
                    f"SLO attainment {r['slo_attainment']:.2f}")
     typer.echo(f"CCT off/on {result['cct_ratio']:.2f}x  TTFT off/on {result['ttft_ratio']:.2f}x  "
                f"DSCP seen (on) {result['dscp_seen']}  [{result['on_mode']}]")

@@ -8,17 +8,33 @@ sleep), stage-2 all_to_all between h0 and h1, stage-3 write of the layer's KV
 queues and stage-1 reads at the switch ports toward h0 and h1: the
 contention of MFS Fig. 5 on a 4-host fabric. Processes: :mod:`worker`.
 
-Modes, run back to back on the same fabric and workload:
+Modes, run back to back on the same fabric and workload (``modes``):
 
 - ``off``: one class, every connection DSCP 0 (what the fabric does without laxflow).
-- ``on``: **static per-stage classes** from laxflow's DSCP map: stage 2 at
+- ``static``: static per-stage classes from laxflow's DSCP map: stage 2 at
   level 1 (RLI 0, TC 4), stage 1 at level 3 (TC 3), stage 3 at level 5
   (TC 2). Tagged through the real shim (``tagger="shim"``: the per-thread
   tag on the prefill ranks, the static ``LAXFLOW_DSCP`` rule on the KV
-  store) or by ``IP_TOS`` (``tagger="sockopt"``). This is *not* MFS yet:
-  no node daemon, no coordinator, no promotion by laxity. Those come in
-  where :class:`worker.Tagger` opens connections, once the daemon and the
-  adapters (Mooncake for stages 1 and 3, Gloo for stage 2) are merged.
+  store) or by ``IP_TOS`` (``tagger="sockopt"``). No daemon.
+- ``on``: laxflow as deployed. A ``laxflow coordinator`` (in h0's namespace,
+  bound to an ``ipc://`` path: namespaces share the file system, so the
+  control plane needs no CURVE keys and stays off the measured fabric) and
+  one ``laxflow daemon`` per host namespace (its own segment, hooks socket,
+  port ``eth0`` at the line rate). Every worker runs under the shim attached
+  to its host's daemon; each stage's transfer is a message through
+  :class:`laxflow.testbed.mfs_io.DaemonIO` (PermitGate submit -> permit ->
+  socket flow tag -> send -> complete) and requests, batches and layer
+  boundaries go through the hooks API. The permit's DSCP reaches the wire
+  through the shim. Connection set-up keeps the stage's static class for what
+  no message covers (receivers' ACKs).
+
+Stage 2 is a Gloo all_to_all (torch.distributed over eth0; ``on``: gated and
+marked by :class:`laxflow.adapters.gloo.GlooCollectives`) when torch is
+installed (``collective="auto"``/``"gloo"``), else the workers' own TCP
+exchange tagged stage 2 (``"tcp"``). Stages 1/3 use the PermitGate + socket
+flow tag path, not the Mooncake wrapper (same gate; Mooncake's TCP transport
+needs its metadata service in each namespace): the wrapper is tested on its
+own in tests/adapters.
 
 TTFT SLO: ``slo_factor`` x the request's TTFT on an idle fabric, computed
 from the sizes and the line rate (the paper uses 3x the low-load TTFT).
@@ -27,11 +43,14 @@ Called by the CLI and the tests in the main thread of a root process.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -40,7 +59,8 @@ from laxflow.errors import UserError
 from laxflow.policy.dscp import default_dscp_map
 from laxflow.testbed.fabric import FabricConfig, Testbed, parse_rate
 
-STAGE_LEVEL = {2: 1, 1: 3, 3: 5}  # static per-stage RMLQ level of the "on" mode
+STAGE_LEVEL = {2: 1, 1: 3, 3: 5}  # static per-stage RMLQ level of the "static" mode (base class of "on")
+MODES = ("off", "static", "on")
 
 
 @dataclass(frozen=True)
@@ -58,6 +78,9 @@ class ScenarioConfig:
     interarrival_ms: float = 200.0
     slo_factor: float = 2.0
     tagger: str = "shim"  # or "sockopt"
+    modes: tuple[str, ...] = ("off", "static", "on")
+    window_bytes: int | None = None  # the daemons' permit window (None: their default, one BDP)
+    collective: str = "auto"  # stage 2: gloo (torch installed), tcp (the workers' own exchange), auto
 
     def __post_init__(self) -> None:
         parse_rate(self.rate)
@@ -68,6 +91,16 @@ class ScenarioConfig:
             raise UserError("scenario: compute_ms >= 0, interarrival_ms > 0 and slo_factor > 0 are required")
         if self.tagger not in ("shim", "sockopt"):
             raise UserError(f"scenario: tagger must be shim or sockopt, got {self.tagger!r}")
+        bad = [m for m in self.modes if m not in MODES]
+        if bad or "off" not in self.modes or "on" not in self.modes or len(set(self.modes)) != len(self.modes):
+            raise UserError(f"scenario: modes must include off and on, each once, from {', '.join(MODES)}; "
+                            f"got {','.join(self.modes)!r}")
+        if self.collective not in ("auto", "gloo", "tcp"):
+            raise UserError(f"scenario: collective must be auto, gloo or tcp, got {self.collective!r}")
+        if self.window_bytes is not None and self.window_bytes < 0:
+            raise UserError(f"scenario: window_bytes must be >= 0, got {self.window_bytes}")
+        if self.tagger != "shim" and "on" in self.modes:
+            raise UserError("scenario: mode on needs tagger shim (the permit's class reaches the wire through it)")
 
     def ideal_ttft_s(self) -> float:
         """TTFT on an idle fabric: first layer's reuse, every layer's compute and all_to_all, last KV write."""
@@ -83,28 +116,117 @@ def stage_dscp(mode: str) -> dict[int, int]:
     return {stage: dscp_map.dscp(level) for stage, level in STAGE_LEVEL.items()}
 
 
-def _worker_env(cfg: ScenarioConfig, static_dscp: int | None) -> dict[str, str] | None:
+def _worker_env(cfg: ScenarioConfig, static_dscp: int | None, shm: str | None = None) -> dict[str, str] | None:
     if cfg.tagger != "shim":
         return None
     from laxflow.shim import ShimConfig, shim_env
 
-    # A segment name no daemon owns: the shim runs in its static / per-thread-tag mode only.
-    return shim_env(ShimConfig(dscp=static_dscp, shm_name=f"/{cfg.name}-no-daemon-{os.getpid()}"))
+    # Without a daemon: a segment name no daemon owns, the shim runs in its static / per-thread-tag mode only.
+    return shim_env(ShimConfig(dscp=static_dscp, shm_name=shm or f"/{cfg.name}-no-daemon-{os.getpid()}"))
+
+
+class ControlPlane:
+    """Coordinator + one node daemon per host, inside the namespaces (mode ``on``)."""
+
+    def __init__(self, tb: Testbed, cfg: ScenarioConfig) -> None:
+        self.tb, self.cfg = tb, cfg
+        self.dir = tempfile.mkdtemp(prefix=f"laxflow-{cfg.name}-")
+        self.procs: list[subprocess.Popen[str]] = []
+        self.logs: list[Any] = []
+
+    def shm(self, host: int) -> str:
+        return f"/{self.cfg.name}-h{host}-{os.getpid()}"
+
+    def hooks(self, host: int) -> str:
+        return f"ipc://{self.dir}/hooks-h{host}.sock"
+
+    def _start(self, host: int, argv: list[str], tag: str) -> None:
+        log = open(os.path.join(self.dir, f"{tag}.log"), "w")
+        self.logs.append(log)
+        self.procs.append(self.tb.popen_in(host, argv, stdout=log, stderr=subprocess.STDOUT))
+
+    def __enter__(self) -> "ControlPlane":
+        lx = [sys.executable, "-c", "from laxflow.cli import main; main()"]
+        coord = f"ipc://{self.dir}/coord.sock"
+        self._start(0, [*lx, "coordinator", "--bind", coord, "--log-level", "warning"], "coordinator")
+        ports = os.path.join(self.dir, "ports.json")
+        with open(ports, "w") as f:
+            json.dump({"ports": [{"name": "eth0", "rate": parse_rate(self.cfg.rate) / 8}]}, f)
+        conf = os.path.join(self.dir, "daemon.json")
+        with open(conf, "w") as f:
+            json.dump({} if self.cfg.window_bytes is None else {"window_bytes": self.cfg.window_bytes}, f)
+        for h in range(self.tb.config.hosts):
+            self._start(h, [*lx, "daemon", "--config", conf, "--node", f"h{h}", "--coordinator", coord, "--shm", self.shm(h),
+                            "--ports", ports, "--hooks", self.hooks(h), "--metrics-port", "0",
+                            "--log-level", "warning"], f"daemon-h{h}")
+        deadline = time.monotonic() + 30
+        for h in range(self.tb.config.hosts):
+            sock = self.hooks(h)[len("ipc://"):]
+            while not (os.path.exists(f"/dev/shm{self.shm(h)}") and os.path.exists(sock)):
+                if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
+                    self.__exit__(None, None, None)
+                    raise UserError(f"contention scenario: the daemon of h{h} did not start (logs in {self.dir})")
+                time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for log in self.logs:
+            log.close()
+        for h in range(self.tb.config.hosts):
+            try:
+                os.unlink(f"/dev/shm{self.shm(h)}")
+            except FileNotFoundError:
+                pass
+        if exc[0] is None:
+            shutil.rmtree(self.dir, ignore_errors=True)  # kept after a failure: the daemons' logs
 
 
 def run_mode(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool) -> dict[str, Any]:
     """One run of the job in ``mode``; returns measurements (and the DSCP histogram if ``capture``)."""
+    if mode == "on":
+        with ControlPlane(tb, cfg) as cp:
+            return _run_job(tb, cfg, mode, capture, cp)
+    return _run_job(tb, cfg, mode, capture, None)
+
+
+def collective_kind(cfg: ScenarioConfig) -> str:
+    """Stage 2's implementation: Gloo when asked or (auto) when torch is installed."""
+    if cfg.collective != "auto":
+        return cfg.collective
+    return "gloo" if importlib.util.find_spec("torch") is not None else "tcp"
+
+
+def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: ControlPlane | None) -> dict[str, Any]:
     py = sys.executable
     dscp = stage_dscp(mode)
+    slo = cfg.slo_factor * cfg.ideal_ttft_s()
+    kind = collective_kind(cfg)
     common = {"kv_port": 7001, "decode_port": 7002, "a2a_port": 7100, "tagger": cfg.tagger,
-              "dscp": {str(k): v for k, v in dscp.items()}}
+              "dscp": {str(k): v for k, v in dscp.items()}, "slo_s": slo, "collective": kind,
+              "gloo_master": f"{tb.address(0)}:7200"}
+
+    def host_cfg(h: int) -> dict[str, Any]:
+        return dict(common, daemon={"shm": cp.shm(h), "hooks": cp.hooks(h)}) if cp else common
+
+    def env(h: int, static: int | None) -> dict[str, str] | None:
+        return _worker_env(cfg, static if mode != "off" else None, cp.shm(h) if cp else None)
+
     servers = [
-        tb.popen_in(2, [py, "-m", "laxflow.testbed.worker", "kvstore", json.dumps(common)],
-                    env=_worker_env(cfg, dscp[1] if mode == "on" else None)),
-        tb.popen_in(3, [py, "-m", "laxflow.testbed.worker", "decode", json.dumps(common)],
-                    env=_worker_env(cfg, dscp[3] if mode == "on" else None)),
+        tb.popen_in(2, [py, "-m", "laxflow.testbed.worker", "kvstore", json.dumps(host_cfg(2))], env=env(2, dscp[1])),
+        tb.popen_in(3, [py, "-m", "laxflow.testbed.worker", "decode", json.dumps(host_cfg(3))], env=env(3, dscp[3])),
     ]
-    span = cfg.requests * cfg.interarrival_ms / 1000 + cfg.ideal_ttft_s() * 4
+    # time for every process to start and connect (importing torch takes seconds on a loaded box)
+    delay = 10.0 if kind == "gloo" else 2.5
+    span = delay + cfg.requests * cfg.interarrival_ms / 1000 + cfg.ideal_ttft_s() * 4
     cap = None
     if capture:
         ports = ",".join(tb.switch_port(i) for i in range(tb.config.hosts))
@@ -114,18 +236,22 @@ def run_mode(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool) -> dict
         assert cap.stderr is not None
         if not cap.stderr.readline().startswith("capturing on"):  # its sockets are open from here on
             raise UserError(f"contention scenario: the DSCP capture did not start ({cap.stderr.read().strip()[-200:]})")
-    start = time.time() + 2.5  # time for every process to start and connect
+    start = time.time() + delay
     ranks = []
     for rank in (0, 1):
-        wcfg = dict(common, rank=rank, peer=tb.address(1 - rank), kvstore=tb.address(2), decode=tb.address(3),
-                    layers=cfg.layers, requests=cfg.requests, compute_s=cfg.compute_ms / 1000,
-                    a2a_bytes=cfg.a2a_bytes, reuse_bytes=cfg.reuse_bytes, kv_bytes=cfg.kv_bytes,
-                    interarrival_s=cfg.interarrival_ms / 1000, start_epoch=start)
+        wcfg = dict(host_cfg(rank), rank=rank, peer=tb.address(1 - rank), kvstore=tb.address(2),
+                    decode=tb.address(3), layers=cfg.layers, requests=cfg.requests,
+                    compute_s=cfg.compute_ms / 1000, a2a_bytes=cfg.a2a_bytes, reuse_bytes=cfg.reuse_bytes,
+                    kv_bytes=cfg.kv_bytes, interarrival_s=cfg.interarrival_ms / 1000, start_epoch=start)
+        renv = env(rank, dscp[2] if kind == "gloo" else None) or dict(os.environ)
+        renv["GLOO_SOCKET_IFNAME"] = "eth0"  # Gloo's connections on the fabric, not lo
         ranks.append(tb.popen_in(rank, [py, "-m", "laxflow.testbed.worker", "prefill", json.dumps(wcfg)],
-                                 stdout=subprocess.PIPE, env=_worker_env(cfg, None)))
+                                 stdout=subprocess.PIPE, env=renv))
     try:
         outs = [json.loads(p.communicate(timeout=span * 10 + 60)[0]) for p in ranks]
     except (ValueError, subprocess.TimeoutExpired) as exc:
+        for p in ranks:
+            p.kill()
         raise UserError(f"contention scenario ({mode}): a prefill rank failed ({type(exc).__name__})") from None
     finally:
         for p in servers:
@@ -133,10 +259,19 @@ def run_mode(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool) -> dict
             p.wait()
     ttft = [max(a, b) for a, b in zip(outs[0]["ttft"], outs[1]["ttft"])]
     cct = outs[0]["cct"] + outs[1]["cct"]
-    slo = cfg.slo_factor * cfg.ideal_ttft_s()
     result: dict[str, Any] = {"cct_mean": statistics.fmean(cct), "ttft_mean": statistics.fmean(ttft),
                               "slo_attainment": sum(t <= slo for t in ttft) / len(ttft),
-                              "dscp_by_stage": {str(k): v for k, v in dscp.items()}}
+                              "cct_p99": sorted(cct)[min(len(cct) - 1, int(0.99 * len(cct)))], "collective": kind}
+    if mode == "on":
+        used: dict[str, int] = {}
+        for o in outs:
+            for k, v in o.get("permit_dscp", {}).items():
+                used[k] = used.get(k, 0) + v
+        result["permit_dscp_prefill"] = used
+        result["permit_wait_ms_prefill"] = {
+            k: 1000 * sum(o.get("permit_wait_s", {}).get(k, 0.0) for o in outs) / len(outs) for k in ("2", "3")}
+    else:
+        result["dscp_by_stage"] = {str(k): v for k, v in dscp.items()}
     if cap is not None:
         out, _ = cap.communicate(timeout=span + 60)
         seen = json.loads(out) if out.strip() else {}
@@ -146,13 +281,20 @@ def run_mode(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool) -> dict
 
 
 def run_contention(cfg: ScenarioConfig) -> dict[str, Any]:
-    """Bring up a 4-host fabric, run the job off then on, tear down; the JSON of ``testbed run``."""
+    """Bring up a 4-host fabric, run the job in each mode, tear down; the JSON of ``testbed run``."""
     tb = Testbed(FabricConfig(hosts=4, rate=cfg.rate, name=cfg.name))
+    results: dict[str, Any] = {}
     with tb:
-        off = run_mode(tb, cfg, "off", capture=False)
-        on = run_mode(tb, cfg, "on", capture=True)
+        for mode in cfg.modes:
+            results[mode] = run_mode(tb, cfg, mode, capture=mode == "on")
+    on = results["on"]
     seen, drops = on.pop("dscp_seen", {}), on.pop("capture_drops", None)
-    return {"off": off, "on": on, "cct_ratio": off["cct_mean"] / on["cct_mean"],
-            "ttft_ratio": off["ttft_mean"] / on["ttft_mean"], "dscp_seen": seen, "capture_drops": drops,
-            "on_mode": "static per-stage DSCP (no daemon/coordinator yet)", "slo_s": cfg.slo_factor * cfg.ideal_ttft_s(),
-            "config": asdict(cfg)}
+    out = dict(results)
+    out.update({"cct_ratio": results["off"]["cct_mean"] / on["cct_mean"],
+                "ttft_ratio": results["off"]["ttft_mean"] / on["ttft_mean"], "dscp_seen": seen,
+                "capture_drops": drops, "on_mode": "coordinator + node daemon per host, permits via the shim",
+                "slo_s": cfg.slo_factor * cfg.ideal_ttft_s(), "config": asdict(cfg)})
+    if "static" in results:
+        out["static_cct_ratio"] = results["off"]["cct_mean"] / results["static"]["cct_mean"]
+        out["static_ttft_ratio"] = results["off"]["ttft_mean"] / results["static"]["ttft_mean"]
+    return out

@@ -11,7 +11,8 @@
   reads the reused KV of all layers from the kvstore (stage 1, layer j must
   be in before layer j computes), computes each layer (a timed sleep), runs
   the layer's all_to_all with the other rank (stage 2: send and receive
-  ``a2a_bytes`` at once), and hands layer j's KV to a writer thread that
+  ``a2a_bytes`` at once; a Gloo all_to_all with ``collective: gloo``), and
+  hands layer j's KV to a writer thread that
   sends it to decode (stage 3, overlapping the next layers). TTFT = last
   stage-3 ack - arrival. Prints one JSON line of measurements.
 
@@ -24,8 +25,14 @@ rank's all_to_all receiver by the per-thread tag; the kvstore and decode
 servers by the shim's static rule, ``laxflow run --dscp``, or by ``IP_TOS``):
 a receiver's ACKs left in DSCP 0 would sit in the lowest strict-priority
 queue behind the very traffic its flow is meant to beat. This is the
-pluggable seam where the node daemon's permits and the Mooncake/Gloo
-adapters will come in.
+
+Mode ``on`` (``cfg["daemon"]`` set): every stage's transfer is a message to
+the host's node daemon (:class:`laxflow.testbed.mfs_io.DaemonIO`): submitted,
+sent once permitted in the permit's class (socket flow tag -> shim), completed;
+the prefill ranks and the KV store register requests (deadline = arrival +
+SLO), batches and layer boundaries through the hooks API. The connection's
+class at set-up (the stage's static class) then only carries what no message
+covers: the receivers' ACKs (a receiver does not know the sender's permit).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import time
 from typing import Any
 
 HDR = struct.Struct("!QQQ")  # request, layer, size
+KVREQ = struct.Struct("!QQQd")  # request, layers, bytes per layer, deadline (epoch s)
 CHUNK = 256 * 1024
 
 
@@ -117,18 +125,32 @@ def _listen(port: int) -> socket.socket:
     return ls
 
 
+def _daemon_io(cfg: dict[str, Any]):
+    """The host daemon's client in mode ``on``, else None (plain sends)."""
+    if not cfg.get("daemon"):
+        return None
+    from laxflow.testbed.mfs_io import DaemonIO
+
+    return DaemonIO(cfg["daemon"]["shm"], cfg["daemon"]["hooks"])
+
+
 def kvstore(cfg: dict[str, Any]) -> None:
     ls = _listen(cfg["kv_port"])
-    payload = bytes(CHUNK)
+    io = _daemon_io(cfg)
 
     def serve(conn: socket.socket) -> None:
         if cfg["tagger"] == "sockopt":
             conn.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg["dscp"]["1"] << 2)
         try:
             while True:
-                (n,) = struct.unpack("!Q", _recv_exact(conn, 8))
-                while n > 0:
-                    n -= conn.send(payload[: min(n, CHUNK)])
+                req, layers, n, deadline = KVREQ.unpack(_recv_exact(conn, KVREQ.size))
+                if io is not None:
+                    io.hooks().register_request(str(req), deadline, 1000, reused_tokens=1000)
+                for layer in range(layers):  # one stage-1 message per layer
+                    if io is not None:
+                        io.send(conn, bytes(n), req, 1, layer)
+                    else:
+                        conn.sendall(bytes(n))
         except (ConnectionError, OSError):
             conn.close()
 
@@ -156,15 +178,64 @@ def decode(cfg: dict[str, Any]) -> None:
         threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
 
+class GlooAllToAll:
+    """Stage 2 as a Gloo all_to_all (torch.distributed, CPU, TCP over eth0).
+
+    ``on``: each collective is gated and marked by
+    :class:`laxflow.adapters.gloo.GlooCollectives` (permit -> DSCP on Gloo's
+    sockets + flow tags); ``static``: the shim's static rule marks Gloo's
+    connections; ``off``: DSCP 0. Made after the rank's other connections,
+    so the adapter leaves those alone.
+    """
+
+    def __init__(self, cfg: dict[str, Any], rank: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.dist, self.coll = dist, None
+        self.used: dict[str, int] = {}  # "s2:<permit DSCP>" -> collectives
+        if cfg.get("daemon"):
+            from laxflow.adapters.gate import GateConfig
+            from laxflow.adapters.gloo import GlooCollectives
+
+            self.coll = GlooCollectives(GateConfig(shm_name=cfg["daemon"]["shm"]))
+        dist.init_process_group("gloo", init_method=f"tcp://{cfg['gloo_master']}", rank=rank, world_size=2)
+        self.nbytes = cfg["a2a_bytes"]
+        self.send = torch.zeros(2 * self.nbytes, dtype=torch.uint8)  # half of it to the peer
+        self.recv = torch.empty_like(self.send)
+
+    def run(self, request: int, layer: int) -> None:
+        if self.coll is None:
+            self.dist.all_to_all_single(self.recv, self.send)
+            return
+        with self.coll.collective(request=request, layer=layer, nbytes=self.nbytes) as permit:
+            self.dist.all_to_all_single(self.recv, self.send)
+        if permit is not None:
+            key = f"s2:{permit.dscp}"
+            self.used[key] = self.used.get(key, 0) + 1
+
+    def close(self) -> None:
+        self.dist.barrier()
+        self.dist.destroy_process_group()
+        if self.coll is not None:
+            self.coll.close()
+
+
 def prefill(cfg: dict[str, Any]) -> None:
     rank, L = cfg["rank"], cfg["layers"]
     tag = Tagger(cfg["tagger"])
     dscp = {int(k): v for k, v in cfg["dscp"].items()}
-    peer_ls = _listen(cfg["a2a_port"] + rank)
-    a2a_out = tag.connect((cfg["peer"], cfg["a2a_port"] + 1 - rank), dscp[2], 2)
-    a2a_in = tag.accept(peer_ls, dscp[2], 2)
     kv = tag.connect((cfg["kvstore"], cfg["kv_port"]), dscp[1], 1)
     dec = tag.connect((cfg["decode"], cfg["decode_port"]), dscp[3], 3)
+    gloo = cfg.get("collective") == "gloo"
+    if gloo:
+        a2a = GlooAllToAll(cfg, rank)
+        own: list[socket.socket] = []
+    else:
+        peer_ls = _listen(cfg["a2a_port"] + rank)
+        a2a_out = tag.connect((cfg["peer"], cfg["a2a_port"] + 1 - rank), dscp[2], 2)
+        a2a_in = tag.accept(peer_ls, dscp[2], 2)
+        own = [a2a_out, a2a_in]
     a2a_bytes, reuse, kv_bytes = cfg["a2a_bytes"], cfg["reuse_bytes"], cfg["kv_bytes"]
     payload = bytes(max(a2a_bytes, kv_bytes, 1))
     # Both ranks start together: the scenario gives a wall-clock start a little in the future.
@@ -172,26 +243,42 @@ def prefill(cfg: dict[str, Any]) -> None:
     time.sleep(max(0.0, start - time.time()))
     arrivals = [start + i * cfg["interarrival_s"] for i in range(cfg["requests"])]
 
+    io = _daemon_io(cfg)
+    slo_s = cfg["slo_s"]
+
+    def send(sock: socket.socket, data: bytes, req: int, stage: int, layer: int) -> None:
+        if io is None:
+            sock.sendall(data)
+        else:
+            io.send(sock, data, req, stage, layer)
+
     writes: queue.Queue[tuple[int, int] | None] = queue.Queue()
     finished: dict[int, float] = {}
 
     def writer() -> None:
         while (item := writes.get()) is not None:
             req, layer = item
-            dec.sendall(HDR.pack(req, layer, kv_bytes) + payload[:kv_bytes])
+            send(dec, HDR.pack(req, layer, kv_bytes) + payload[:kv_bytes], req, 3, layer)
             _recv_exact(dec, 8)
             if layer == L - 1:
                 finished[req] = time.time()
+                if io is not None:
+                    io.hooks().request_done(str(req))
 
     wthread = threading.Thread(target=writer, daemon=True)
     wthread.start()
     cct: list[float] = []
     for req, arrival in enumerate(arrivals):
         time.sleep(max(0.0, arrival - time.time()))
+        rid = 1000 + req
         layer_in = [threading.Event() for _ in range(L)]
+        batch = f"b{rid}-r{rank}"
+        if io is not None:
+            io.hooks().register_request(str(rid), arrival + slo_s, 1000, reused_tokens=1000)
+            io.hooks().batch_formed(batch, [str(rid)], compute_s=L * cfg["compute_s"])
 
-        def reader(events: list[threading.Event] = layer_in) -> None:
-            kv.sendall(struct.pack("!Q", reuse * L))
+        def reader(events: list[threading.Event] = layer_in, rid: int = rid, arrival: float = arrival) -> None:
+            kv.sendall(KVREQ.pack(rid, L, reuse, arrival + slo_s))
             for ev in events:
                 _drain(kv, reuse)
                 ev.set()
@@ -200,21 +287,40 @@ def prefill(cfg: dict[str, Any]) -> None:
         rthread.start()
         for layer in range(L):
             layer_in[layer].wait()
+            if io is not None:
+                io.hooks().layer_begin(batch, layer)
             time.sleep(cfg["compute_s"])
+            if io is not None:
+                io.hooks().layer_end(batch, layer, last=layer == L - 1)
             t0 = time.time()
-            sender = threading.Thread(target=a2a_out.sendall, args=(payload[:a2a_bytes],))
-            sender.start()
-            _drain(a2a_in, a2a_bytes)
-            sender.join()
+            if gloo:
+                a2a.run(rid, layer)
+            else:
+                sender = threading.Thread(target=send, args=(a2a_out, payload[:a2a_bytes], rid, 2, layer))
+                sender.start()
+                _drain(a2a_in, a2a_bytes)
+                sender.join()
             cct.append(time.time() - t0)
-            writes.put((req, layer))
+            writes.put((rid, layer))
         rthread.join()
     writes.put(None)
     wthread.join()
-    ttft = [finished[r] - arrivals[r] for r in range(len(arrivals))]
-    print(json.dumps({"rank": rank, "cct": cct, "ttft": ttft}), flush=True)
-    for sock in (a2a_out, a2a_in, kv, dec):
+    ttft = [finished[1000 + r] - arrivals[r] for r in range(len(arrivals))]
+    used: dict[str, int] = {}
+    if io is not None:
+        used = {str(k): v for k, v in io.dscp_used.items()}
+        if gloo:
+            used.update(a2a.used)
+        waits = {str(k): sum(v) / len(v) for k, v in io.waits.items()}
+        io.close()
+    else:
+        waits = {}
+    print(json.dumps({"rank": rank, "cct": cct, "ttft": ttft, "permit_dscp": used, "permit_wait_s": waits}),
+          flush=True)
+    for sock in (*own, kv, dec):
         sock.close()
+    if gloo:
+        a2a.close()
 
 
 def main() -> None:
