@@ -34,11 +34,15 @@ def test_fs_puts_everything_in_one_level():
     assert list(d.level) == [0, 0] and d.cap is None
 
 
-def test_sjf_orders_by_size_then_arrival_then_id():
-    flows = [flow("z", 3.0), flow("b", 2.0, arrival=1.0), flow("a", 2.0, arrival=1.0), flow("c", 2.0, arrival=0.5)]
+def test_sjf_orders_by_size_then_arrival_and_exact_ties_share_a_level():
+    flows = [flow("z", 3.0), flow("b", 2.0, arrival=1.0), flow("a", 2.0, arrival=1.0), flow("c", 2.0, arrival=0.5),
+             flow("L10", 1.0), flow("L2", 1.0)]
     level = create_policy("sjf").decide(snapshot(flows)).level
-    # c (2, 0.5) < a (2, 1, "a") < b (2, 1, "b") < z (3)
-    assert list(level) == [3, 2, 1, 0]
+    # L10 = L2 (1, 0: no id order) < c (2, 0.5) < a = b (2, 1) < z (3)
+    assert list(level) == [3, 2, 2, 1, 0, 0]
+    # Karuna's SJF part (flows without an explicit deadline) uses the same rule, one level lower.
+    karuna = create_policy("karuna").decide(snapshot(flows)).level
+    assert list(karuna) == [4, 3, 3, 2, 1, 1]
 
 
 def test_sjf_uses_total_size_not_remaining():

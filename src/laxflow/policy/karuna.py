@@ -4,9 +4,9 @@ Flows with an explicit deadline (``p2d`` flows with a deadline) get the top
 level, max-min fair among themselves, each capped at the minimum rate that
 still meets its due time, ``remaining / (due - now)``, recomputed at every
 event; once due, the cap is lifted (the flow is late, let it finish). Every
-other flow is scheduled below them by strict priority on total size
-(smallest first, one level per distinct size), the paper's "remaining flows
-using SJF". A timer at each explicit flow's due time lifts its cap even if
+other flow is scheduled below them by strict priority on total size, the
+paper's "remaining flows using SJF", with SJF's own tie rule
+(``sjf.sjf_levels``: equal sizes by earlier arrival, exact ties share a level). A timer at each explicit flow's due time lifts its cap even if
 no other event happens then. Called by the engine after every event.
 """
 
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from laxflow.policy.base import Decision, FlowPolicy, Snapshot, rank_levels
+from laxflow.policy.base import Decision, FlowPolicy, Snapshot
+from laxflow.policy.sjf import sjf_levels
 
 
 class Karuna(FlowPolicy):
@@ -30,7 +31,7 @@ class Karuna(FlowPolicy):
         cap = np.full(n, np.inf)
         other = ~explicit
         if other.any():
-            level[other] = 1 + rank_levels([snap.size[other]])
+            level[other] = 1 + sjf_levels(snap.size[other], snap.arrival[other])
         timers: tuple[float, ...] = ()
         if explicit.any():
             due = snap.due[explicit]

@@ -1,9 +1,12 @@
 """Shortest Job First (SJF): strict priority by total flow size.
 
-Smaller flows go first; ties by arrival, then by flow id, so every flow has a
-level of its own and the order is total (deterministic whatever the engine's
-order). The size is the flow's total size, not what remains: this is the
-size-based baseline of the MFS paper, not SRPT.
+Smaller flows go first; the tie rule (``sjf_levels``, shared with Karuna's
+SJF part) is: equal sizes by earlier arrival, and flows equal in both share
+one level, max-min fair among themselves. No flow-id order enters (ids like
+L0, L1, L10 would sort as strings and hand SJF part of another policy's
+layer order), and the result does not depend on the engine's flow order.
+The size is the flow's total size, not what remains: this is the size-based
+baseline of the MFS paper, not SRPT.
 """
 
 from __future__ import annotations
@@ -13,13 +16,15 @@ import numpy as np
 from laxflow.policy.base import Decision, FlowPolicy, Snapshot, rank_levels
 
 
+def sjf_levels(size: np.ndarray, arrival: np.ndarray) -> np.ndarray:
+    """SJF's strict-priority levels: dense rank of (size, then arrival); exact ties share a level."""
+    return rank_levels([arrival, size])
+
+
 class ShortestJobFirst(FlowPolicy):
-    """Level = rank of (size, arrival, id); called by the engine after every event."""
+    """Level = rank of (size, arrival); called by the engine after every event."""
 
     name = "sjf"
 
     def decide(self, snap: Snapshot) -> Decision:
-        ids = np.array([f.id for f in snap.flows], dtype=object)
-        id_rank = np.empty(len(ids), dtype=np.int64)
-        id_rank[np.argsort(ids, kind="stable")] = np.arange(len(ids))
-        return self.decision(rank_levels([id_rank, snap.arrival, snap.size]))
+        return self.decision(sjf_levels(snap.size, snap.arrival))

@@ -25,6 +25,17 @@ from laxflow.sim import serve_options
 MAX_SEEDS = 1000
 
 
+def _with_kv_placement(config: Any, meta: dict[str, Any], placement: Optional[str]) -> tuple[Any, dict[str, Any]]:
+    """``--kv-placement`` over the preset's config (validated by ServingConfig itself)."""
+    if placement is not None:
+        try:
+            config = replace(config, kv_placement=placement)
+        except UserError as exc:
+            raise UserError(f"--kv-placement: {exc}".replace("kv_placement: ", "")) from None
+    meta["kv_placement"] = config.kv_placement
+    return config, meta
+
+
 def _split(value: str, flag: str) -> list[str]:
     names = [p.strip() for p in value.split(",") if p.strip()]
     if not names:
@@ -211,6 +222,7 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         "policies": names,
         "preset_rates": list(chosen.rates),
     }
+    config, meta = _with_kv_placement(config, meta, v["kv_placement"])
     if trace is not None:
         meta["trace_requests"] = _trace_count(v, chosen.warmup)
         meta["time_scale"] = v.get("time_scale")

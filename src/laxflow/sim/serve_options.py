@@ -62,6 +62,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("servers", "--servers", "int", "Servers, half prefill, half decode (256)."),
     Flag("slo_scale", "--slo-scale", "float", "SLO = this x TTFT alone on the idle cluster (3)."),
     Flag("topology", "--topology", "str", "fat-tree, big-switch or testbed."),
+    Flag("kv_placement", "--kv-placement", "str", "Where reusable KV lives: pool (the paper's: on the unit that "
+         "computed it, others fetch it) or local-cache (every unit keeps a copy). Default: the preset's."),
     Flag("trace", "--trace", "path", "Replay a trace file instead of a synthetic workload."),
     Flag("trace_format", "--trace-format", "str", "Trace format: qwen-bailian, mooncake, azure, burstgpt "
          "(with --trace)."),

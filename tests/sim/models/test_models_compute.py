@@ -125,3 +125,14 @@ def test_empty_batch_and_bad_input() -> None:
         layer_compute_time(m, d, [10], [5])
     with pytest.raises(ValueError):
         layer_compute_time(m, d, [10, 1], [10])
+
+
+def test_explicit_attention_groups_balance_or_not_is_the_callers_choice():
+    """Per-rank batching: the caller says each request's attention-DP rank; the layer waits for the slowest."""
+    m, d = get_model("qwen3-coder"), get_deployment("qwen3-coder")  # TP1: 32 attention-DP ranks
+    balanced = layer_compute_breakdown(m, d, [256] * 32, [256] * 32, groups=list(range(32)))
+    piled = layer_compute_breakdown(m, d, [256] * 32, [256] * 32, groups=[0] * 32)
+    assert piled.total > 5 * balanced.total  # one rank runs everything while 31 idle
+    assert balanced.experts == piled.experts  # the experts see the same tokens either way
+    with pytest.raises(ValueError, match="groups"):
+        layer_compute_breakdown(m, d, [256], [256], groups=[32])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Sequence
 
 from laxflow.sim.serving.config import ClusterConfig, ServingConfig
@@ -14,9 +15,15 @@ BLOCK = 16
 def create_request(i: int, arrival: float, tokens: int, prefix: Sequence[int] = (), salt: int = 0) -> Request:
     """A request whose first blocks are ``prefix`` and whose other blocks are unique to it."""
     blocks = -(-tokens // BLOCK)
-    own = [hash(("own", salt, i, b)) & ((1 << 62) - 1) for b in range(blocks - len(prefix))]
+    own = [_stable_hash("own", salt, i, b) for b in range(blocks - len(prefix))]
     return Request(id=f"r{i}", arrival=arrival, input_tokens=tokens, output_tokens=1,
                    block_hashes=tuple(prefix) + tuple(own), block_size=BLOCK)
+
+
+def _stable_hash(*parts: object) -> int:
+    """A block hash that is the same in every process (Python's hash() of a tuple is salted per process)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 62) - 1)
 
 
 def create_config(model: str = "mixtral-8x7b", servers: int = 2, **kw) -> ServingConfig:

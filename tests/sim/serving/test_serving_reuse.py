@@ -23,6 +23,7 @@ def _workload():
 
 
 def _reuse_run(policy="fs", **kw):
+    kw.setdefault("kv_placement", "local-cache")
     sim, res = run(create_config(servers=4, **kw), _workload(), policy)
     return sim, res, res.states[2]
 
@@ -57,16 +58,21 @@ def test_smallest_rli_first_hides_the_fetch_behind_compute():
 
 
 def test_lookahead_one_fetches_each_layer_just_in_time():
+    """Each layer's fetch is issued when the layer starts, so every layer waits about one fetch time.
+
+    Not exactly: r1 runs on the holder's rank 0 too, and its P2D shares the holder GPU's NIC with the
+    fetch (per-flow fair, 50/50 while both send)."""
     _, res, r2 = _reuse_run(reuse_lookahead=1)
     per_layer = 64 * BLOCK * KV / NIC
-    assert res.batches[r2.batch].stall == pytest.approx(MODEL.num_layers * per_layer, rel=1e-6)
+    stall = res.batches[r2.batch].stall
+    assert MODEL.num_layers * per_layer * (1 - 1e-9) <= stall < 1.2 * MODEL.num_layers * per_layer
 
 
 @pytest.mark.parametrize("policy", ["fs", "mfs"])
 def test_bytes_conserved_per_stage(policy):
     """Every byte a batch issues is delivered by the network, stage by stage, and attributed to a request."""
-    sim, res = run(create_config(servers=8, gpus_per_server=4), _workload(), policy)
-    delivered = {s.value: b for s, b in sim.network.bytes_delivered_by_stage.items()}
+    sim, res = run(create_config(servers=8, gpus_per_server=4, kv_placement="local-cache"), _workload(), policy)
+    delivered = res.stage_bytes_delivered
     attributed = {st: sum(s.bytes.get(st, 0.0) for s in res.states) for st in ("reuse", "collective", "p2d")}
     for stage in ("reuse", "collective", "p2d"):
         assert delivered[stage] > 0

@@ -96,3 +96,19 @@ def test_bad_arguments() -> None:
         generate("qwen-conv", 0.0, 10, 0)
     with pytest.raises(UserError, match="num_requests"):
         generate("qwen-conv", 1.0, 0, 0)
+
+
+def test_short_runs_hit_the_same_targets_as_long_ones():
+    """A 400-request run scales the follow-up gap, so its turns fall inside it (issue 11: 1,436 tokens and
+    0.30 reuse before, against 2,000 and 0.50); averaged over seeds, since 400 lognormal lengths are noisy."""
+    from laxflow.sim.workload import summarize
+    from laxflow.sim.workload.synthetic import WORKLOADS, effective_gap
+
+    spec = WORKLOADS["qwen-conv"]
+    assert effective_gap(spec, 400) == pytest.approx(10.0)
+    assert effective_gap(spec, 20_000) == effective_gap(spec, 10**6) == spec.gap_mean
+    runs = [summarize(generate("qwen-conv", 1.0, 400, seed)) for seed in range(10)]
+    mean = sum(r["mean_input_tokens"] for r in runs) / len(runs)
+    reuse = sum(r["prefix_reuse_fraction"] for r in runs) / len(runs)
+    assert mean == pytest.approx(spec.target_mean_input, rel=0.07)
+    assert reuse == pytest.approx(spec.target_reuse, abs=0.05)

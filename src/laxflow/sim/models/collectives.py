@@ -9,12 +9,25 @@ much leaves the node (only the latter crosses a NIC). Formulas, with T the
 batch's new tokens, C its context tokens (reused prefix + new), b bytes per
 element, H hidden, k top_k, G GPUs of the replica:
 
-EP (MoE, once per layer each way): every routed (token, expert) pair sends the
-  token's hidden vector to each of the ``expert_tp`` GPUs that shard the
-  expert (dispatch) and gets a partial output back from each (combine):
-      ep_dispatch_bytes = ep_combine_bytes = T k H b expert_tp / G
-  Routing is uniform, so a pair's destination is any of the G GPUs alike:
-  remote fraction 1 - 1/G, inter-node fraction 1 - min(G, gpus_per_node)/G.
+EP (MoE, once per layer each way), by the deployment's ``ep_comm``:
+  * ``hierarchical`` (DeepEP's internode kernels, Megatron's all-to-all then
+    all-gather inside the expert-TP group): a token crosses the network once
+    per (token, remote node) that hosts one of its top-k experts, to the GPU
+    of the same local rank there, which fans it out over NVSwitch to every
+    GPU of every hit expert's TP group; combine reduces inside the node first
+    and returns once per (token, node). Tokens are spread evenly over the
+    G GPUs, so each GPU dispatches ``ep_dispatch_bytes = T H b / G`` of
+    hidden vectors and sends ``hit(n)`` of them to node n, where, with
+    routing uniform over the E experts and e_n of them on node n,
+    ``hit(n) = 1 - C(E - e_n, k) / C(E, k)`` (``ep_node_hits``). Inter-node
+    bytes per token and direction: H b * sum over the other nodes of hit(n).
+  * ``allgather`` (vLLM's default DP+EP backend ``allgather_reducescatter``,
+    what a PCIe testbed without DeepEP runs): dispatch all-gathers every
+    token to every GPU, combine reduce-scatters the outputs; NCCL runs both
+    as rings, so each GPU sends ``(G - 1)/G T H b`` to its ring successor.
+  ``ep_remote_fraction`` and ``ep_inter_node_fraction`` are the shares of
+  the per-GPU payload that leave the GPU and that cross a NIC (the latter may
+  exceed 1 for ``hierarchical``: one vector can go to several nodes).
 
 SP (ring attention, pass-KV: Yang et al. 2024 "Context parallelism for
   scalable million-token inference"): each GPU forwards the KV shard of every
@@ -33,6 +46,7 @@ TP (ring all-reduce of the attention group's activations): 2 (tp - 1)/tp *
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import comb
 
 from laxflow.sim.models.spec import Deployment, ModelSpec
 
@@ -47,6 +61,7 @@ class CollectiveTraffic:
     tp_bytes: float = 0.0
     ep_remote_fraction: float = 0.0
     ep_inter_node_fraction: float = 0.0
+    ep_comm: str = "hierarchical"  # the deployment's EP exchange (see module docstring)
     sp_inter_node_fraction: float = 0.0
     tp_inter_node_fraction: float = 0.0
 
@@ -64,6 +79,26 @@ def _ring_inter_node_fraction(ranks: int, stride: int, dep: Deployment) -> float
         return 0.0
     crossing = sum(dep.node_of(r * stride) != dep.node_of(((r + 1) % ranks) * stride) for r in range(ranks))
     return crossing / ranks
+
+
+def ep_node_hits(model: ModelSpec, dep: Deployment, gpus_per_node: int | None = None) -> list[float]:
+    """Per node of the replica: probability that a token's top-k experts touch it (uniform routing).
+
+    Expert group i (``dep.expert_tp`` consecutive GPUs) holds experts
+    ``i E/ep .. (i+1) E/ep - 1``; an expert counts for every node its group
+    has a GPU on. ``gpus_per_node`` defaults to the deployment's.
+    """
+    g = dep.gpus
+    per_node = gpus_per_node or dep.gpus_per_node
+    e, k = model.num_experts, model.top_k
+    per_group = e // dep.ep
+    nodes = -(-g // per_node)
+    experts_on = [set() for _ in range(nodes)]
+    for group in range(dep.ep):
+        for gpu in range(group * dep.expert_tp, (group + 1) * dep.expert_tp):
+            experts_on[gpu // per_node].update(range(group * per_group, (group + 1) * per_group))
+    total = comb(e, k)
+    return [1.0 - comb(e - len(s), k) / total for s in experts_on]
 
 
 def collective_bytes_per_layer(model: ModelSpec, dep: Deployment, batch_tokens: int,
@@ -84,9 +119,16 @@ def collective_bytes_per_layer(model: ModelSpec, dep: Deployment, batch_tokens: 
 
     ep_bytes = ep_remote = ep_inter = 0.0
     if model.is_moe and g > 1:
-        ep_bytes = batch_tokens * model.top_k * h * b * dep.expert_tp / g
-        ep_remote = 1.0 - 1.0 / g
-        ep_inter = 1.0 - local / g
+        if dep.ep_comm == "allgather":
+            ep_bytes = (g - 1) / g * batch_tokens * h * b
+            ep_remote = 1.0
+            ep_inter = _ring_inter_node_fraction(g, 1, dep)
+        else:
+            ep_bytes = batch_tokens * h * b / g
+            hits = ep_node_hits(model, dep)
+            ep_inter = sum(hits) - hits[0]  # from node 0; every node alike when nodes are full
+            per_node = hits[0]  # the sender's own node: fan-out over NVSwitch
+            ep_remote = ep_inter + per_node * (1.0 - 1.0 / local)
 
     sp_bytes = sp_inter = 0.0
     if dep.sp > 1:
@@ -102,4 +144,5 @@ def collective_bytes_per_layer(model: ModelSpec, dep: Deployment, batch_tokens: 
 
     return CollectiveTraffic(ep_dispatch_bytes=ep_bytes, ep_combine_bytes=ep_bytes, sp_bytes=sp_bytes,
                              tp_bytes=tp_bytes, ep_remote_fraction=ep_remote, ep_inter_node_fraction=ep_inter,
+                             ep_comm=dep.ep_comm,
                              sp_inter_node_fraction=sp_inter, tp_inter_node_fraction=tp_inter)

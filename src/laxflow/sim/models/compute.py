@@ -22,9 +22,11 @@ bytes / (mem_bw * mbu))`` on one GPU's share of the work:
 Attention-side operators (qkv .. dense_ffn) run per attention group
 (``tp x sp`` GPUs, work split evenly over them: TP splits heads and matmul
 columns, SP splits tokens, ring attention keeps causal work balanced). When
-``attn_dp > 1`` the requests are spread over the groups longest-first (a
-request is never split across groups: ``assign_attention_groups``) and the
-layer waits for the slowest.
+``attn_dp > 1`` each request runs on one group: the caller says which
+(``groups``: the serving simulator gives each attention-DP rank its own
+batch, as DP-attention engines do) or, by default, the requests are spread
+longest-first (``assign_attention_groups``); the layer waits for the slowest
+group, since the expert all-to-all synchronizes them.
 Experts assume uniform routing (no load imbalance). Norms, rotary and
 residual adds are elementwise and left out (< 2 % of prefill time).
 """
@@ -136,14 +138,22 @@ def assign_attention_groups(model: ModelSpec, dep: Deployment, new_tokens: Seque
 
 
 def layer_compute_breakdown(model: ModelSpec, dep: Deployment, new_tokens: Sequence[int],
-                            context_tokens: Sequence[int]) -> LayerTime:
-    """``layer_compute_time`` with its parts (for reports and tests)."""
+                            context_tokens: Sequence[int], groups: Sequence[int] | None = None) -> LayerTime:
+    """``layer_compute_time`` with its parts (for reports and tests).
+
+    ``groups[i]`` is the attention group (0 .. attn_dp - 1) request i runs on;
+    None: ``assign_attention_groups``.
+    """
     _validate(new_tokens, context_tokens)
     reqs = [(int(n), int(c)) for n, c in zip(new_tokens, context_tokens)]
-    groups: list[list[tuple[int, int]]] = [[] for _ in range(dep.attn_dp)]
-    for req, g in zip(reqs, assign_attention_groups(model, dep, new_tokens, context_tokens)):
-        groups[g].append(req)
-    slowest = max((_group_time(model, dep, g) for g in groups),
+    if groups is None:
+        groups = assign_attention_groups(model, dep, new_tokens, context_tokens)
+    elif len(groups) != len(reqs) or any(not 0 <= g < dep.attn_dp for g in groups):
+        raise ValueError(f"groups: expected {len(reqs)} group numbers in 0..{dep.attn_dp - 1}, got {list(groups)}")
+    by_group: list[list[tuple[int, int]]] = [[] for _ in range(dep.attn_dp)]
+    for req, g in zip(reqs, groups):
+        by_group[g].append(req)
+    slowest = max((_group_time(model, dep, g) for g in by_group),
                   key=lambda lt: lt.total, default=LayerTime(total=0.0))
     experts = _expert_time(model, dep, sum(n for n, _ in reqs))
     return LayerTime(total=slowest.total + experts, qkv=slowest.qkv, attention=slowest.attention,

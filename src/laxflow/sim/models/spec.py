@@ -176,6 +176,10 @@ class Deployment:
     nic_gbps: float  # per-GPU NIC, Gbit/s
     gpus_per_node: int = 8
     intra_node_gbps: float = 0.0  # per-GPU bandwidth to peers in the node (NVLink / PCIe), Gbit/s
+    # How the MoE all-to-all moves tokens (collectives.py): "hierarchical"
+    # (DeepEP / Megatron: once per token and remote node, NVSwitch fan-out)
+    # or "allgather" (vLLM's default allgather_reducescatter, ring-based).
+    ep_comm: str = "hierarchical"
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -187,6 +191,8 @@ class Deployment:
                             f"({self.tp * self.sp}), got {self.gpus}")
         if self.gpus % self.ep:
             raise UserError(f"{owner}: field 'gpus': expected a multiple of ep ({self.ep}), got {self.gpus}")
+        if self.ep_comm not in ("hierarchical", "allgather"):
+            raise UserError(f"{owner}: field 'ep_comm': expected 'hierarchical' or 'allgather', got {self.ep_comm!r}")
 
     @property
     def attn_dp(self) -> int:

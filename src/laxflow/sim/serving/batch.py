@@ -2,15 +2,19 @@
 
 Created and started by the simulator when a prefill unit forms a batch; from
 then on driven only by events on the shared queue (compute segments ending,
-flows completing). It tells the simulator when its compute ends and when a
-request's last P2D byte lands.
+flows completing). It sees the simulator only through a narrow
+:class:`BatchContext` (queue, network, model, cluster, two callbacks), and
+tells it when its compute ends and when a request's last P2D byte lands.
+
+A batch is one step of the unit: every attention-DP rank's own batch
+together (the MoE all-to-alls synchronize the ranks layer by layer).
 
 Per layer j:
 
-1. Stage 1 (reuse): the KV of layer j for the prefix cached on another unit
-   is fetched by a flow group with target layer j, issued at batch start (or
-   ``reuse_lookahead`` layers ahead). Layer j does not start until every
-   reuse group of layer j has landed: that wait is a stall.
+1. Stage 1 (reuse): the KV of layer j for the prefix held by other units is
+   fetched by one flow group per holder unit with target layer j, issued at
+   batch start (or ``reuse_lookahead`` layers ahead). Layer j does not start
+   until every reuse group of layer j has landed: that wait is a stall.
 2. Stage 2 (collective): each blocking collective of the layer plan is one
    flow group over the unit's GPUs (inter-node pairs only; intra-node pairs
    take their NVSwitch time in parallel); compute resumes when both are done.
@@ -32,22 +36,36 @@ for a collective the rest of its layer and the layers after it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 from laxflow.policy.flow import Flow, Stage
-from laxflow.sim.events import Priority
-from laxflow.sim.serving.cluster import Pattern, Unit
-from laxflow.sim.serving.plan import LayerPlan
+from laxflow.sim.events import EventQueue, Priority
+from laxflow.sim.network import FluidNetwork
+from laxflow.sim.serving.cluster import Cluster, Pattern, Unit
+from laxflow.sim.serving.plan import LayerPlan, ModelRunner
 from laxflow.sim.serving.request_state import RequestState
 
-if TYPE_CHECKING:
-    from laxflow.sim.serving.simulator import ServingSimulator
+
+@dataclass
+class BatchContext:
+    """What a batch needs from the simulator, and nothing more (built once per run by the simulator)."""
+
+    queue: EventQueue
+    network: FluidNetwork
+    runner: ModelRunner
+    cluster: Cluster
+    reuse_lookahead: int | None
+    compute_done: Callable[["BatchRun"], None]  # the batch's last layer computed: free the unit
+    request_done: Callable[[RequestState, float], None]  # a request's last P2D byte landed at this time
+    # Bytes each stage's flows delivered over the network (true bytes, not the engine's per-pair units).
+    delivered: dict[str, float] = field(default_factory=lambda: {"reuse": 0.0, "collective": 0.0, "p2d": 0.0})
 
 
 class BatchRun:
     """The layer-by-layer execution of one prefill batch."""
 
-    def __init__(self, sim: "ServingSimulator", batch_id: int, unit: Unit, states: Sequence[RequestState], plan: LayerPlan):
+    def __init__(self, sim: BatchContext, batch_id: int, unit: Unit, states: Sequence[RequestState], plan: LayerPlan):
         self.sim = sim
         self.id = batch_id
         self.unit = unit
@@ -64,6 +82,9 @@ class BatchRun:
         self.compute_end: float | None = None
         self.stall = 0.0  # s waiting for reuse (stage 1) before a layer
         self.cct: list[float] = []  # s per layer, stage-2 collectives (dispatch + combine, ...)
+        # s per layer, the same collectives alone on an idle fabric (analytic, from bytes and idle
+        # bottleneck rates at batch start): CCT / idle_cct is the contention a policy could remove.
+        self.idle_cct = plan.idle_cct(sim.cluster.config.nvswitch_bytes_per_s)
         self._pending_reuse = [0] * self.num_layers
         self._reuse_issued = 0  # layers whose reuse groups are issued
         self._reuse_groups: list[tuple[Unit, Pattern]] = []  # per holder: its pattern moves one layer's fetch
@@ -79,25 +100,25 @@ class BatchRun:
         now = self.sim.queue.now
         runner, cluster = self.sim.runner, self.sim.cluster
         kv = runner.kv_transfer_bytes_per_token_per_layer
-        by_holder: dict[int, list[RequestState]] = {}
+        by_holder: dict[int, list[tuple[RequestState, int, int]]] = {}
         for s in self.states:
             s.batch, s.batch_start = self.id, now
-            if s.route.remote_tokens > 0 and s.route.holder is not None:
-                by_holder.setdefault(s.route.holder, []).append(s)
+            for h, rank, tokens in s.route.fetches:
+                by_holder.setdefault(h, []).append((s, rank, tokens))
         for h in sorted(by_holder):
             holder = cluster.prefill_units[h]
             traffic: dict[tuple[int, int], float] = {}
-            for s in by_holder[h]:
-                part = cluster.transfer_traffic(runner.kv_gpus(holder, s.index), runner.kv_gpus(self.unit, s.index),
-                                                s.route.remote_tokens * kv)
+            for s, rank, tokens in by_holder[h]:
+                part = cluster.transfer_traffic(runner.kv_gpus(holder, rank), runner.kv_gpus(self.unit, s.rank),
+                                                tokens * kv)
                 for pair, b in part.items():
                     traffic[pair] = traffic.get(pair, 0.0) + b
             pattern = cluster.pattern(traffic)  # payload 1 = one layer's fetch from this holder, in bytes
-            payload = sum(s.route.remote_tokens for s in by_holder[h])
-            for s in by_holder[h]:
-                s.add_bytes("reuse", pattern.net_bytes * s.route.remote_tokens / payload * self.num_layers)
+            payload = sum(tokens for _, _, tokens in by_holder[h])
+            for s, _, tokens in by_holder[h]:
+                s.add_bytes("reuse", pattern.net_bytes * tokens / payload * self.num_layers)
             self._reuse_groups.append((holder, pattern))
-        ahead = self.sim.config.reuse_lookahead
+        ahead = self.sim.reuse_lookahead
         self._issue_reuse_until(self.num_layers if ahead is None else min(self.num_layers, ahead))
         self._begin_layer(0)
 
@@ -117,7 +138,7 @@ class BatchRun:
         self.layer = j
         for f in self.flows.values():
             f.current_layer = j
-        ahead = self.sim.config.reuse_lookahead
+        ahead = self.sim.reuse_lookahead
         if ahead is not None:
             self._issue_reuse_until(min(self.num_layers, j + ahead))
         self.sim.network.reschedule()
@@ -169,7 +190,7 @@ class BatchRun:
         for s in self.states:
             nbytes = s.input_tokens * kv
             decode = cluster.decode_units[s.route.decode]
-            pattern = cluster.transfer(runner.kv_gpus(self.unit, s.index), runner.kv_gpus(decode, s.index))
+            pattern = cluster.transfer(runner.kv_gpus(self.unit, s.rank), runner.kv_gpus(decode, s.rank))
             s.add_bytes("p2d", nbytes * pattern.net_bytes)
             s.p2d_pending += self._transfer(f"{s.id}.L{j}.p2d", Stage.P2D, nbytes, pattern, j, s.deadline, 0.0, s.id,
                                             self._p2d_done, s)
@@ -184,7 +205,7 @@ class BatchRun:
             s.compute_end = now
             s.stall = self.stall + sum(self.cct)
         self.sim.network.reschedule()
-        self.sim.batch_compute_done(self)
+        self.sim.compute_done(self)
         for s in self.states:
             if s.p2d_pending == 0:
                 self.sim.request_done(s, now)
@@ -202,15 +223,17 @@ class BatchRun:
         parts = 0
         net = payload * pattern.net_bytes
         if net > 0:
+            # In per-pair units (cluster.py: every point-to-point flow of the group is one flow at each link).
             flow = Flow(
-                id=fid, size=net, links=pattern.links, weights=pattern.weights, stage=stage, request=request,
+                id=fid, size=net / pattern.pairs, links=pattern.links, weights=pattern.weights, stage=stage, request=request,
                 batch=self.tag, deadline=deadline, downstream=downstream, layer=layer, current_layer=self.layer,
                 compute_done=self.compute_end is not None,
             )
             self.flows[id(flow)] = flow
 
-            def landed(f: Flow, then=then, arg=arg) -> None:
+            def landed(f: Flow, then=then, arg=arg, net=net, stage=stage.value) -> None:
                 self.flows.pop(id(f), None)
+                self.sim.delivered[stage] += net
                 then(arg)
 
             self.sim.network.add_flow(flow, landed)

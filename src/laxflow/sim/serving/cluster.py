@@ -9,14 +9,26 @@ flow, only a transfer time at NVSwitch speed.
 
 Every transfer shape the simulator issues (a collective inside a unit, a KV
 move from one unit to another) is turned into a :class:`Pattern` once and
-cached: the normalized sparse usage vector of its network part plus how
-many network bytes and how much per-GPU NVSwitch traffic one unit of payload
-makes. A flow of any size then reuses the same usage arrays.
+cached: the sparse usage vector of its network part plus how many network
+bytes and how much per-GPU NVSwitch traffic one unit of payload makes. A
+flow of any size then reuses the same usage arrays.
+
+Per-flow fairness: a transfer shape is a group of point-to-point flows (one
+per inter-server GPU pair, i.e. one per queue pair), and per-QP congestion
+control shares a link equally among the flows that cross it, whichever
+group they belong to. The network engine runs max-min on one rate per flow
+group, so a group of P pairs is handed to it in per-pair units: size = bytes
+/ P, usage weight on link l = (pairs crossing l) = P x (bytes on l / bytes).
+Max-min on that rate gives every pair crossing a link the same share as a
+lone flow there (the MFS paper's Fig. 6b: one all-to-all flow and one KV
+flow into a port get 50/50), and the group's completion time is unchanged
+(bytes / (P x per-pair rate)). Pairs of one group carry equal bytes here
+(uniform all-to-alls, rings, KV shards), so per-pair units are exact.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -50,10 +62,11 @@ class Pattern:
     """
 
     links: np.ndarray
-    weights: np.ndarray
+    weights: np.ndarray  # per-pair units: pairs of the group crossing each link (see module docstring)
     net_bytes: float
     intra_bytes: float
     bottleneck: float  # bytes/s of the whole group alone on an idle network (inf if no network part)
+    pairs: int = 1  # inter-server GPU pairs (point-to-point flows) of the group; flow size = bytes / pairs
 
 
 class Cluster:
@@ -127,6 +140,31 @@ class Cluster:
             self._patterns[key] = self.pattern(traffic)
         return self._patterns[key]
 
+    def ep_hierarchical(self, unit: Unit, hits: Sequence[float], fanout: float) -> Pattern:
+        """Hierarchical MoE dispatch/combine over the unit, per GPU payload 1 byte (cached).
+
+        Each GPU sends ``hits[n]`` of its payload to the GPU of the same local
+        rank on the unit's n-th server (once per token and remote node, see
+        ``laxflow.sim.models.collectives``); ``fanout`` is the NVSwitch bytes
+        per payload byte a GPU moves to hand tokens to its node's experts.
+        """
+        key = ("ep-hier", unit.kind, unit.index, tuple(hits), fanout)
+        if key not in self._patterns:
+            servers: dict[int, list[int]] = {}
+            for g in unit.gpus:
+                servers.setdefault(self.server_of(g), []).append(g)
+            nodes = [servers[k] for k in sorted(servers)]
+            traffic: dict[tuple[int, int], float] = {}
+            for a, members in enumerate(nodes):
+                for pos, src in enumerate(members):
+                    for b, peers in enumerate(nodes):
+                        if b != a and hits[b] > 0:
+                            traffic[(src, peers[pos % len(peers)])] = hits[b]
+            p = self.pattern(traffic) if traffic else Pattern(np.zeros(0, dtype=np.int64), np.zeros(0), 0.0, 0.0,
+                                                             float("inf"), 0)
+            self._patterns[key] = replace(p, intra_bytes=fanout)
+        return self._patterns[key]
+
     def transfer(self, src: Sequence[int], dst: Sequence[int]) -> Pattern:
         """KV sharded evenly over GPUs ``src``, GPU k to GPU ``dst[k mod |dst|]``; total payload 1 byte (cached)."""
         key = ("move", tuple(src), tuple(dst))
@@ -153,7 +191,7 @@ class Cluster:
         intra_bytes = max(intra.values(), default=0.0)
         if not net:
             empty = np.zeros(0, dtype=np.int64)
-            return Pattern(empty, np.zeros(0), 0.0, intra_bytes, float("inf"))
+            return Pattern(empty, np.zeros(0), 0.0, intra_bytes, float("inf"), 0)
         links, weights, total = self.topology.usage(net)
         bottleneck = float(np.min(self.topology.capacity[links] / weights))
-        return Pattern(links, weights, total, intra_bytes, bottleneck)
+        return Pattern(links, weights * len(net), total, intra_bytes, bottleneck, len(net))

@@ -9,12 +9,20 @@ Units: bandwidths in Gbit/s (as a user says them), times in seconds.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from laxflow.errors import UserError
 
 TOPOLOGIES = ("fat-tree", "big-switch", "testbed")
+# Where reusable KV lives (stage 1). "pool": a block lives only on the unit
+# that first computed it (a Mooncake-style store spread over the prefill
+# units); any other unit that reuses it fetches it remotely and does not keep
+# a copy, so hot prefixes make "victim units" (MFS paper §2.2). The paper's
+# setting and the default. "local-cache": every unit that fetched a block
+# caches it too (vLLM-style per-instance prefix caching), so hot prefixes are
+# copied everywhere and fetches are rare.
+KV_PLACEMENTS = ("pool", "local-cache")
 
 
 @dataclass
@@ -36,6 +44,9 @@ class ClusterConfig:
     prefill_fraction: float = 0.5  # share of servers that run prefill
     nvswitch_gbps: float | None = None  # per GPU intra-node fabric (NVSwitch: 900 GB/s = 7200), not shared with the network
     decode_unit_gpus: int | None = None  # GPUs per decode unit; None: as many as a prefill unit
+
+    def __post_init__(self) -> None:
+        self.validate()
 
     def resolve(self, gpus_per_server: int, nic_gbps: float, nvswitch_gbps: float) -> "ClusterConfig":
         """A copy with the unset node fields taken from the deployment."""
@@ -82,7 +93,10 @@ class ServingConfig:
     model: str = "mixtral-8x22b"
     deployment: str | None = None  # None: the model's paper deployment
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    token_budget: int = 8192  # max new (computed) tokens per prefill batch
+    # Max new (computed) tokens per batch of ONE attention-DP rank: each rank
+    # forms its own batch, as DP-attention engines do (SGLang --dp-size, vLLM
+    # DP+EP: max_num_batched_tokens is per engine); the unit's ranks step together.
+    token_budget: int = 8192
     local_scheduler: str = "fcfs"  # prefill unit's batch former (see prefill_unit.LOCAL_SCHEDULERS)
     slo_scale: float = 3.0  # SLO = slo_scale x the request's TTFT alone on the idle cluster
     warmup: int = 512  # first requests (by arrival) left out of the metrics
@@ -93,9 +107,18 @@ class ServingConfig:
     cache_tokens_per_unit: int = 1 << 20  # prefix-cache capacity of one prefill unit (LRU), in tokens
     router_overlap_weight: float = 1.0  # weight of non-cached prefix blocks against queued blocks (Dynamo's default)
     decode_seconds_per_token: float = 0.03  # how long a request holds its decode unit per output token (decode load)
+    kv_placement: str = "pool"  # one of KV_PLACEMENTS (see there)
+
+    def __post_init__(self) -> None:
+        self.validate()
 
     def validate(self) -> None:
+        """Raise UserError naming the first bad field; runs on construction (and ``replace``)."""
+        if not isinstance(self.cluster, ClusterConfig):
+            raise UserError(f"cluster: expected a ClusterConfig, got {type(self.cluster).__name__}")
         self.cluster.validate()
+        if self.kv_placement not in KV_PLACEMENTS:
+            raise UserError(f"kv_placement: unknown {self.kv_placement!r} (expected one of {', '.join(KV_PLACEMENTS)})")
         _positive_int("token_budget", self.token_budget)
         _positive_float("slo_scale", self.slo_scale)
         _positive_int("cache_tokens_per_unit", self.cache_tokens_per_unit)
@@ -113,9 +136,6 @@ class ServingConfig:
             raise UserError(
                 f"local_scheduler: unknown {self.local_scheduler!r} (expected one of {', '.join(local_scheduler_names())})"
             )
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _positive_int(name: str, value: Any) -> None:

@@ -12,6 +12,13 @@ Called by :mod:`.experiment` after each run. All times in seconds.
 * Earliness: deadline - finish (negative: a miss): mean, p10/p50/p90, and
   the mean over the requests that met their deadline (the paper's
   "non-negative earliness").
+* CCT inflation: the measured batches' CCT over the same layers' CCT alone
+  on an idle fabric (computed from the layer plan's bytes and idle
+  bottleneck rates at batch start), summed over layers: 1.0 means no
+  contention was left for a policy to remove. A policy that shortens CCT
+  only by forming smaller batches does not lower it.
+* Remote-reuse share: reused tokens fetched from another unit over all
+  reused tokens; reuse share: reused tokens over all input tokens.
 * Bytes per stage attributed to the measured requests, and the network's
   delivered bytes per stage for the whole run.
 """
@@ -45,7 +52,11 @@ def summarize(result: SimResult, rate: float) -> dict[str, Any]:
     early = np.array([s.deadline - s.finish for s in measured], dtype=float)
     met = ttft <= slo * (1 + 1e-12)
     measured_batches = {s.batch for s in measured}
-    cct = [c for b in result.batches if b.id in measured_batches for c in b.cct]
+    batches = [b for b in result.batches if b.id in measured_batches]
+    cct = [c for b in batches for c in b.cct]
+    idle_cct = sum(b.idle_cct * len(b.cct) for b in batches)
+    reused = sum(s.route.reused_tokens for s in measured)
+    remote = sum(s.route.remote_tokens for s in measured)
     stages = ("reuse", "collective", "p2d")
     bytes_by_stage = {st: float(sum(s.bytes.get(st, 0.0) for s in measured)) for st in stages}
     out: dict[str, Any] = {
@@ -59,12 +70,15 @@ def summarize(result: SimResult, rate: float) -> dict[str, Any]:
         "earliness_mean": float(early.mean()),
         "requests": len(measured),
         # beyond the JSON contract: tables, sweeps, the README comparison
+        "cct_inflation": float(sum(cct) / idle_cct) if idle_cct > 0 else 1.0,
+        "remote_reuse_share": float(remote / reused) if reused else 0.0,
         "ttft_p50": float(np.percentile(ttft, 50)),
         "slo_mean": float(slo.mean()),
         "earliness_nonneg_mean": float(early[early >= 0].mean()) if np.any(early >= 0) else 0.0,
         "earliness_p10": float(np.percentile(early, 10)),
         "earliness_p50": float(np.percentile(early, 50)),
         "earliness_p90": float(np.percentile(early, 90)),
+        "reuse_share": float(reused / sum(s.input_tokens for s in measured)),
         "nonoverlap_mean": float(np.mean([s.stall for s in measured])),
         "bytes_by_stage": bytes_by_stage,
         "network_bytes_by_stage": dict(result.stage_bytes_delivered),

@@ -15,19 +15,21 @@ A layer is a sequence of segments run back to back on the unit's GPUs:
 * tensor parallelism only where a TP group spans servers: a ring all-reduce
   after the layer (inside a server TP rides NVSwitch and is not simulated).
 
-Placement follows ``laxflow.sim.models``: routing is uniform over all the
-unit's GPUs (dispatch/combine are one all-to-all over the unit), SP rings
-join the GPUs of an attention group with the same TP rank, TP groups are
-contiguous. A request's KV lives on one attention group (``tp x sp`` GPUs,
-each KV head's shard on its TP rank, tokens split over SP ranks); we put
-request i on attention group ``i mod attn_dp`` of its units, so stage-1 and
-stage-3 flows move between those GPUs only.
+Placement follows ``laxflow.sim.models``: routing is uniform over the
+unit's experts; dispatch/combine are hierarchical (once per token and remote
+server, then NVSwitch) or, for ``ep_comm="allgather"`` deployments, a ring
+all-gather / reduce-scatter over the unit. SP rings join the GPUs of an
+attention group with the same TP rank, TP groups are contiguous. A request
+runs on one attention-DP rank (``tp x sp`` GPUs; each rank batches its own
+requests, the simulator picks the rank at arrival) and its KV lives there,
+each KV head's shard on its TP rank, tokens split over SP ranks, so stage-1
+and stage-3 flows move between those GPUs only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from laxflow.sim.serving.cluster import Cluster, Pattern, Unit
 
@@ -55,6 +57,19 @@ class LayerPlan:
     def compute_after(self, k: int) -> float:
         """Compute left in the layer after segment ``k``."""
         return sum(s.seconds for s in self.segments[k + 1 :] if s.kind == "compute")
+
+    def idle_cct(self, nvswitch_bytes_per_s: float) -> float:
+        """Seconds of one layer's blocking collectives alone on an idle fabric.
+
+        Each takes the longer of its network part at its group's idle
+        bottleneck rate and its NVSwitch part, as ``BatchRun`` runs them.
+        """
+        total = 0.0
+        for seg in self.segments:
+            if seg.kind == "collective":
+                net = seg.network_bytes / seg.pattern.bottleneck if seg.network_bytes > 0 else 0.0
+                total += max(net, seg.per_gpu_bytes * seg.pattern.intra_bytes / nvswitch_bytes_per_s)
+        return total
 
 
 class ModelRunner:
@@ -84,21 +99,19 @@ class ModelRunner:
     def unit_gpus(self) -> int:
         return int(self.deployment.gpus)
 
-    def describe(self) -> dict[str, Any]:
-        d = self.deployment
-        return {"model": self.model.name, "deployment": d.name, "tp": d.tp, "ep": d.ep, "sp": d.sp, "gpus": d.gpus,
-                "gpu": d.gpu.name}
-
-    def kv_gpus(self, unit: Unit, request_index: int) -> tuple[int, ...]:
-        """The GPUs of ``unit`` that hold request ``request_index``'s KV (its attention group)."""
+    def kv_gpus(self, unit: Unit, rank: int) -> tuple[int, ...]:
+        """The GPUs of ``unit``'s attention-DP rank ``rank`` (where a request running there keeps its KV)."""
         size = self.tp * self.sp
-        group = request_index % max(1, len(unit.gpus) // size)
+        group = rank % max(1, len(unit.gpus) // size)
         return unit.gpus[group * size : (group + 1) * size]
 
-    def plan(self, cluster: Cluster, unit: Unit, new_tokens: Sequence[int], context_tokens: Sequence[int]) -> LayerPlan:
-        """The layer plan of a batch: ``new_tokens[i]`` computed, attending to ``context_tokens[i]`` (reuse + new)."""
+    def plan(self, cluster: Cluster, unit: Unit, new_tokens: Sequence[int], context_tokens: Sequence[int],
+             ranks: Sequence[int] | None = None) -> LayerPlan:
+        """The layer plan of a batch: ``new_tokens[i]`` computed on attention-DP rank ``ranks[i]`` (None:
+        spread longest-first), attending to ``context_tokens[i]`` (reuse + new)."""
         m, d = self._models, self.deployment
-        t = m.layer_compute_breakdown(self.model, d, list(new_tokens), list(context_tokens))
+        t = m.layer_compute_breakdown(self.model, d, list(new_tokens), list(context_tokens),
+                                      None if ranks is None else [r % self.attn_dp for r in ranks])
         traffic = m.collective_bytes_per_layer(self.model, d, int(sum(new_tokens)), int(sum(context_tokens)))
         gpus = len(unit.gpus)
         segs: list[Segment] = []
@@ -107,11 +120,22 @@ class ModelRunner:
             groups = [[a * size + r * self.tp + k for r in range(self.sp)] for a in range(gpus // size) for k in range(self.tp)]
             segs.append(self._coll(cluster, unit, "sp", "ring", groups, traffic.sp_bytes))
         if self.ep > 1 and traffic.ep_dispatch_bytes + traffic.ep_combine_bytes > 0:
-            everyone = [list(range(gpus))]
+            per_gpu = float(traffic.ep_dispatch_bytes)
+            if d.ep_comm == "allgather":
+                # NCCL runs one ring per channel and spreads the channels over the NICs: ring c
+                # enters and leaves each server at its c-th GPU, so every NIC carries 1/rings.
+                rings = self._nccl_rings(cluster, unit)
+                pattern = cluster.collective(unit, "ring", rings)
+                per_gpu /= len(rings)
+            else:
+                gps = int(cluster.config.gpus_per_server)
+                hits = m.ep_node_hits(self.model, d, gps)
+                fanout = self.model.top_k * d.expert_tp * (1.0 - 1.0 / min(gps, gpus))
+                pattern = cluster.ep_hierarchical(unit, tuple(hits), fanout)
             segs.append(Segment("compute", t.total - t.experts))
-            segs.append(self._coll(cluster, unit, "ep-dispatch", "uniform", everyone, traffic.ep_dispatch_bytes))
+            segs.append(Segment("collective", name="ep-dispatch", pattern=pattern, per_gpu_bytes=per_gpu))
             segs.append(Segment("compute", t.experts))
-            segs.append(self._coll(cluster, unit, "ep-combine", "uniform", everyone, traffic.ep_combine_bytes))
+            segs.append(Segment("collective", name="ep-combine", pattern=pattern, per_gpu_bytes=per_gpu))
         else:
             segs.append(Segment("compute", t.total))
         if self.tp > cluster.config.gpus_per_server and traffic.tp_bytes > 0:
@@ -119,6 +143,17 @@ class ModelRunner:
             segs.append(self._coll(cluster, unit, "tp", "ring", groups, traffic.tp_bytes))
         segs = [s for s in segs if not (s.kind == "compute" and s.seconds <= 0)]
         return LayerPlan(tuple(segs), float(t.total))
+
+    @staticmethod
+    def _nccl_rings(cluster: Cluster, unit: Unit) -> list[list[int]]:
+        """One ring over the unit per GPU of a server (positions in ``unit.gpus``), rotated so that ring c
+        crosses between servers at each server's c-th GPU."""
+        servers: dict[int, list[int]] = {}
+        for pos, g in enumerate(unit.gpus):
+            servers.setdefault(cluster.server_of(g), []).append(pos)
+        nodes = [servers[k] for k in sorted(servers)]
+        width = max(len(n) for n in nodes)
+        return [[n[(c + 1 + i) % len(n)] for n in nodes for i in range(len(n))] for c in range(width)]
 
     def _coll(self, cluster: Cluster, unit: Unit, name: str, kind: str, groups: list[list[int]], nbytes: float) -> Segment:
         return Segment("collective", name=name, pattern=cluster.collective(unit, kind, groups), per_gpu_bytes=float(nbytes))

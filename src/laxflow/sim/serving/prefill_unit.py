@@ -2,8 +2,13 @@
 
 The simulator calls :meth:`PrefillUnit.enqueue` when the router sends a
 request here and :meth:`PrefillUnit.next_batch` whenever the unit is idle
-(after an arrival, and when a batch's compute ends). Which waiting requests
-go into the next batch is the local scheduler's decision: FCFS here; the
+(after an arrival, and when a batch's compute ends). Under DP attention a
+unit has ``ranks`` attention-DP ranks, each with its own queue and its own
+token budget (as SGLang's DP attention and vLLM's DP+EP engines batch); a
+request joins the rank with the fewest queued new tokens (ties: lowest), and
+the unit's step runs every rank's batch together, since the MoE all-to-alls
+synchronize the ranks layer by layer. Which waiting requests go into a
+rank's next batch is the local scheduler's decision: FCFS here; the
 prefill-side policies of later issues (FlowPrefill, FairBatching, ProServe)
 register under their own names and plug in without touching the simulator.
 """
@@ -80,31 +85,48 @@ def create_local_scheduler(name: str, token_budget: int) -> LocalScheduler:
 
 
 class PrefillUnit:
-    """Queue and busy state of one prefill unit."""
+    """Per-rank queues and busy state of one prefill unit."""
 
-    def __init__(self, index: int, scheduler: LocalScheduler) -> None:
+    def __init__(self, index: int, scheduler: LocalScheduler, ranks: int = 1) -> None:
         self.index = index
         self.scheduler = scheduler
-        self.waiting: list[RequestState] = []
+        self.rank_waiting: list[list[RequestState]] = [[] for _ in range(ranks)]
+        self.rank_tokens = [0] * ranks  # new tokens waiting or running on each rank
         self.busy = False
         self.queued_tokens = 0  # new tokens waiting or running here (the router's load signal)
 
+    @property
+    def waiting(self) -> list[RequestState]:
+        """Every rank's waiting requests, rank by rank."""
+        return [s for q in self.rank_waiting for s in q]
+
     def enqueue(self, state: RequestState) -> None:
-        self.waiting.append(state)
+        """Queue ``state`` on the least loaded rank and record the rank on it."""
+        rank = min(range(len(self.rank_tokens)), key=lambda r: (self.rank_tokens[r], r))
+        state.rank = rank
+        self.rank_waiting[rank].append(state)
+        self.rank_tokens[rank] += state.new_tokens
         self.queued_tokens += state.new_tokens
 
     def next_batch(self, now: float) -> list[RequestState]:
-        """Requests of the batch to start now (empty if busy or nothing waits)."""
-        if self.busy or not self.waiting:
+        """Requests of the step to start now, every rank's batch (empty if busy or nothing waits)."""
+        if self.busy:
             return []
-        chosen = self.scheduler.select(self.waiting, now)
-        if not chosen:
-            return []
-        picked = set(map(id, chosen))
-        self.waiting = [s for s in self.waiting if id(s) not in picked]
-        self.busy = True
+        chosen: list[RequestState] = []
+        for r, waiting in enumerate(self.rank_waiting):
+            if not waiting:
+                continue
+            picked = self.scheduler.select(waiting, now)
+            if picked:
+                ids = set(map(id, picked))
+                self.rank_waiting[r] = [s for s in waiting if id(s) not in ids]
+                chosen.extend(picked)
+        if chosen:
+            self.busy = True
         return chosen
 
     def batch_done(self, states: Sequence[RequestState]) -> None:
         self.busy = False
-        self.queued_tokens -= sum(s.new_tokens for s in states)
+        for s in states:
+            self.rank_tokens[s.rank] -= s.new_tokens
+            self.queued_tokens -= s.new_tokens

@@ -19,8 +19,9 @@ class RequestState:
     request: Any  # laxflow.sim.workload.Request
     index: int  # position in arrival order (warm-up requests are the first ones)
     route: Route
-    slo: float  # s, TTFT budget
-    idle_ttft: float  # s, TTFT alone on the idle cluster
+    slo: float  # s, TTFT budget (fixed from the workload before any policy runs)
+    idle_ttft: float  # s, TTFT alone on the idle cluster (see slo.py)
+    rank: int = 0  # attention-DP rank of its prefill unit that runs it (and holds its KV)
     batch: int | None = None  # id of the batch that prefills it
     batch_start: float | None = None
     compute_end: float | None = None
@@ -49,6 +50,11 @@ class RequestState:
     def new_tokens(self) -> int:
         """Tokens this request's prefill computes (input minus reused prefix)."""
         return self.input_tokens - self.route.reused_tokens
+
+    @property
+    def remote_tokens(self) -> int:
+        """Reused tokens fetched from another unit (stage 1)."""
+        return self.route.remote_tokens
 
     @property
     def ttft(self) -> float | None:

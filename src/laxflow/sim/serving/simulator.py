@@ -5,11 +5,14 @@ events and the network's share one :class:`~laxflow.sim.events.EventQueue`
 (the one event order), so compute and communication interleave exactly and
 a run is deterministic for a given workload.
 
-Who calls what: :meth:`run` walks the request arrivals (one ARRIVAL event at a
-time); each arrival is routed (:mod:`.router`), given its SLO (:mod:`.slo`)
-and queued on its prefill unit; an idle unit asks its local scheduler for a
-batch and starts a :class:`~laxflow.sim.serving.batch.BatchRun`, which calls
-back :meth:`batch_compute_done` and :meth:`request_done`.
+Who calls what: at construction every request gets its SLO (:mod:`.slo`,
+from the workload alone, the same for every policy). :meth:`run` walks the
+request arrivals (one ARRIVAL event at a time); each arrival is routed
+(:mod:`.router`) and queued on an attention-DP rank of its prefill unit; an
+idle unit asks its local scheduler for each rank's batch and starts a
+:class:`~laxflow.sim.serving.batch.BatchRun` over them, which calls back
+:meth:`batch_compute_done` and :meth:`request_done` through its
+:class:`~laxflow.sim.serving.batch.BatchContext`.
 """
 
 from __future__ import annotations
@@ -22,14 +25,14 @@ from laxflow.errors import UserError, user_errors
 from laxflow.policy.base import FlowPolicy
 from laxflow.sim.events import EventQueue, Priority
 from laxflow.sim.network import FluidNetwork
-from laxflow.sim.serving.batch import BatchRun
+from laxflow.sim.serving.batch import BatchContext, BatchRun
 from laxflow.sim.serving.cluster import Cluster
 from laxflow.sim.serving.config import ServingConfig
 from laxflow.sim.serving.plan import ModelRunner
 from laxflow.sim.serving.prefill_unit import PrefillUnit, create_local_scheduler
 from laxflow.sim.serving.request_state import RequestState
 from laxflow.sim.serving.router import GlobalRouter, PrefixCaches
-from laxflow.sim.serving.slo import SloModel
+from laxflow.sim.serving.slo import SloModel, workload_reuse
 
 
 @dataclass
@@ -61,7 +64,7 @@ class ServingSimulator:
         policy: str | FlowPolicy,
         progress: Callable[[int], None] | None = None,
     ) -> None:
-        config.validate()
+        config.validate()  # also done on construction; a caller may have mutated it since
         if not requests:
             raise UserError("workload: no requests to simulate")
         self.config = config
@@ -83,15 +86,21 @@ class ServingSimulator:
         self.cluster = Cluster(self.cluster_config, self.runner.unit_gpus)
         self.queue = EventQueue()
         self.network = FluidNetwork(self.cluster.topology, self.policy, self.queue)
-        self.caches = PrefixCaches(len(self.cluster.prefill_units), config.cache_tokens_per_unit)
+        self.caches = PrefixCaches(len(self.cluster.prefill_units), config.cache_tokens_per_unit, config.kv_placement)
         self.router = GlobalRouter(
             len(self.cluster.prefill_units), len(self.cluster.decode_units), self.caches, config.router_overlap_weight
         )
         self.slo = SloModel(self.runner, self.cluster, config.slo_scale)
+        # Fixed before anything runs: the same per-request SLO under every policy.
+        self.idle_ttfts = [self.slo.idle_ttft(int(r.input_tokens), reuse)
+                           for r, reuse in zip(self.requests, workload_reuse(self.requests))]
         self.units = [
-            PrefillUnit(u.index, create_local_scheduler(config.local_scheduler, config.token_budget))
+            PrefillUnit(u.index, create_local_scheduler(config.local_scheduler, config.token_budget),
+                        self.runner.attn_dp)
             for u in self.cluster.prefill_units
         ]
+        self.context = BatchContext(self.queue, self.network, self.runner, self.cluster, config.reuse_lookahead,
+                                    self.batch_compute_done, self.request_done)
         self.decode_tokens = [0.0] * len(self.cluster.decode_units)
         self.states: list[RequestState] = []
         self.batches: list[BatchRun] = []
@@ -113,7 +122,7 @@ class ServingSimulator:
             states=self.states,
             batches=self.batches,
             warmup=min(self.config.warmup, len(self.requests) - 1),
-            stage_bytes_delivered={s.value: b for s, b in self.network.bytes_delivered_by_stage.items()},
+            stage_bytes_delivered=dict(self.context.delivered),
             wall_s=time.perf_counter() - t0,
             sim_time=self.queue.now,
             network_events=self.network.events,
@@ -131,14 +140,15 @@ class ServingSimulator:
             list(req.block_hashes), block, int(req.input_tokens),
             [u.queued_tokens for u in self.units], self.decode_tokens,
         )
-        prefill = self.cluster.prefill_units[route.prefill]
-        decode = self.cluster.decode_units[route.decode]
-        idle = self.slo.idle_ttft(int(req.input_tokens), route.reused_tokens, prefill, decode, i)
+        idle = self.idle_ttfts[i]
         state = RequestState(req, i, route, self.slo.slo(idle), idle)
         self.states.append(state)
         self.decode_tokens[route.decode] += int(req.input_tokens)
+        reused = list(req.block_hashes)[: -(-route.reused_tokens // block)]
         if route.local_tokens:
-            self.caches.touch(route.prefill, list(req.block_hashes)[: route.local_tokens // block])
+            self.caches.touch(route.prefill, reused)
+        for holder, _, _ in route.fetches:
+            self.caches.touch(holder, reused)
         unit = self.units[route.prefill]
         unit.enqueue(state)
         if not unit.busy and unit.index not in self._start_pending:
@@ -154,16 +164,17 @@ class ServingSimulator:
             return
         spec = self.cluster.prefill_units[unit.index]
         plan = self.runner.plan(
-            self.cluster, spec, [max(1, s.new_tokens) for s in chosen], [s.route.reused_tokens + max(1, s.new_tokens) for s in chosen]
+            self.cluster, spec, [max(1, s.new_tokens) for s in chosen],
+            [s.route.reused_tokens + max(1, s.new_tokens) for s in chosen], [s.rank for s in chosen],
         )
-        batch = BatchRun(self, len(self.batches), spec, chosen, plan)
+        batch = BatchRun(self.context, len(self.batches), spec, chosen, plan)
         self.batches.append(batch)
         batch.begin()
 
     def batch_compute_done(self, batch: BatchRun) -> None:
         """Called by a batch when its last layer's compute ends: cache its prompts, free the unit."""
         for s in batch.states:
-            self.caches.insert(batch.unit.index, list(s.request.block_hashes), int(s.request.block_size))
+            self.caches.insert(batch.unit.index, list(s.request.block_hashes), int(s.request.block_size), s.rank)
         unit = self.units[batch.unit.index]
         unit.batch_done(batch.states)
         self._start_batch(unit)

@@ -1,10 +1,15 @@
 """Per-request TTFT SLO: ``slo_scale`` x the request's TTFT alone on the idle cluster.
 
 The MFS paper sets the SLO to 3x "the TTFT measured under low load". We make
-that per request and exact: the request alone, on an idle cluster, placed
-where the router would place it when nothing is queued (on the unit holding
-its longest cached prefix, so its reuse is local and there is no stage 1),
-with its actual prefill and decode units' fabric. Alone, the layers run back
+that per request and exact, and fix it from the workload alone before any
+policy runs, so every policy is judged against the same SLO of each request
+(routing, which depends on the policy's timing, does not enter): the request
+alone on an idle cluster, on prefill unit 0's attention-DP rank 0 and decode
+unit 0 (all units of one run are alike; only where the fabric is not uniform
+could another unit differ), with the prefix it shares with any earlier
+request of the workload already cached there (``workload_reuse``: the
+leading run of its blocks seen before, as an unbounded prefix cache would
+hold it), so there is no stage 1. Alone, the layers run back
 to back; each blocking collective takes its flow group's bottleneck time (or
 its NVSwitch time, whichever is longer); the P2D transfers of successive
 layers queue behind one another on the prefill-to-decode path, each at the
@@ -20,8 +25,30 @@ check the simulator against this formula where nothing overlaps.
 
 from __future__ import annotations
 
-from laxflow.sim.serving.cluster import Cluster, Unit
+from typing import Any, Sequence
+
+from laxflow.sim.serving.cluster import Cluster
 from laxflow.sim.serving.plan import LayerPlan, ModelRunner
+
+
+def workload_reuse(requests: Sequence[Any]) -> list[int]:
+    """Per request (in the given order): tokens of its leading blocks that an earlier request also had.
+
+    Capped at ``input_tokens - 1`` (one token is always computed). Depends on
+    the workload only, never on a policy.
+    """
+    seen: set[int] = set()
+    out: list[int] = []
+    for r in requests:
+        hashes, block = list(r.block_hashes), int(r.block_size)
+        n = 0
+        for h in hashes:
+            if h not in seen:
+                break
+            n += 1
+        out.append(max(0, min(n * block, int(r.input_tokens) - 1)))
+        seen.update(hashes)
+    return out
 
 
 def ttft_alone(plan: LayerPlan, num_layers: int, p2d_bytes_per_layer: float, p2d_net: float, p2d_rate: float,
@@ -55,15 +82,16 @@ class SloModel:
         self.slo_scale = slo_scale
         self._cache: dict[tuple, float] = {}
 
-    def idle_ttft(self, input_tokens: int, reused_tokens: int, prefill: Unit, decode: Unit, index: int) -> float:
-        """TTFT alone of request ``index`` (its arrival position: it picks the KV's attention group)."""
-        src, dst = self.runner.kv_gpus(prefill, index), self.runner.kv_gpus(decode, index)
-        key = (input_tokens, reused_tokens, src, dst)
+    def idle_ttft(self, input_tokens: int, reused_tokens: int) -> float:
+        """TTFT alone of a request of this size and cached prefix (see the module docstring)."""
+        prefill, decode = self.cluster.prefill_units[0], self.cluster.decode_units[0]
+        src, dst = self.runner.kv_gpus(prefill, 0), self.runner.kv_gpus(decode, 0)
+        key = (input_tokens, reused_tokens)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         new = max(1, input_tokens - reused_tokens)
-        plan = self.runner.plan(self.cluster, prefill, [new], [input_tokens])
+        plan = self.runner.plan(self.cluster, prefill, [new], [input_tokens], [0])
         pattern = self.cluster.transfer(src, dst)
         value = ttft_alone(
             plan,

@@ -18,8 +18,20 @@ How reuse arises (both kinds share one engine, ``_generate``):
   requests that share its context and arrive together.
 
 Structure is built in arrival order, independent of the rate: a session's
-next request becomes ready ``gap`` arrivals later (geometric, ``gap_mean``)
-and ready follow-ups are served before new sessions open. Arrivals are then
+next request becomes ready ``gap`` arrivals later (geometric, mean
+``gap_mean`` scaled to the run length, see ``effective_gap``) and ready
+follow-ups are served before new sessions open.
+
+Every run length hits the same targets: the knobs are calibrated on
+``CALIBRATION_REQUESTS`` requests, where a session's follow-ups fall inside
+the run; a shorter run scales the gap by ``n / CALIBRATION_REQUESTS`` (never
+below one arrival), so the share of follow-ups that would land after the run
+ends, the only thing that depends on the length, stays the same.
+(``bench/workload_calibration.py`` checks 300, 1,500 and 20,000 requests.)
+Follow-ups then come fewer arrivals after their parent in a short run, so
+more of them reach a prefill unit before the parent's KV is stored, and a
+simulation realizes less of the reuse than the workload offers: the
+serving metrics report the realized ``reuse_share`` beside it. Arrivals are then
 timed as a Poisson process with ``rate`` requests/s over the whole cluster
 (fan-out siblings share their group's arrival time). Same seed, same
 workload, at any rate. Like replaying a real trace faster, a higher rate
@@ -105,6 +117,15 @@ WORKLOADS: dict[str, WorkloadSpec] = {
 }
 
 
+# Run length the knobs were tuned on; shorter runs scale their gaps to it.
+CALIBRATION_REQUESTS = 20_000
+
+
+def effective_gap(spec: WorkloadSpec, num_requests: int) -> float:
+    """Mean follow-up gap (in arrivals) of a run of ``num_requests`` requests."""
+    return max(1.0, spec.gap_mean * min(1.0, num_requests / CALIBRATION_REQUESTS))
+
+
 @dataclass
 class _Context:
     """A prompt under construction: its block hashes and its length."""
@@ -156,6 +177,7 @@ def _generate(spec: WorkloadSpec, num_requests: int, seed: int) -> list[tuple[Re
     waiting: list[tuple[int, int, _Session]] = []  # (ready at arrival index, tiebreak, session)
     ready: deque[_Session] = deque()
     tiebreak, sessions = count(), count()
+    gap_mean = effective_gap(spec, num_requests)
     out: list[tuple[Request, int]] = []
     group = 0
     while len(out) < num_requests:
@@ -201,7 +223,7 @@ def _generate(spec: WorkloadSpec, num_requests: int, seed: int) -> list[tuple[Re
         s.context, s.last_request, s.last_output = ctx, first.id, first.output_tokens
         s.turns_left -= 1
         if s.turns_left > 0:
-            gap = int(rng.geometric(1.0 / spec.gap_mean))
+            gap = int(rng.geometric(1.0 / gap_mean))
             heapq.heappush(waiting, (len(out) + gap - 1, next(tiebreak), s))
     return out
 
