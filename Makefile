@@ -9,7 +9,7 @@ PIP := $(VENV)/bin/pip
 LAXFLOW := $(VENV)/bin/laxflow
 # Debian packages: the shim's build needs <infiniband/verbs.h>.
 APT_PACKAGES := libibverbs-dev libibverbs1 libnuma1 iproute2
-EXTRAS := test
+EXTRAS := test,torch
 
 .PHONY: demo test test-sanitize install apt bench clean
 
