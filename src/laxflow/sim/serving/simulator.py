@@ -99,6 +99,7 @@ class ServingSimulator:
                         self.runner.attn_dp)
             for u in self.cluster.prefill_units
         ]
+        self.drivers = self._drivers() if config.prefill else None
         self.context = BatchContext(self.queue, self.network, self.runner, self.cluster, config.reuse_lookahead,
                                     self.batch_compute_done, self.request_done)
         self.decode_tokens = [0.0] * len(self.cluster.decode_units)
@@ -141,7 +142,7 @@ class ServingSimulator:
             [u.queued_tokens for u in self.units], self.decode_tokens,
         )
         idle = self.idle_ttfts[i]
-        state = RequestState(req, i, route, self.slo.slo(idle), idle)
+        state = RequestState(req, i, route, self._slo(req, idle), idle)
         self.states.append(state)
         self.decode_tokens[route.decode] += int(req.input_tokens)
         reused = list(req.block_hashes)[: -(-route.reused_tokens // block)]
@@ -150,6 +151,10 @@ class ServingSimulator:
         for holder, _, _ in route.fetches:
             self.caches.touch(holder, reused)
         unit = self.units[route.prefill]
+        if self.drivers is not None:
+            unit.queued_tokens += state.new_tokens
+            self.drivers[unit.index].arrival(state)
+            return
         unit.enqueue(state)
         if not unit.busy and unit.index not in self._start_pending:
             # Form the batch after every arrival of this instant (TIMER runs
@@ -176,8 +181,76 @@ class ServingSimulator:
         for s in batch.states:
             self.caches.insert(batch.unit.index, list(s.request.block_hashes), int(s.request.block_size), s.rank)
         unit = self.units[batch.unit.index]
+        if self.drivers is not None:
+            unit.queued_tokens -= sum(s.new_tokens for s in batch.states)
+            self.drivers[unit.index].compute_done(batch)
+            return
         unit.batch_done(batch.states)
         self._start_batch(unit)
+
+    # -- scheduler-driven prefill units (--prefill) --------------------------------
+
+    def _slo(self, req: Any, idle: float) -> float:
+        """Per-category SLO (qwen-multislo: FlowPrefill Table 2 x slo_scale) or slo_scale x idle TTFT."""
+        category = getattr(req, "category", None)
+        if category is not None:
+            from laxflow.sim.workload.multislo import category_slo
+
+            table = category_slo(self.config.model, category)
+            if table is not None:
+                return table * self.config.slo_scale
+        return self.slo.slo(idle)
+
+    def _drivers(self) -> list[Any]:
+        from laxflow.integrations.prefill.base import TtftPredictor
+        from laxflow.integrations.prefill.registry import create_prefill_scheduler
+        from laxflow.sim.serving.prefill_driver import PrefillDriver
+
+        if self.runner.attn_dp != 1:
+            raise UserError(f"--prefill: {self.config.prefill!r} needs one attention group per prefill unit; "
+                            f"deployment {self.runner.deployment.name!r} has attn_dp={self.runner.attn_dp}")
+        unit0 = self.cluster.prefill_units[0]
+        layers = self.runner.num_layers
+        # The TTFT predictor: a polynomial fitted to the compute model's own profile (FlowPrefill §6.4).
+        top = max(self.config.token_budget, max(int(r.input_tokens) for r in self.requests))
+        predictor = TtftPredictor.from_function(
+            lambda n: self.runner.plan(self.cluster, unit0, [n], [n], [0]).compute * layers, top)
+        drivers = []
+        for u in self.units:
+            with user_errors("--prefill"):
+                sched = create_prefill_scheduler(self.config.prefill, predictor, self.config.token_budget)
+            drivers.append(PrefillDriver(sched, lambda: self.queue.now,
+                                         lambda task, index=u.index: self._task_batch(index, task)))
+        return drivers
+
+    def _task_batch(self, index: int, task: Any) -> BatchRun:
+        """A driver's new task as a preemptible batch (the driver begins it)."""
+        from laxflow.integrations.prefill.base import Boundary
+        from laxflow.sim.serving.prefill_driver import chunk_pieces, chunked_plan, operator_fractions
+
+        driver = self.drivers[index]
+        sched = driver.scheduler
+        spec = self.cluster.prefill_units[index]
+        states = list(task.requests)
+        for s in states:
+            s.rank = 0
+        new = [max(1, s.new_tokens) for s in states]
+        ctx = [s.route.reused_tokens + n for s, n in zip(states, new)]
+        plan = self.runner.plan(self.cluster, spec, new, ctx, [0] * len(states))
+        marks: tuple[float, ...] = ()
+        if sched.chunk_tokens and sum(new) > sched.chunk_tokens:
+            chunks = [self.runner.plan(self.cluster, spec, [n for n, _ in piece], [c for _, c in piece],
+                                       [0] * len(piece)).compute
+                      for piece in chunk_pieces(list(zip(new, ctx)), int(sched.chunk_tokens))]
+            plan, marks = chunked_plan(plan, plan.compute, chunks)
+        batch = BatchRun(self.context, len(self.batches), spec, states, plan)
+        self.batches.append(batch)
+        if sched.granularity != Boundary.NEVER:
+            batch.check = lambda kind, progress: driver.boundary(batch, kind, progress)
+            if sched.granularity in (Boundary.OPERATOR, Boundary.CHUNK):
+                batch.op_fractions = operator_fractions(self.runner.model, new, ctx)
+            batch.chunk_marks = marks
+        return batch
 
     def request_done(self, state: RequestState, now: float) -> None:
         """Called when a request's last P2D byte lands: its TTFT ends; it decodes, then leaves its decode unit."""
