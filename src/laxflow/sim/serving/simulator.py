@@ -239,9 +239,22 @@ class ServingSimulator:
         plan = self.runner.plan(self.cluster, spec, new, ctx, [0] * len(states))
         marks: tuple[float, ...] = ()
         if sched.chunk_tokens and sum(new) > sched.chunk_tokens:
-            chunks = [self.runner.plan(self.cluster, spec, [n for n, _ in piece], [c for _, c in piece],
-                                       [0] * len(piece)).compute
-                      for piece in chunk_pieces(list(zip(new, ctx)), int(sched.chunk_tokens))]
+            from laxflow.sim.models import weight_bytes_per_gpu
+
+            dep = self.runner.deployment
+            hbm = float(dep.gpu.mem_bw) * float(dep.gpu.mbu)
+            weights = weight_bytes_per_gpu(self.runner.model, dep) / self.runner.num_layers
+            kv_token = self.runner.kv_transfer_bytes_per_token_per_layer / self.runner.tp
+            chunks = []
+            for c, piece in enumerate(chunk_pieces(list(zip(new, ctx)), int(sched.chunk_tokens))):
+                t = self.runner.plan(self.cluster, spec, [n for n, _ in piece], [x for _, x in piece],
+                                     [0] * len(piece)).compute
+                if c > 0:
+                    # Each extra pass streams the layer's weights again and re-reads the prior chunks' KV
+                    # (FlowPrefill §3.1's causes); the roofline hides both under the GEMMs, a chunk boundary
+                    # does not (a new kernel sequence starts), so they are added, not overlapped.
+                    t += (weights + sum(x - n for n, x in piece) * kv_token) / hbm
+                chunks.append(t)
             plan, marks = chunked_plan(plan, plan.compute, chunks)
         batch = BatchRun(self.context, len(self.batches), spec, states, plan)
         self.batches.append(batch)
