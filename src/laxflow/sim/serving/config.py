@@ -102,6 +102,9 @@ class ServingConfig:
     # laxflow.integrations.prefill (flowprefill, fcfs, edf-cp2k, ...): that
     # scheduler drives each unit with preemption (serving/prefill_driver.py).
     prefill: str | None = None
+    # With ``prefill``: the flow policy's pruned set (MFS) reaches the prefill scheduler, which defers
+    # pruned tasks instead of computing them (mfs+flowprefill). False: the two run side by side, blind.
+    prefill_coupling: bool = True
     slo_scale: float = 3.0  # SLO = slo_scale x the request's TTFT alone on the idle cluster
     warmup: int = 512  # first requests (by arrival) left out of the metrics
     # Stage 1: issue the reuse fetch of layer j at batch start (None: every

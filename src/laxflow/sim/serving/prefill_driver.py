@@ -26,6 +26,17 @@ no clock: ``now`` is the event queue's. It follows the driving protocol of
   no number in the text, so we take the compute model's own, not a constant.
   The task may switch only where a chunk ends (at the first operator
   boundary at or after the chunk's share of the work).
+
+Network and compute together (``mfs+flowprefill``): given a ``pruned``
+callable -- the hooks interface's ``pruned()`` (``laxflow.hooks.api``), in
+the simulator :class:`PolicyHooks` over the flow policy's pruned set -- the
+driver asks it on every arrival and completion event. A started task whose
+requests are all pruned (MFS found they cannot meet their deadline on the
+network) stops burning compute: a suspended one leaves Q_p, the running one
+is preempted at its next boundary; both wait in ``deferred`` and are resumed
+only when nothing else is waiting, running or suspended. (MFS prunes only
+requests whose flows it has seen, i.e. started ones; a request still in Q_w
+cannot be pruned yet.)
 """
 
 from __future__ import annotations
@@ -84,8 +95,12 @@ class PrefillDriver:
     """One prefill unit executing what its scheduler decides (see the module docstring)."""
 
     def __init__(self, scheduler: PrefillScheduler, now: Callable[[], float],
-                 start: Callable[[Task], "BatchRun"]) -> None:
+                 start: Callable[[Task], "BatchRun"], pruned: Callable[[], set[str]] | None = None) -> None:
         self.scheduler = scheduler
+        self._pruned = pruned
+        self.deferred: list[Task] = []  # started tasks whose requests are all pruned (resumed when idle)
+        self.deferrals = 0
+        self._deferring: Task | None = None  # the running task being preempted because it was pruned
         self._now = now
         self._start = start  # builds and begins a BatchRun for a new task (the simulator's)
         self.runs: dict[int, "BatchRun"] = {}  # task id -> its batch (started tasks)
@@ -96,6 +111,7 @@ class PrefillDriver:
 
     def arrival(self, request: Any) -> None:
         self._apply(self.scheduler.arrival(request, self._now()))
+        self._defer_pruned()
 
     def compute_done(self, batch: "BatchRun") -> None:
         """The batch computed its last layer: the task's completion event."""
@@ -103,7 +119,11 @@ class PrefillDriver:
         self.runs.pop(task.id, None)
         if self.current is task:
             self.current = None
+        if self._deferring is task:
+            self._deferring = None
         self._apply(self.scheduler.completion(task, self._now()))
+        self._defer_pruned()
+        self._undefer_if_idle()
 
     def boundary(self, batch: "BatchRun", kind: int, progress: float) -> bool:
         """Asked by a batch whose signal is raised, at a boundary of ``kind``: suspend here?"""
@@ -115,8 +135,45 @@ class PrefillDriver:
         if self.current is task:
             self.current = None
         self.switches += 1
+        if self._deferring is task:  # pruned: out of the scheduler's sight until the unit is idle
+            self._deferring = None
+            if self.scheduler.running is task:
+                self.scheduler.running = None
+            elif task in self.scheduler.suspended:
+                self.scheduler.suspended.remove(task)
+            self.deferred.append(task)
+            self.deferrals += 1
+            self._apply(self.scheduler._round(self._now()))
+            self._undefer_if_idle()
+            return True
         self._maybe_start()
         return True
+
+    # -- mfs+flowprefill: the network's pruned set reaches the scheduler ----------------
+
+    def _defer_pruned(self) -> None:
+        if self._pruned is None:
+            return
+        pruned = self._pruned()
+        if not pruned:
+            return
+        for task in list(self.scheduler.suspended):
+            if task is not self.next and all(r.id in pruned for r in task.requests):
+                self.scheduler.suspended.remove(task)
+                self.deferred.append(task)
+                self.deferrals += 1
+        cur = self.current
+        if (cur is not None and self._deferring is None and self.scheduler.running is cur
+                and all(r.id in pruned for r in cur.requests)
+                and yields_at(Boundary.CHUNK, self.scheduler.granularity)):
+            self._deferring = cur
+            self.runs[cur.id].preempt_requested = True
+
+    def _undefer_if_idle(self) -> None:
+        """Nothing else to compute: give the scheduler back the oldest deferred task."""
+        if self.deferred and self.scheduler.idle() and self.current is None and self.next is None:
+            self.scheduler.suspended.append(self.deferred.pop(0))
+            self._apply(self.scheduler._round(self._now()))
 
     def _apply(self, actions: list[Any]) -> None:
         for action in actions:
@@ -142,6 +199,22 @@ class PrefillDriver:
             run.begin()
         else:
             run.resume()
+
+
+class PolicyHooks:
+    """The hooks interface's ``pruned()`` in the simulator: the flow policy's pruned requests.
+
+    The simulator's network runs the flow policy in process; MFS keeps the
+    pruned set the coordinator would publish (``MfsPolicy.pruned_requests``).
+    Other policies prune nothing.
+    """
+
+    def __init__(self, policy: Any) -> None:
+        self._policy = policy
+
+    def pruned(self) -> set[str]:
+        get = getattr(self._policy, "pruned_requests", None)
+        return set(get()) if get is not None else set()
 
 
 def chunked_plan(plan: LayerPlan, whole: float, chunks: Sequence[float]) -> tuple[LayerPlan, tuple[float, ...]]:

@@ -204,7 +204,7 @@ class ServingSimulator:
     def _drivers(self) -> list[Any]:
         from laxflow.integrations.prefill.base import TtftPredictor
         from laxflow.integrations.prefill.registry import create_prefill_scheduler
-        from laxflow.sim.serving.prefill_driver import PrefillDriver
+        from laxflow.sim.serving.prefill_driver import PolicyHooks, PrefillDriver
 
         if self.runner.attn_dp != 1:
             raise UserError(f"--prefill: {self.config.prefill!r} needs one attention group per prefill unit; "
@@ -215,12 +215,14 @@ class ServingSimulator:
         top = max(self.config.token_budget, max(int(r.input_tokens) for r in self.requests))
         predictor = TtftPredictor.from_function(
             lambda n: self.runner.plan(self.cluster, unit0, [n], [n], [0]).compute * layers, top)
+        hooks = PolicyHooks(self.policy) if self.config.prefill_coupling else None
         drivers = []
         for u in self.units:
             with user_errors("--prefill"):
                 sched = create_prefill_scheduler(self.config.prefill, predictor, self.config.token_budget)
             drivers.append(PrefillDriver(sched, lambda: self.queue.now,
-                                         lambda task, index=u.index: self._task_batch(index, task)))
+                                         lambda task, index=u.index: self._task_batch(index, task),
+                                         None if hooks is None else hooks.pruned))
         return drivers
 
     def _task_batch(self, index: int, task: Any) -> BatchRun:
