@@ -204,6 +204,10 @@ def _build(v: dict[str, Any], which: str) -> Plan:
             if p not in prefill_scheduler_names():
                 raise UserError(f"--prefill: unknown {p!r} (expected one of {', '.join(prefill_scheduler_names())})")
     config = chosen.config()
+    if v.get("dispatch") is not None:
+        if v["dispatch"] not in ("load", "ttft"):
+            raise UserError(f"--dispatch: expected load or ttft, got {v['dispatch']!r}")
+        config = replace(config, router_dispatch=v["dispatch"])
     config.validate()
     from laxflow.sim import models, workload as wl
 
@@ -231,6 +235,7 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         "rate_unit": "requests/s per prefill GPU",
         "policies": names,
         "prefill": None if prefills == [None] else prefills,
+        "dispatch": config.router_dispatch,
         "preset_rates": list(chosen.rates),
     }
     config, meta = _with_kv_placement(config, meta, v["kv_placement"])

@@ -56,6 +56,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("prefill", "--prefill", "list", "Comma-separated prefill schedulers (flowprefill, fcfs, edf-cp2k, "
          "edf-cp8k, edf-layer) driving every prefill unit with preemption; runs each with every policy. "
          "Default: the legacy FCFS batch former."),
+    Flag("dispatch", "--dispatch", "str", "Prefill-unit routing: load (prefix overlap + queued tokens; default) "
+         "or ttft (network-inclusive TTFT estimate, as the hooks' dispatch_advice)."),
     Flag("requests", "--requests", "int", "Measured requests per run (default 1024; at most 1,000,000 with "
          "the warm-up)."),
     Flag("warmup", "--warmup", "int", "Warm-up requests left out of the metrics (512)."),

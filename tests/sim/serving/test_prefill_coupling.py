@@ -80,3 +80,27 @@ def test_without_pruning_nothing_is_deferred():
     clock[0] = 0.1
     drv.arrival(PrefillRequest("b", 0.1, 50.0, 300))
     assert not started[0].preempt_requested and drv.deferred == []
+
+
+def test_network_aware_dispatch_avoids_a_loaded_nic():
+    import pytest
+    from serving_factories import create_config
+
+    from laxflow.errors import UserError
+    from laxflow.sim.serving.simulator import ServingSimulator
+    from laxflow.sim.workload import Request
+
+    config = create_config("llama3-8b", servers=2, gpus_per_server=2, deployment="llama3-8b-tp1-a800",
+                           router_dispatch="ttft")
+    reqs = [Request(id=f"r{i}", arrival=0.0, input_tokens=4000, output_tokens=1) for i in range(2)]
+    sim = ServingSimulator(config, reqs, "fs")
+    cost = sim._ttft_cost(4000, 16)
+    assert cost(0, 0) == pytest.approx(cost(1, 0))
+    topo = sim.cluster.topology
+    sim.network.link_load[topo.egress(sim.cluster.prefill_units[0].gpus[0])] = 0.99  # unit 0's NIC is busy
+    assert cost(0, 0) > cost(1, 0)
+    sim.router.ttft_cost = cost
+    route = sim.router.route([], 16, 4000, [0, 0], [0.0, 0.0])
+    assert route.prefill == 1  # the load-only router would take unit 0 (tie, lowest index)
+    with pytest.raises(UserError, match="router_dispatch"):
+        create_config("llama3-8b", servers=2, router_dispatch="nope")

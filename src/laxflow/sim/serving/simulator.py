@@ -137,6 +137,8 @@ class ServingSimulator:
         if i + 1 < len(self.requests):
             self.queue.push(float(self.requests[i + 1].arrival), Priority.ARRIVAL, self._arrive, i + 1)
         block = int(req.block_size)
+        if self.config.router_dispatch == "ttft":
+            self.router.ttft_cost = self._ttft_cost(int(req.input_tokens), block)
         route = self.router.route(
             list(req.block_hashes), block, int(req.input_tokens),
             [u.queued_tokens for u in self.units], self.decode_tokens,
@@ -201,20 +203,48 @@ class ServingSimulator:
                 return table * self.config.slo_scale
         return self.slo.slo(idle)
 
+    def _predictor(self) -> Any:
+        """The TTFT predictor: a polynomial fitted to the compute model's own profile (FlowPrefill §6.4)."""
+        if getattr(self, "_ttft_predictor", None) is None:
+            from laxflow.integrations.prefill.base import TtftPredictor
+
+            unit0 = self.cluster.prefill_units[0]
+            layers = self.runner.num_layers
+            top = max(self.config.token_budget, max(int(r.input_tokens) for r in self.requests))
+            self._ttft_predictor = TtftPredictor.from_function(
+                lambda n: self.runner.plan(self.cluster, unit0, [n], [n], [0]).compute * layers, top)
+        return self._ttft_predictor
+
+    def _ttft_cost(self, input_tokens: int, block: int) -> Callable[[int, int], float]:
+        """Network-inclusive TTFT estimate per prefill unit for one request (router_dispatch "ttft")."""
+        from laxflow.hooks.api import estimate_ttft
+        from laxflow.hooks.messages import Instance
+
+        pred = self._predictor()
+        p2d = input_tokens * self.runner.kv_transfer_bytes_per_token_per_layer * self.runner.num_layers
+        topo, load = self.cluster.topology, self.network.link_load
+        nic = self.cluster.config.nic_bytes_per_s
+
+        def cost(u: int, cached_blocks: int) -> float:
+            gpus = self.cluster.prefill_units[u].gpus
+            kv_gpus = self.runner.kv_gpus(self.cluster.prefill_units[u], 0)
+            port = f"p{u}"
+            busy = max(float(load[topo.egress(g)]) for g in gpus)
+            inst = Instance(port, pred(self.units[u].queued_tokens) if self.units[u].queued_tokens > 0 else 0.0,
+                            pred(max(1, input_tokens - cached_blocks * block)), p2d, port, nic * len(kv_gpus))
+            est = estimate_ttft([inst], {port: nic * len(kv_gpus)}, {port: busy})
+            return est[0].ttft_s if est else float("inf")
+
+        return cost
+
     def _drivers(self) -> list[Any]:
-        from laxflow.integrations.prefill.base import TtftPredictor
         from laxflow.integrations.prefill.registry import create_prefill_scheduler
         from laxflow.sim.serving.prefill_driver import PolicyHooks, PrefillDriver
 
         if self.runner.attn_dp != 1:
             raise UserError(f"--prefill: {self.config.prefill!r} needs one attention group per prefill unit; "
                             f"deployment {self.runner.deployment.name!r} has attn_dp={self.runner.attn_dp}")
-        unit0 = self.cluster.prefill_units[0]
-        layers = self.runner.num_layers
-        # The TTFT predictor: a polynomial fitted to the compute model's own profile (FlowPrefill §6.4).
-        top = max(self.config.token_budget, max(int(r.input_tokens) for r in self.requests))
-        predictor = TtftPredictor.from_function(
-            lambda n: self.runner.plan(self.cluster, unit0, [n], [n], [0]).compute * layers, top)
+        predictor = self._predictor()
         hooks = PolicyHooks(self.policy) if self.config.prefill_coupling else None
         drivers = []
         for u in self.units:
