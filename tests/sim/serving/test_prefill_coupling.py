@@ -26,7 +26,8 @@ class Pruned:
     def __init__(self):
         self.names: set[str] = set()
 
-    def pruned_requests(self) -> set[str]:
+    @property
+    def pruned_requests(self) -> set[str]:  # a property, as on MfsPolicy
         return set(self.names)
 
 

@@ -213,8 +213,10 @@ class PolicyHooks:
         self._policy = policy
 
     def pruned(self) -> set[str]:
-        get = getattr(self._policy, "pruned_requests", None)
-        return set(get()) if get is not None else set()
+        got = getattr(self._policy, "pruned_requests", None)  # a property on MfsPolicy
+        if callable(got):
+            got = got()
+        return set(got) if got else set()
 
 
 def chunked_plan(plan: LayerPlan, whole: float, chunks: Sequence[float]) -> tuple[LayerPlan, tuple[float, ...]]:
