@@ -26,3 +26,13 @@ def test_unknown_prefill_is_one_error(capsys):
     code, _, err = cli(capsys, *ARGS, "--prefill", "nope")
     assert code != 0
     assert "--prefill: unknown 'nope'" in err
+
+
+def test_dispatch_flag(capsys, tmp_path):
+    code, _, err = cli(capsys, *ARGS, "--dispatch", "fastest")
+    assert code != 0 and "--dispatch: expected load or ttft" in err
+    out = tmp_path / "d.json"
+    code, _, err = cli(capsys, *ARGS, "--prefill", "flowprefill", "--dispatch", "ttft", "--json", str(out))
+    assert code == 0, err
+    data = json.loads(out.read_text())
+    assert data["config"]["dispatch"] == "ttft" and data["results"][0]["prefill"] == "flowprefill"
