@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
@@ -111,6 +111,7 @@ class Plan:
     requests: int
     seeds: list[int]
     meta: dict[str, Any]
+    prefills: list[Any] = field(default_factory=lambda: [None])  # --prefill names, or [None] (legacy)
 
 
 def _trace_count(v: dict[str, Any], warmup: int) -> int:
@@ -194,13 +195,26 @@ def _build(v: dict[str, Any], which: str) -> Plan:
     seeds = _seeds(v["seeds"], chosen.seed)
     names = _split(v["policies"], "--policies") if v["policies"] else list(chosen.policies)
     check_policies(names)
+    prefills: list[Any] = [None]
+    if v.get("prefill"):
+        from laxflow.integrations.prefill.registry import prefill_scheduler_names
+
+        prefills = _split(v["prefill"], "--prefill")
+        for p in prefills:
+            if p not in prefill_scheduler_names():
+                raise UserError(f"--prefill: unknown {p!r} (expected one of {', '.join(prefill_scheduler_names())})")
     config = chosen.config()
+    if v.get("dispatch") is not None:
+        if v["dispatch"] not in ("load", "ttft"):
+            raise UserError(f"--dispatch: expected load or ttft, got {v['dispatch']!r}")
+        config = replace(config, router_dispatch=v["dispatch"])
     config.validate()
     from laxflow.sim import models, workload as wl
 
     models.get_model(config.model)
-    if trace is None and chosen.workload not in wl.WORKLOADS:
-        raise UserError(f"--workload: unknown {chosen.workload!r} (expected one of {', '.join(wl.WORKLOADS)})")
+    known = [*wl.WORKLOADS, "qwen-multislo"]
+    if trace is None and chosen.workload not in known:
+        raise UserError(f"--workload: unknown {chosen.workload!r} (expected one of {', '.join(known)})")
     gpus = prefill_gpus(config)
     meta = {
         "preset": preset,
@@ -220,6 +234,8 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         "token_budget": config.token_budget,
         "rate_unit": "requests/s per prefill GPU",
         "policies": names,
+        "prefill": None if prefills == [None] else prefills,
+        "dispatch": config.router_dispatch,
         "preset_rates": list(chosen.rates),
     }
     config, meta = _with_kv_placement(config, meta, v["kv_placement"])
@@ -228,7 +244,7 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         meta["time_scale"] = v.get("time_scale")
     for flag, name in (("--json", "json_out"), ("--plot", "plot"), ("--requests-out", "requests_out")):
         _prepare_out(v[name], flag)
-    return Plan(config, names, chosen.workload, chosen.requests, seeds, meta)
+    return Plan(config, names, chosen.workload, chosen.requests, seeds, meta, prefills)
 
 
 def _execute(plan: Plan, rates: list[float], v: dict[str, Any]) -> tuple[list[Any], list[dict[str, Any]]]:
@@ -241,8 +257,9 @@ def _execute(plan: Plan, rates: list[float], v: dict[str, Any]) -> tuple[list[An
     trace = str(v["trace"]) if v["trace"] else None
     specs = [
         RunSpec(plan.config, plan.workload, rate, name, plan.requests, seed, trace, v["trace_format"],
-                time_scale=v.get("time_scale") or 1.0, per_request=v["requests_out"] is not None)
+                time_scale=v.get("time_scale") or 1.0, per_request=v["requests_out"] is not None, prefill=prefill)
         for rate in rates
+        for prefill in plan.prefills
         for name in plan.policies
         for seed in plan.seeds
     ]
@@ -269,7 +286,7 @@ def _report(plan: Plan, specs: list[Any], rows: list[dict[str, Any]], v: dict[st
     """Points over seeds, the table, --json and --requests-out; returns the points and the table's stream."""
     from laxflow.sim.serving import report
 
-    pts = report.points(rows, [(s.rate, s.policy) for s in specs])
+    pts = report.points(rows, [(s.rate, s.label) for s in specs])
     measured = pts[0]["requests"]
     plan.meta["requested"] = plan.meta["requests"]
     plan.meta["requests"] = measured  # what was measured, as the title and every result say

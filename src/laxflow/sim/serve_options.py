@@ -53,6 +53,11 @@ FLAGS: tuple[Flag, ...] = (
          "a trace: its own timestamps).", commands=frozenset({"serve"})),
     Flag("rates", "--rates", "list", "Comma-separated requests/s per prefill GPU.", commands=frozenset({"sweep"})),
     Flag("policies", "--policies", "list", "Comma-separated flow policies (registered names or module:Class)."),
+    Flag("prefill", "--prefill", "list", "Comma-separated prefill schedulers (flowprefill, fcfs, edf-cp2k, "
+         "edf-cp8k, edf-layer) driving every prefill unit with preemption; runs each with every policy. "
+         "Default: the legacy FCFS batch former."),
+    Flag("dispatch", "--dispatch", "str", "Prefill-unit routing: load (prefix overlap + queued tokens; default) "
+         "or ttft (network-inclusive TTFT estimate, as the hooks' dispatch_advice)."),
     Flag("requests", "--requests", "int", "Measured requests per run (default 1024; at most 1,000,000 with "
          "the warm-up)."),
     Flag("warmup", "--warmup", "int", "Warm-up requests left out of the metrics (512)."),

@@ -56,6 +56,13 @@ MODELS: dict[str, ModelSpec] = {
                   head_dim=128, ffn_hidden=14336, vocab=128256, max_context=1048576,
                   source=_HF + "meta-llama/Meta-Llama-3-8B config.json; "
                   + _HF + "gradientai/Llama-3-8B-Instruct-Gradient-1048k (1M context)"),
+        # FlowPrefill's dense models (its §6.1).
+        ModelSpec(name="qwen2.5-14b", num_layers=48, hidden=5120, num_heads=40, num_kv_heads=8,
+                  head_dim=128, ffn_hidden=13824, vocab=152064, max_context=131072,
+                  source=_HF + "Qwen/Qwen2.5-14B-Instruct config.json (131072 with YaRN, its model card)"),
+        ModelSpec(name="llama3-70b", num_layers=80, hidden=8192, num_heads=64, num_kv_heads=8,
+                  head_dim=128, ffn_hidden=28672, vocab=128256, max_context=131072,
+                  source=_HF + "meta-llama/Llama-3.1-70B-Instruct config.json"),
     )
 }
 
@@ -76,6 +83,11 @@ GPUS: dict[str, GPUSpec] = {
                        mfu=0.6, attn_eff=0.5, mbu=0.8,
                        source="NVIDIA GA102 (Ampere) whitepaper: RTX 3090 71 TFLOP/s fp16 tensor with fp32 "
                        "accumulate (what PyTorch fp16 matmuls use), 936 GB/s GDDR6X, 24 GB"),
+    # The A800 is the A100 with NVLink cut to 400 GB/s (200 GB/s per direction,
+    # FlowPrefill §6.1 "200 GB/s NVLink"); the compute and HBM are the A100's.
+    "a800": GPUSpec(name="a800", peak_flops=312e12, mem_bw=2.039e12, mem_bytes=80 * 2**30,
+                    mfu=0.6, attn_eff=0.5, mbu=0.8,
+                    source="NVIDIA A800 80GB SXM4: A100 compute/HBM (312 TFLOP/s bf16, 2039 GB/s), NVLink 400 GB/s"),
 }
 
 _PAPER = "MFS paper §6.1/§6.3"
@@ -99,6 +111,10 @@ _PAPER = "MFS paper §6.1/§6.3"
 # that would take the network at about 10-16 % of line rate; we have no
 # measurement that justifies such a derating, so we do not apply one.
 _A100_NODE = dict(gpu=GPUS["a100"], nic_gbps=200.0, gpus_per_node=8, intra_node_gbps=900 * 8.0)
+# FlowPrefill's server: 8 x A800-SXM4-80GB, NVLink 200 GB/s per direction (= 1600 Gbit/s); its
+# paper gives no NIC, we give the A100 nodes' 200 Gbit/s per GPU (P2D crosses servers here).
+_A800_NODE = dict(gpu=GPUS["a800"], nic_gbps=200.0, gpus_per_node=8, intra_node_gbps=1600.0)
+_FP = "FlowPrefill paper §6.1 (models, TP degrees, A800 server)"
 _TESTBED_NODE = dict(gpu=GPUS["rtx3090"], nic_gbps=50.0, gpus_per_node=4,
                      # PCIe Gen3 x16: 15.75 GB/s per direction.
                      intra_node_gbps=126.0)
@@ -111,6 +127,10 @@ DEPLOYMENTS: dict[str, Deployment] = {
         Deployment(name="dbrx", model="dbrx", tp=2, ep=16, gpus=32, source=_PAPER, **_A100_NODE),
         Deployment(name="qwen3-coder", model="qwen3-coder", tp=1, ep=32, gpus=32, source=_PAPER, **_A100_NODE),
         Deployment(name="llama3-8b", model="llama3-8b", tp=4, sp=4, gpus=16, source=_PAPER, **_A100_NODE),
+        # FlowPrefill §6.1: Llama3-8B TP1, Qwen2.5-14B TP2, Llama3-70B TP4 on A800-SXM4 servers.
+        Deployment(name="llama3-8b-tp1-a800", model="llama3-8b", tp=1, gpus=1, source=_FP, **_A800_NODE),
+        Deployment(name="qwen2.5-14b", model="qwen2.5-14b", tp=2, gpus=2, source=_FP, **_A800_NODE),
+        Deployment(name="llama3-70b", model="llama3-70b", tp=4, gpus=4, source=_FP, **_A800_NODE),
         # Not in the paper: the testbed's layout on the simulation's A100 nodes.
         Deployment(name="mixtral-8x7b", model="mixtral-8x7b", tp=1, ep=8, gpus=8,
                    source="testbed layout (paper §6.2) on A100 nodes", **_A100_NODE),

@@ -92,6 +92,15 @@ class BatchRun:
         self._coll_pending = 0
         self._coll_start = 0.0
         self._layer_cct = 0.0
+        # Preemptible execution (set by a PrefillDriver before begin(); None: the legacy run-to-end batch).
+        # ``check(kind, progress)`` is asked at a boundary only while ``preempt_requested``; True = suspend here.
+        self.check: Callable[[int, float], bool] | None = None
+        self.preempt_requested = False
+        self.op_fractions: tuple[float, ...] = ()  # compute segments split at operator boundaries (by FLOPs)
+        self.chunk_marks: tuple[float, ...] = ()  # work fractions where a chunk of a chunked prefill ends
+        self._work = 0.0  # compute seconds done
+        self._last_check = 0.0  # progress at the previous boundary (a chunk mark crossed since -> CHUNK)
+        self._resume_at: tuple | None = None
 
     # -- start --------------------------------------------------------------------
 
@@ -161,7 +170,10 @@ class BatchRun:
         while k < len(segments):
             seg = segments[k]
             if seg.kind == "compute":
-                queue.push(queue.now + seg.seconds, Priority.COMPUTE, self._run_segment, k + 1)
+                if self.check is not None and self.op_fractions:
+                    self._run_op(k, 0)
+                else:
+                    queue.push(queue.now + seg.seconds, Priority.COMPUTE, self._run_segment, k + 1)
                 return
             downstream = self.plan.compute_after(k) + (self.num_layers - 1 - self.layer) * self.plan.compute
             self._coll_start = queue.now
@@ -175,6 +187,52 @@ class BatchRun:
                 return
             k += 1
         self._layer_done()
+
+    # -- preemption (driver mode only) ------------------------------------------------
+
+    @property
+    def progress(self) -> float:
+        """Share of this batch's compute done (0..1)."""
+        total = self.plan.compute * self.num_layers
+        return min(1.0, self._work / total) if total > 0 else 1.0
+
+    def _run_op(self, k: int, o: int) -> None:
+        seconds = self.plan.segments[k].seconds * self.op_fractions[o]
+        self.sim.queue.push(self.sim.queue.now + seconds, Priority.COMPUTE, self._op_done, (k, o, seconds))
+
+    def _op_done(self, arg: tuple[int, int, float]) -> None:
+        k, o, seconds = arg
+        self._work += seconds
+        if o + 1 >= len(self.op_fractions):
+            self._run_segment(k + 1)  # the layer's (or segment's) end is checked in _layer_done
+            return
+        if self._boundary(0, ("op", k, o + 1)):
+            return
+        self._run_op(k, o + 1)
+
+    def _boundary(self, kind: int, resume: tuple) -> bool:
+        """At a boundary of ``kind`` (0 operator, 1 layer): suspend if the driver says so (True)."""
+        p = self.progress
+        crossed = any(self._last_check < m <= p + 1e-12 for m in self.chunk_marks)
+        self._last_check = p
+        if not self.preempt_requested or self.check is None:
+            return False
+        self._resume_at = resume  # saved first: the driver may start another batch synchronously
+        if self.check(2 if crossed else kind, p):
+            self.preempt_requested = False
+            return True
+        self._resume_at = None
+        return False
+
+    def resume(self) -> None:
+        """Called by the driver: continue where the last suspension stopped."""
+        where, self._resume_at = self._resume_at, None
+        if where is None:
+            raise RuntimeError(f"batch {self.id}: resume without a suspension")
+        if where[0] == "op":
+            self._run_op(where[1], where[2])
+        else:
+            self._begin_layer(where[1])
 
     def _collective_part_done(self, k: int) -> None:
         self._coll_pending -= 1
@@ -195,6 +253,10 @@ class BatchRun:
             s.p2d_pending += self._transfer(f"{s.id}.L{j}.p2d", Stage.P2D, nbytes, pattern, j, s.deadline, 0.0, s.id,
                                             self._p2d_done, s)
         if j + 1 < self.num_layers:
+            if self.check is not None:
+                self._work = (j + 1) * self.plan.compute  # exact at a layer end (no float drift)
+                if self._boundary(1, ("layer", j + 1)):
+                    return
             self._begin_layer(j + 1)
             return
         now = self.sim.queue.now

@@ -98,6 +98,17 @@ class ServingConfig:
     # DP+EP: max_num_batched_tokens is per engine); the unit's ranks step together.
     token_budget: int = 8192
     local_scheduler: str = "fcfs"  # prefill unit's batch former (see prefill_unit.LOCAL_SCHEDULERS)
+    # None: the batch former above (legacy, run-to-end batches). A name of
+    # laxflow.integrations.prefill (flowprefill, fcfs, edf-cp2k, ...): that
+    # scheduler drives each unit with preemption (serving/prefill_driver.py).
+    prefill: str | None = None
+    # With ``prefill``: the flow policy's pruned set (MFS) reaches the prefill scheduler, which defers
+    # pruned tasks instead of computing them (mfs+flowprefill). False: the two run side by side, blind.
+    prefill_coupling: bool = True
+    # How the router picks a prefill unit: "load" (prefix overlap + queued tokens, Dynamo-style) or
+    # "ttft" (network-inclusive TTFT estimate, as the hooks' dispatch_advice: queue + compute + P2D
+    # bytes over the unit's NIC at its measured load, laxflow.hooks.api.estimate_ttft).
+    router_dispatch: str = "load"
     slo_scale: float = 3.0  # SLO = slo_scale x the request's TTFT alone on the idle cluster
     warmup: int = 512  # first requests (by arrival) left out of the metrics
     # Stage 1: issue the reuse fetch of layer j at batch start (None: every
@@ -130,6 +141,14 @@ class ServingConfig:
             raise UserError(f"router_overlap_weight: expected >= 0, got {self.router_overlap_weight!r}")
         if self.decode_seconds_per_token < 0:
             raise UserError(f"decode_seconds_per_token: expected >= 0, got {self.decode_seconds_per_token!r}")
+        if self.router_dispatch not in ("load", "ttft"):
+            raise UserError(f"router_dispatch: expected 'load' or 'ttft', got {self.router_dispatch!r}")
+        if self.prefill is not None:
+            from laxflow.integrations.prefill import registry
+
+            if self.prefill not in registry.prefill_scheduler_names():
+                raise UserError(f"prefill: unknown {self.prefill!r} (expected one of "
+                                f"{', '.join(registry.prefill_scheduler_names())})")
         from laxflow.sim.serving.prefill_unit import local_scheduler_names
 
         if self.local_scheduler not in local_scheduler_names():

@@ -49,6 +49,11 @@ class RunSpec:
     trace_format: str | None = None
     time_scale: float = 1.0  # rate 0 with a trace: its timestamps divided by this (bursts kept)
     per_request: bool = False  # also return one row per measured request (``request_rows``)
+    prefill: str | None = None  # --prefill: the integrations.prefill scheduler of every prefill unit
+
+    @property
+    def label(self) -> str:
+        return f"{self.prefill}+{self.policy}" if self.prefill else self.policy
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,14 @@ def _presets() -> dict[str, Preset]:
         Preset("fig13", "Fig. 13: DBRX, QwenA conversation, rate 0.7: CCT and earliness breakdown", "dbrx",
                "qwen-conv", rates=(0.7,)),
     ]
+    # FlowPrefill §6 (its Tables 1-2): one 8-GPU A800 prefill server, the multi-SLO workload, SLO = Table 2
+    # x --slo-scale (1). The network policy hardly matters here (dense TP <= 4 inside a server: only P2D
+    # crosses the network); compare prefill schedulers with --prefill.
+    for model, dep in (("llama3-8b", "llama3-8b-tp1-a800"), ("qwen2.5-14b", "qwen2.5-14b"),
+                       ("llama3-70b", "llama3-70b")):
+        out.append(Preset(f"flowprefill-{model}", f"FlowPrefill Fig. 9: {model} on A800, qwen-multislo", model,
+                          "qwen-multislo", rates=(0.5, 1.0, 1.5, 2.0, 3.0, 4.0), servers=2, deployment=dep,
+                          policies=("fs",), requests=1000, warmup=200, slo_scale=1.0))
     for short, model in _MOE.items():
         out.append(Preset(f"fig10-{short}", f"Fig. 10: {model}, QwenA conversation", model, "qwen-conv",
                           rates=rates_at(model, "qwen-conv")))
@@ -183,7 +196,8 @@ def run_one(spec: RunSpec, progress: Callable[[int], None] | None = None) -> dic
     from laxflow.sim.serving.simulator import ServingSimulator
 
     requests = build_workload(spec)
-    result = ServingSimulator(spec.config, requests, spec.policy, progress=progress).run()
+    config = spec.config if spec.prefill is None else replace(spec.config, prefill=spec.prefill)
+    result = ServingSimulator(config, requests, spec.policy, progress=progress).run()
     rate = spec.rate
     if rate == 0:  # a trace replayed at its own timestamps: report its per-GPU rate
         span = max(float(r.arrival) for r in requests) - min(float(r.arrival) for r in requests)
@@ -192,6 +206,8 @@ def run_one(spec: RunSpec, progress: Callable[[int], None] | None = None) -> dic
     row["ttft_samples"] = [s.ttft for s in result.measured]
     row["slo_samples"] = [s.slo for s in result.measured]
     row["seed"] = spec.seed
+    if spec.prefill is not None:
+        row["prefill"] = spec.prefill
     if spec.per_request:
         from laxflow.sim.serving.export import request_rows
 

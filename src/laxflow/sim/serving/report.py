@@ -42,6 +42,12 @@ def _mean(values: list[Any]) -> Any:
     return first
 
 
+def label(row: dict[str, Any]) -> str:
+    """A result's name in tables and goodput: the flow policy, or ``prefill+policy`` with --prefill."""
+    prefill = row.get("prefill")
+    return f"{prefill}+{row['policy']}" if prefill else str(row["policy"])
+
+
 def points(rows: Sequence[dict[str, Any]], keys: Sequence[tuple[float, str]]) -> list[dict[str, Any]]:
     """Group run rows into points; ``keys[i]`` is row i's (requested rate, policy); order of first appearance."""
     groups: dict[tuple[float, str], list[dict[str, Any]]] = {}
@@ -82,7 +88,8 @@ def goodput_over_seeds(rows: Sequence[dict[str, Any]], threshold: float = 0.9) -
     then so has the mean: it lies below the lowest swept rate, not at zero.
     """
     seeds = list(dict.fromkeys(r["seed"] for r in rows))
-    per_seed = [goodput([r for r in rows if r["seed"] == s], threshold) for s in seeds]
+    named = [{**r, "policy": label(r)} for r in rows]  # one goodput per (prefill, policy) pair
+    per_seed = [goodput([r for r in named if r["seed"] == s], threshold) for s in seeds]
     policies = list(per_seed[0])
     values = {p: [g[p] for g in per_seed] for p in policies}
     known = {p: None not in v for p, v in values.items()}
@@ -107,7 +114,7 @@ def _att(p: dict[str, Any]) -> str:
 
 # (header with its unit, cell); the first two columns repeat in every part of a split table.
 _COLUMNS = [
-    ("policy", lambda p: str(p["policy"])),
+    ("policy", label),
     ("rate\n(req/s/GPU)", lambda p: f"{p['rate']:.3g}"),
     ("SLO att.\n(share)", _att),
     ("TTFT mean\n(ms)", lambda p: _ms(p["ttft_mean"])),

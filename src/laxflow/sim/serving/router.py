@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 
 class PrefixCaches:
@@ -126,6 +126,9 @@ class GlobalRouter:
         self.num_decode = num_decode
         self.caches = caches
         self.overlap_weight = overlap_weight
+        # Network-aware dispatch (ServingConfig.router_dispatch "ttft"): set by the simulator before each
+        # route(); (unit, prefix blocks cached there) -> estimated TTFT s, replacing the load cost.
+        self.ttft_cost: Callable[[int, int], float] | None = None
 
     def route(
         self,
@@ -183,6 +186,11 @@ class GlobalRouter:
         """Unit with the fewest (blocks not cached there) x weight + queued blocks; ties: lowest index."""
         best, best_cost = 0, float("inf")
         for u in range(self.num_prefill):
+            if self.ttft_cost is not None:
+                cost = self.ttft_cost(u, cached.get(u, 0))
+                if cost < best_cost:
+                    best, best_cost = u, cost
+                continue
             cost = self.overlap_weight * (blocks - cached.get(u, 0)) + queued_tokens[u] / block_size
             if cost < best_cost:
                 best, best_cost = u, cost

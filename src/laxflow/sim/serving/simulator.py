@@ -99,6 +99,7 @@ class ServingSimulator:
                         self.runner.attn_dp)
             for u in self.cluster.prefill_units
         ]
+        self.drivers = self._drivers() if config.prefill else None
         self.context = BatchContext(self.queue, self.network, self.runner, self.cluster, config.reuse_lookahead,
                                     self.batch_compute_done, self.request_done)
         self.decode_tokens = [0.0] * len(self.cluster.decode_units)
@@ -136,12 +137,14 @@ class ServingSimulator:
         if i + 1 < len(self.requests):
             self.queue.push(float(self.requests[i + 1].arrival), Priority.ARRIVAL, self._arrive, i + 1)
         block = int(req.block_size)
+        if self.config.router_dispatch == "ttft":
+            self.router.ttft_cost = self._ttft_cost(int(req.input_tokens), block)
         route = self.router.route(
             list(req.block_hashes), block, int(req.input_tokens),
             [u.queued_tokens for u in self.units], self.decode_tokens,
         )
         idle = self.idle_ttfts[i]
-        state = RequestState(req, i, route, self.slo.slo(idle), idle)
+        state = RequestState(req, i, route, self._slo(req, idle), idle)
         self.states.append(state)
         self.decode_tokens[route.decode] += int(req.input_tokens)
         reused = list(req.block_hashes)[: -(-route.reused_tokens // block)]
@@ -150,6 +153,10 @@ class ServingSimulator:
         for holder, _, _ in route.fetches:
             self.caches.touch(holder, reused)
         unit = self.units[route.prefill]
+        if self.drivers is not None:
+            unit.queued_tokens += state.new_tokens
+            self.drivers[unit.index].arrival(state)
+            return
         unit.enqueue(state)
         if not unit.busy and unit.index not in self._start_pending:
             # Form the batch after every arrival of this instant (TIMER runs
@@ -176,8 +183,119 @@ class ServingSimulator:
         for s in batch.states:
             self.caches.insert(batch.unit.index, list(s.request.block_hashes), int(s.request.block_size), s.rank)
         unit = self.units[batch.unit.index]
+        if self.drivers is not None:
+            unit.queued_tokens -= sum(s.new_tokens for s in batch.states)
+            self.drivers[unit.index].compute_done(batch)
+            return
         unit.batch_done(batch.states)
         self._start_batch(unit)
+
+    # -- scheduler-driven prefill units (--prefill) --------------------------------
+
+    def _slo(self, req: Any, idle: float) -> float:
+        """Per-category SLO (qwen-multislo: FlowPrefill Table 2 x slo_scale) or slo_scale x idle TTFT."""
+        category = getattr(req, "category", None)
+        if category is not None:
+            from laxflow.sim.workload.multislo import category_slo
+
+            table = category_slo(self.config.model, category)
+            if table is not None:
+                return table * self.config.slo_scale
+        return self.slo.slo(idle)
+
+    def _predictor(self) -> Any:
+        """The TTFT predictor: a polynomial fitted to the compute model's own profile (FlowPrefill §6.4)."""
+        if getattr(self, "_ttft_predictor", None) is None:
+            from laxflow.integrations.prefill.base import TtftPredictor
+
+            unit0 = self.cluster.prefill_units[0]
+            layers = self.runner.num_layers
+            top = max(self.config.token_budget, max(int(r.input_tokens) for r in self.requests))
+            self._ttft_predictor = TtftPredictor.from_function(
+                lambda n: self.runner.plan(self.cluster, unit0, [n], [n], [0]).compute * layers, top)
+        return self._ttft_predictor
+
+    def _ttft_cost(self, input_tokens: int, block: int) -> Callable[[int, int], float]:
+        """Network-inclusive TTFT estimate per prefill unit for one request (router_dispatch "ttft")."""
+        from laxflow.hooks.api import estimate_ttft
+        from laxflow.hooks.messages import Instance
+
+        pred = self._predictor()
+        p2d = input_tokens * self.runner.kv_transfer_bytes_per_token_per_layer * self.runner.num_layers
+        topo, load = self.cluster.topology, self.network.link_load
+        nic = self.cluster.config.nic_bytes_per_s
+
+        def cost(u: int, cached_blocks: int) -> float:
+            gpus = self.cluster.prefill_units[u].gpus
+            kv_gpus = self.runner.kv_gpus(self.cluster.prefill_units[u], 0)
+            port = f"p{u}"
+            busy = max(float(load[topo.egress(g)]) for g in gpus)
+            inst = Instance(port, pred(self.units[u].queued_tokens) if self.units[u].queued_tokens > 0 else 0.0,
+                            pred(max(1, input_tokens - cached_blocks * block)), p2d, port, nic * len(kv_gpus))
+            est = estimate_ttft([inst], {port: nic * len(kv_gpus)}, {port: busy})
+            return est[0].ttft_s if est else float("inf")
+
+        return cost
+
+    def _drivers(self) -> list[Any]:
+        from laxflow.integrations.prefill.registry import create_prefill_scheduler
+        from laxflow.sim.serving.prefill_driver import PolicyHooks, PrefillDriver
+
+        if self.runner.attn_dp != 1:
+            raise UserError(f"--prefill: {self.config.prefill!r} needs one attention group per prefill unit; "
+                            f"deployment {self.runner.deployment.name!r} has attn_dp={self.runner.attn_dp}")
+        predictor = self._predictor()
+        hooks = PolicyHooks(self.policy) if self.config.prefill_coupling else None
+        drivers = []
+        for u in self.units:
+            with user_errors("--prefill"):
+                sched = create_prefill_scheduler(self.config.prefill, predictor, self.config.token_budget)
+            drivers.append(PrefillDriver(sched, lambda: self.queue.now,
+                                         lambda task, index=u.index: self._task_batch(index, task),
+                                         None if hooks is None else hooks.pruned))
+        return drivers
+
+    def _task_batch(self, index: int, task: Any) -> BatchRun:
+        """A driver's new task as a preemptible batch (the driver begins it)."""
+        from laxflow.integrations.prefill.base import Boundary
+        from laxflow.sim.serving.prefill_driver import chunk_pieces, chunked_plan, operator_fractions
+
+        driver = self.drivers[index]
+        sched = driver.scheduler
+        spec = self.cluster.prefill_units[index]
+        states = list(task.requests)
+        for s in states:
+            s.rank = 0
+        new = [max(1, s.new_tokens) for s in states]
+        ctx = [s.route.reused_tokens + n for s, n in zip(states, new)]
+        plan = self.runner.plan(self.cluster, spec, new, ctx, [0] * len(states))
+        marks: tuple[float, ...] = ()
+        if sched.chunk_tokens and sum(new) > sched.chunk_tokens:
+            from laxflow.sim.models import weight_bytes_per_gpu
+
+            dep = self.runner.deployment
+            hbm = float(dep.gpu.mem_bw) * float(dep.gpu.mbu)
+            weights = weight_bytes_per_gpu(self.runner.model, dep) / self.runner.num_layers
+            kv_token = self.runner.kv_transfer_bytes_per_token_per_layer / self.runner.tp
+            chunks = []
+            for c, piece in enumerate(chunk_pieces(list(zip(new, ctx)), int(sched.chunk_tokens))):
+                t = self.runner.plan(self.cluster, spec, [n for n, _ in piece], [x for _, x in piece],
+                                     [0] * len(piece)).compute
+                if c > 0:
+                    # Each extra pass streams the layer's weights again and re-reads the prior chunks' KV
+                    # (FlowPrefill §3.1's causes); the roofline hides both under the GEMMs, a chunk boundary
+                    # does not (a new kernel sequence starts), so they are added, not overlapped.
+                    t += (weights + sum(x - n for n, x in piece) * kv_token) / hbm
+                chunks.append(t)
+            plan, marks = chunked_plan(plan, plan.compute, chunks)
+        batch = BatchRun(self.context, len(self.batches), spec, states, plan)
+        self.batches.append(batch)
+        if sched.granularity != Boundary.NEVER:
+            batch.check = lambda kind, progress: driver.boundary(batch, kind, progress)
+            if sched.granularity in (Boundary.OPERATOR, Boundary.CHUNK):
+                batch.op_fractions = operator_fractions(self.runner.model, new, ctx)
+            batch.chunk_marks = marks
+        return batch
 
     def request_done(self, state: RequestState, now: float) -> None:
         """Called when a request's last P2D byte lands: its TTFT ends; it decodes, then leaves its decode unit."""

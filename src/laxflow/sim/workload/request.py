@@ -34,6 +34,7 @@ class Request:
     block_size: int = 16  # tokens per hash block
     session: str | None = None  # conversation / agent chain this request belongs to
     parent: str | None = None  # the request this one continues (previous turn or step)
+    category: str | None = None  # task type with its own TTFT SLO (qwen-multislo: text, image, search, file)
 
     @property
     def num_blocks(self) -> int:

@@ -233,6 +233,10 @@ def generate(name: str, rate: float, num_requests: int, seed: int) -> list[Reque
 
     Deterministic for ``(name, num_requests, seed)``; ``rate`` only scales time.
     """
+    if name == "qwen-multislo":
+        from laxflow.sim.workload.multislo import generate_multislo
+
+        return generate_multislo(rate, num_requests, seed)
     try:
         spec = WORKLOADS[name]
     except KeyError:
