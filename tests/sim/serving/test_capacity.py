@@ -76,3 +76,11 @@ def test_reuse_credit_and_too_few_requests():
     assert credited.full_steps == 2  # [0, 1] (5001 tokens) and [2]; [3] empties the queue
     with pytest.raises(UserError, match="no full step"):
         cap.capacity("llama3-8b", "mooncake-agent", servers=8, reqs=reqs[:1])
+
+
+def test_table_matches_the_method_for_the_demo_pair():
+    # CAPACITY is copied from bench/capacity.py; if the serving model changes, rerun it and update the table.
+    from laxflow.sim.serving.experiment import CAPACITY
+
+    c = cap.capacity("mixtral-8x22b", "qwen-conv")
+    assert float(f"{c.per_gpu_rate:.3g}") == CAPACITY[("mixtral-8x22b", "qwen-conv")]
