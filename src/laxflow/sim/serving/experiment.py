@@ -87,22 +87,25 @@ class Preset:
 
 _MOE = {"mixtral": "mixtral-8x22b", "dbrx": "dbrx", "qwen-coder": "qwen3-coder", "grok": "grok-2"}
 
-# Load normalization of the figure presets. The paper sweeps absolute per-GPU
-# rates whose scale depends on its own profiled latencies; ours come from the
+# Load normalization of the presets. The paper sweeps absolute per-GPU rates
+# whose scale depends on its own profiled latencies; ours come from the
 # roofline compute model, so the same absolute rate idles one model and
 # swamps another. Each preset instead sweeps LOAD_FRACTIONS of the model's
-# capacity on its workload: per-GPU request rate at which a unit running full
-# 8192-token batches back to back (compute plus its all-to-alls alone on an
-# idle fabric, no queueing) is busy all the time. Computed with the serving
-# plan on 32 servers and 1000 requests of seed 0 (the method is in
-# README "laxflow sim serve"); they are inputs, the same for every policy.
+# capacity on its workload: the per-GPU request rate at which one prefill
+# unit alone, batching per rank as the simulator does, computing every prompt
+# in full, with its all-to-alls on an idle fabric, is busy 99 % of the time.
+# Printed by ``bench/capacity.py`` (method: laxflow.sim.serving.capacity,
+# 32 servers (the testbed's model: the testbed), 1000 requests, seed 0);
+# they are inputs, the same for every policy.
 CAPACITY = {
-    ("mixtral-8x22b", "qwen-conv"): 1.37, ("dbrx", "qwen-conv"): 1.55, ("qwen3-coder", "qwen-conv"): 0.91,
-    ("grok-2", "qwen-conv"): 0.60, ("mixtral-8x22b", "qwen-agent"): 4.22, ("dbrx", "qwen-agent"): 5.16,
-    ("qwen3-coder", "qwen-agent"): 4.21, ("grok-2", "qwen-agent"): 1.73, ("llama3-8b", "mooncake-conv"): 0.81,
-    ("llama3-8b", "mooncake-agent"): 2.43,
+    ("mixtral-8x22b", "qwen-conv"): 0.812, ("dbrx", "qwen-conv"): 0.781, ("qwen3-coder", "qwen-conv"): 0.267,
+    ("grok-2", "qwen-conv"): 0.198, ("mixtral-8x22b", "qwen-agent"): 2.06, ("dbrx", "qwen-agent"): 2.04,
+    ("qwen3-coder", "qwen-agent"): 0.926, ("grok-2", "qwen-agent"): 0.557, ("llama3-8b", "mooncake-conv"): 0.485,
+    ("llama3-8b", "mooncake-agent"): 1.13, ("mixtral-8x7b", "qwen-conv"): 0.534, ("mixtral-8x7b", "qwen-agent"): 1.35,
 }
-LOAD_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+# From 0.3: the capacity is a 99 %-busy rate with every prompt computed in full, so below
+# about 0.6 every policy meets most SLOs; contention (and any policy margin) shows at 0.7-0.8.
+LOAD_FRACTIONS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
 
 def rates_at(model: str, workload: str, fractions: tuple[float, ...] = LOAD_FRACTIONS) -> tuple[float, ...]:
@@ -114,20 +117,20 @@ def rates_at(model: str, workload: str, fractions: tuple[float, ...] = LOAD_FRAC
 def _presets() -> dict[str, Preset]:
     out = [
         Preset("demo", "16 servers x 8 A100 (2 Mixtral-8x22B TP4 EP8 prefill units), QwenA conversation, all five "
-               "policies", "mixtral-8x22b", "qwen-conv", rates=(0.3, 0.5, 0.7), servers=16, requests=200, warmup=100),
-        # The testbed ran 1 req/s/GPU; on our RTX 3090 roofline that saturates the units (FS attainment < 5 %),
-        # so the testbed presets run at 0.6 req/s/GPU, where FS still meets two thirds of its SLOs.
+               "policies", "mixtral-8x22b", "qwen-conv", rates=rates_at("mixtral-8x22b", "qwen-conv"), servers=16,
+               requests=200, warmup=100),
         Preset("testbed-qwenA", "Fig. 9: testbed, Mixtral-8x7B TP1 EP8 on RTX 3090, 16 prefill GPUs, 50 Gbps/GPU, "
-               "QwenA conversation", "mixtral-8x7b", "qwen-conv", rates=(0.3, 0.6), servers=8, topology="testbed",
-               deployment="testbed-mixtral-8x7b"),
+               "QwenA conversation", "mixtral-8x7b", "qwen-conv", rates=rates_at("mixtral-8x7b", "qwen-conv"),
+               servers=8, topology="testbed", deployment="testbed-mixtral-8x7b"),
         Preset("testbed-qwenB", "Fig. 9: testbed, as testbed-qwenA with QwenB agent", "mixtral-8x7b", "qwen-agent",
-               rates=(0.3, 0.6), servers=8, topology="testbed", deployment="testbed-mixtral-8x7b"),
+               rates=rates_at("mixtral-8x7b", "qwen-agent"), servers=8, topology="testbed",
+               deployment="testbed-mixtral-8x7b"),
         Preset("fig12-conv", "Fig. 12a: Llama3-8B TP4 SP4, Mooncake conversation", "llama3-8b", "mooncake-conv",
                rates=rates_at("llama3-8b", "mooncake-conv")),
         Preset("fig12-agent", "Fig. 12b: Llama3-8B TP4 SP4, Mooncake agent", "llama3-8b", "mooncake-agent",
                rates=rates_at("llama3-8b", "mooncake-agent")),
-        Preset("fig13", "Fig. 13: DBRX, QwenA conversation, rate 0.7: CCT and earliness breakdown", "dbrx",
-               "qwen-conv", rates=(0.7,)),
+        Preset("fig13", "Fig. 13: DBRX, QwenA conversation: CCT and earliness breakdown", "dbrx",
+               "qwen-conv", rates=rates_at("dbrx", "qwen-conv")),
     ]
     # FlowPrefill §6 (its Tables 1-2): one 8-GPU A800 prefill server, the multi-SLO workload, SLO = Table 2
     # x --slo-scale (1). The network policy hardly matters here (dense TP <= 4 inside a server: only P2D
