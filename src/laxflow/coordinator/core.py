@@ -247,7 +247,10 @@ class CoordinatorCore:
 
     def _hello(self, d: DaemonState, msg: m.Hello) -> None:
         d.ports = {p.port: p.bandwidth for p in msg.ports}
-        for bid in [b.id for b in self.batches.values() if d.node in b.parts]:
+        # Only batches the Hello no longer lists departed; the others are re-put in place so their
+        # requests keep their sticky pruning (a resync is not a departure).
+        listed = {info.id for info in msg.batches}
+        for bid in [b.id for b in self.batches.values() if d.node in b.parts and b.id not in listed]:
             self._depart(d.node, bid)
         for info in msg.batches:
             self._arrive(d.node, info)

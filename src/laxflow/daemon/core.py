@@ -166,6 +166,8 @@ class DaemonCore:
         """A prefill batch starts: its requests, its compute estimate (s), its expected bytes per port and request."""
         info = self._batch(batch, now)
         info.compute = compute
+        info.announced = True
+        info.last_seen = max(info.last_seen, now)
         for name in requests:
             self.request(name).batch = batch
             info.requests.add(name)
@@ -178,6 +180,7 @@ class DaemonCore:
     def layer_begin(self, batch: str, layer: int, now: float) -> None:
         """The batch computes ``layer`` now: its messages' RLI counts from here."""
         info = self._batch(batch, now)
+        info.last_seen = max(info.last_seen, now)  # computing is activity: the idle rule counts from here
         self.stats["layer_boundaries"] += 1
         if info.current_layer is not None and layer <= info.current_layer:
             return  # promotion is monotonic: a repeated or late boundary changes nothing
@@ -371,9 +374,25 @@ class DaemonCore:
             self._depart(batch, now)
 
     def _idle_departures(self, now: float) -> None:
-        idle = [b for b in self.batches.values() if b.live == 0 and now - b.last_seen >= self.config.batch_idle]
+        limit = self.config.batch_idle
+        idle = [b for b in self.batches.values() if b.live == 0 and now - b.last_seen >= limit and self._expired(b, now)]
         for b in idle:
             self._depart(b, now)
+
+    def _expired(self, batch: BatchInfo, now: float) -> bool:
+        """Whether an idle batch is gone rather than waiting.
+
+        A batch seen only through shim events departs after ``batch_idle``
+        without messages. A batch the engine announced (hooks
+        ``batch_formed``) may compute for longer than that before its first
+        message or between two; it ends on ``request_done`` / compute end,
+        and departs on idleness only ``batch_idle`` past its last deadline
+        too (the engine went away). Departing it early made the coordinator
+        drop it -- and its sticky pruned requests -- while it was still live."""
+        if not batch.announced:
+            return True
+        deadlines = [d for d in (self.requests[r].deadline for r in batch.requests if r in self.requests) if d is not None]
+        return not deadlines or now - max(deadlines) >= self.config.batch_idle
 
     def _report_arrival(self, batch: BatchInfo, now: float) -> None:
         if not batch.reported:
