@@ -205,3 +205,18 @@ def test_pruning_survives_a_resync_hello_that_still_reports_the_batch(core):
     # a Hello that no longer lists b: b departed, its pruning goes with it
     core.handle(env(m.Hello("n1", "resync", (m.PortInfo("n1/p0", GB),), (a,))), b"id1", 0.4)
     assert core.decide(0.4).pruned == ()
+
+
+def test_decision_fast_path_equals_the_generic_encoder(core):
+    from laxflow.coordinator.server import decision_frame
+
+    core.handle(env(m.BatchArrival("n1", batch("a", req("a1", 1.0, 0.5 * GB)))), b"id1", 0.0)
+    core.handle(env(m.BatchArrival("n2", batch("b", req("b1", 1.0, 0.6 * GB, src="n2/p0", dst="n1/p0"),
+                                                 req("b2", 1.05, 0.1 * GB))), "n2"), b"id2", 0.0)
+    d = core.decide(0.0)
+    assert d.pruned and len(d.order) == 2
+    assert all(type(r) is m.BatchRank for r in d.order)
+    fast = decode(decision_frame(d, core.last_body, "coordinator"))
+    slow = decode(encode(d, "coordinator"))  # validated by the sender's checker too
+    assert fast.body == slow.body == d and fast.type == slow.type
+    assert fast.body.order[1] == m.BatchRank(d.order[1].batch_id, 1, d.order[1].red, d.order[1].finish, d.order[1].nodes)

@@ -22,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+import msgpack
 import numpy as np
 import zmq
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -31,13 +32,30 @@ from laxflow.coordinator.core import CoordinatorConfig, CoordinatorCore, Publish
 from laxflow.coordinator.keys import ServerKeys
 from laxflow.errors import UserError
 from laxflow.protocol import messages as m
-from laxflow.protocol.wire import SOCKET_MAX_BYTES, DropCounter, DropReason, DuplicateFilter, ProtocolError, decode, encode
+from laxflow.protocol.wire import (MAX_FRAME_BYTES, PROTOCOL_VERSION, SOCKET_MAX_BYTES, DropCounter, DropReason,
+                                   DuplicateFilter, ProtocolError, decode, encode, new_msg_id)
 
 log = logging.getLogger("laxflow.coordinator")
 
 _BURST = 2000  # frames drained before deciding: bounds decision latency under a flood
 _ACCEPTED = (m.Hello, m.Heartbeat, m.BatchArrival, m.BatchDeparture, m.StatusRequest)
 SENDER = "coordinator"
+
+
+def decision_frame(decision: m.Decision, body: dict | None, sender: str = SENDER) -> bytes:
+    """The Decision's frame, as ``encode(decision, sender, check=False)`` would pack it.
+
+    ``body`` is the wire body :meth:`CoordinatorCore.decide` built with the
+    decision (``core.last_body``); packing it skips walking 1,000s of ranks
+    again. None: the generic encoder. Called on the coordinator's loop thread.
+    """
+    if body is None:
+        return encode(decision, sender, check=False)
+    frame = msgpack.packb({"v": PROTOCOL_VERSION, "msg_id": new_msg_id(), "type": m.Decision.TYPE, "sender": sender,
+                           "ts": time.time(), "body": body}, use_bin_type=True)
+    if len(frame) > MAX_FRAME_BYTES:
+        raise ProtocolError(DropReason.OVERSIZED, f"decision is {len(frame)} bytes (max {MAX_FRAME_BYTES})")
+    return frame
 _HANDSHAKE_FAILURES = {
     zmq.EVENT_HANDSHAKE_FAILED_AUTH: "auth",
     zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "protocol",
@@ -268,14 +286,17 @@ class CoordinatorServer:
                 except zmq.Again:  # that daemon's queue is full: it will resync on its next heartbeat
                     log.warning("coordinator: reply %s to a slow peer dropped", type(out.msg).__name__)
             else:
-                self.pub.send(encode(out.msg, SENDER, check=False), zmq.NOBLOCK)  # a Decision again
+                self.pub.send(self._decision_frame(out.msg), zmq.NOBLOCK)  # a Decision again
+
+    def _decision_frame(self, decision: m.Decision) -> bytes:
+        return decision_frame(decision, self.core.last_body if decision is self.core.last else None, SENDER)
 
     def _decide(self, first: float) -> None:
         before = len(self.core.pruned)
         decision = self.core.decide(time.time())
         if decision is None:
             return
-        self.pub.send(encode(decision, SENDER, check=False), zmq.NOBLOCK)  # built from validated reports
+        self.pub.send(self._decision_frame(decision), zmq.NOBLOCK)  # built from validated reports
         elapsed = time.perf_counter() - first
         self._latencies.append(elapsed)
         self.metrics.decisions.inc()

@@ -82,6 +82,11 @@ class CoreConfig:
             raise UserError(f"daemon config: batch_idle must be > 0 s, got {self.batch_idle!r}")
 
 
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
 class DaemonCore:
     """Per-node scheduling state. Every method runs on the daemon's loop thread."""
 
@@ -96,6 +101,9 @@ class DaemonCore:
         self.policy = MfsPolicy(config.mfs)
         self.levels = config.mfs.levels
         self.meter = LinkMeter(self.capacity, config.mfs.load_window)
+        # A message's Flow uses one port with weight 1: share one read-only (links, weights) pair per port
+        # instead of two new arrays per submit.
+        self._usage = [(_frozen(np.array([p], dtype=np.int64)), _frozen(np.ones(1))) for p in range(len(self.ports))]
         self.messages: dict[int, Message] = {}  # live, in submission order
         self.requests: dict[str, RequestInfo] = {}
         self.batches: dict[str, BatchInfo] = {}
@@ -222,8 +230,9 @@ class DaemonCore:
         batch.requests.add(request)
         p = self.config.default_port if port is None else self._port(port)
         size = max(float(nbytes), 1.0)  # unknown size (0): one byte, i.e. only its level means anything
+        links, weights = self._usage[p]
         flow = Flow(
-            id=str(msg_id), size=size, links=np.array([p]), weights=np.ones(1), arrival=now,
+            id=str(msg_id), size=size, links=links, weights=weights, arrival=now,
             stage=Stage.REUSE if stage is None else stage, request=request, batch=req.batch, deadline=req.deadline,
             downstream=downstream, layer=None if stage is None else layer, current_layer=batch.current_layer,
             compute_done=batch.compute_done,
