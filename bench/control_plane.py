@@ -88,7 +88,7 @@ def bench_inter(args: argparse.Namespace) -> dict:
         t0, c0 = time.perf_counter(), time.process_time()
         core.handle(decode(frame), b"x", now)
         decision = core.decide(now)
-        decision_frame(decision, core.last_body, "coordinator")  # as the server publishes it
+        decision_frame(decision, "coordinator")  # as the server publishes it
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     out = {"inter_ms_1000": round(statistics.median(times) * 1e3, 3),

@@ -58,14 +58,6 @@ class CoordinatorConfig:
             object.__setattr__(self, "coordinator_id", os.urandom(4).hex())
 
 
-def _rank(batch_id: str, rank: int, red: float, finish: float, nodes: tuple[str, ...],
-          _new=object.__new__, _cls=m.BatchRank) -> m.BatchRank:
-    """``m.BatchRank(...)`` at half the cost (values come from validated reports; equal to the real thing)."""
-    r = _new(_cls)
-    r.__dict__.update(batch_id=batch_id, rank=rank, red=red, finish=finish, nodes=nodes)
-    return r
-
-
 @dataclass(frozen=True)
 class Reply:
     """Send ``msg`` to the peer behind ROUTER ``identity``."""
@@ -170,7 +162,6 @@ class CoordinatorCore:
         self.pruned: dict[str, None] = {}  # sticky, in pruning order
         self.seq = -1
         self.last: m.Decision | None = None
-        self.last_body: dict | None = None  # self.last as wire.encode's body (decide builds both)
         self.dirty = False
         self.conflicts = 0  # reports refused (a request already in another batch)
         self.triggers: list[str] = []
@@ -229,25 +220,14 @@ class CoordinatorCore:
         order, red, finish = self._algorithm1(now)
         self.seq += 1
         batches = self.batches
-        # Built once per decision with 1,000s of batches: the ranks without the frozen dataclass's
-        # per-field __setattr__, and the wire body (what wire.encode would build) in the same pass, so
-        # the server packs it without walking the Decision again (decision_body).
-        ranks, body = [], []
-        for k, b in enumerate(order):
-            nodes = batches[b].nodes
-            ranks.append(_rank(b, k, red[b], finish[b], nodes))
-            body.append({"batch_id": b, "rank": k, "red": red[b], "finish": finish[b], "nodes": list(nodes)})
         self.last = m.Decision(
             coordinator_id=self.id,
             seq=self.seq,
             now=now,
             trigger=", ".join(self.triggers) + (f" +{self._more_triggers}" if self._more_triggers else ""),
-            order=tuple(ranks),
+            order=tuple([m.BatchRank(b, k, red[b], finish[b], batches[b].nodes) for k, b in enumerate(order)]),
             pruned=tuple(self.pruned),
         )
-        d = self.last
-        self.last_body = {"coordinator_id": d.coordinator_id, "seq": d.seq, "now": d.now, "trigger": d.trigger,
-                          "order": body, "pruned": list(d.pruned)}
         self.triggers, self._more_triggers = [], 0
         return self.last
 
