@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from laxflow.coordinator.core import CoordinatorConfig, CoordinatorCore
+from laxflow.coordinator.server import decision_frame
 from laxflow.protocol import messages as m
 from laxflow.protocol.wire import decode, encode
 
@@ -87,7 +88,7 @@ def bench_inter(args: argparse.Namespace) -> dict:
         t0, c0 = time.perf_counter(), time.process_time()
         core.handle(decode(frame), b"x", now)
         decision = core.decide(now)
-        encode(decision, "coordinator", check=False)  # as the server publishes it
+        decision_frame(decision, "coordinator")  # as the server publishes it
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     out = {"inter_ms_1000": round(statistics.median(times) * 1e3, 3),

@@ -188,3 +188,36 @@ def test_trigger_names_four_events_and_counts_the_rest(core):
     assert d.trigger == "arrival b0, arrival b1, arrival b2, arrival b3 +2"
     core.handle(env(m.BatchDeparture("n1", "b0")), b"id1", 0.1)
     assert core.decide(0.1).trigger == "departure b0"
+
+
+def test_pruning_survives_a_resync_hello_that_still_reports_the_batch(core):
+    # A resync (heartbeat batch-count mismatch, reconnect) sends the node's full state again: batches it
+    # still reports have not departed, so their pruned requests stay pruned (sticky until departure).
+    a = batch("a", req("a1", 1.0, 0.5 * GB))
+    b = batch("b", req("b1", 1.0, 0.6 * GB), req("b2", 1.05, 0.1 * GB))
+    core.handle(env(m.BatchArrival("n1", a)), b"id1", 0.0)
+    core.handle(env(m.BatchArrival("n1", b)), b"id1", 0.0)
+    assert core.decide(0.0).pruned == ("b1",)
+    # b1's report shrank (a fresh run would not prune it now): still pruned, the batch has not departed
+    b_again = batch("b", req("b1", 1.0, 0.01 * GB), req("b2", 1.05, 0.1 * GB))
+    core.handle(env(m.Hello("n1", "resync", (m.PortInfo("n1/p0", GB),), (a, b_again))), b"id1", 0.3)
+    assert core.decide(0.3).pruned == ("b1",)
+    # a Hello that no longer lists b: b departed, its pruning goes with it
+    core.handle(env(m.Hello("n1", "resync", (m.PortInfo("n1/p0", GB),), (a,))), b"id1", 0.4)
+    assert core.decide(0.4).pruned == ()
+
+
+def test_decision_fast_path_equals_the_generic_encoder(core):
+    from laxflow.coordinator.server import decision_frame
+
+    core.handle(env(m.BatchArrival("n1", batch("a", req("a1", 1.0, 0.5 * GB)))), b"id1", 0.0)
+    core.handle(env(m.BatchArrival("n2", batch("b", req("b1", 1.0, 0.6 * GB, src="n2/p0", dst="n1/p0"),
+                                                 req("b2", 1.05, 0.1 * GB))), "n2"), b"id2", 0.0)
+    d = core.decide(0.0)
+    assert d.pruned and len(d.order) == 2
+    fast_frame = decision_frame(d, "coordinator")
+    fast = decode(fast_frame)
+    slow = decode(encode(d, "coordinator"))  # validated by the sender's checker too
+    assert fast.body == slow.body == d and fast.type == slow.type
+    # byte for byte the generic encoder's frame, given the same envelope
+    assert fast_frame == encode(d, "coordinator", msg_id=fast.msg_id, ts=fast.ts)

@@ -62,6 +62,12 @@ def test_infeasible_batch_heaviest_request_pruned_and_completes_as_scavenger(clu
                                traffic={"eth0": {"big": 5 * GB, "small": 0.01 * GB}})
             wait_for(lambda: hooks.pruned() == {"big"}, timeout=20, what="coordinator pruning 'big'")
             wait_for(lambda: 'laxflow_daemon_pruned_requests{node="n1"} 1.0' in n1.metrics(), what="pruned gauge")
+            # Sticky until the batch departs: still pruned after the daemon's batch_idle (1 s) and
+            # several heartbeats, though no message has been sent yet (it once departed here).
+            time.sleep(1.6)
+            s = request_status(coord.address, timeout_s=2.0)
+            assert s.pruned == (str(request_key("big")),) and s.active_batches == 1, s
+            assert hooks.pruned() == {"big"}
             hooks.layer_begin("doomed", 0)
         big, small = seg.alloc_msg_id(), seg.alloc_msg_id()
         seg.push_event(EventKind.SUBMIT, big, request_key("big"), 1 << 20, Stage.P2D, 0, 1)

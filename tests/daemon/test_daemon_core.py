@@ -224,3 +224,30 @@ def test_config_is_validated_once_with_clear_messages():
         CoreConfig(ports=(PortSpec("a", 1.0),), window_bytes=-1)
     with pytest.raises(UserError, match="rate must be"):
         PortSpec("a", 0)
+
+
+def test_announced_batch_waiting_for_its_first_message_does_not_depart_on_idleness():
+    # The cluster bug: a batch formed through the hooks computes for a while before its first message.
+    # The idle rule (batch_idle = 1 s without messages) reported it departed, so the coordinator dropped
+    # it and with it the sticky pruned set, about a second after pruning.
+    core = create_core(batch_idle=1.0)
+    core.register_request("big", deadline=5.0)
+    core.batch_formed("b1", ["big"], 0.0, compute=0.01, traffic={"eth0": {"big": 5e9}})
+    assert [r.kind for r in core.step(0.0).reports] == ["arrival"]
+    for t in (0.5, 1.0, 1.5, 3.0, 5.5):
+        assert core.step(t).reports == [], f"batch departed at t={t} before any message or its deadline"
+    core.layer_begin("b1", 0, 5.5)
+    core.submit(1, "big", Stage.P2D, 0, 1e6, 5.5)
+    core.complete(1, 5.6)
+    assert core.step(5.6).reports == []  # one message done is not the batch's end
+    # Past every deadline and idle for batch_idle: the engine is gone; the batch departs.
+    assert [r.kind for r in core.step(6.7).reports] == ["departure"]
+
+
+def test_unannounced_batch_still_departs_after_batch_idle():
+    core = create_core(batch_idle=1.0)
+    core.submit(1, "r", Stage.P2D, 0, 1e6, 0.0)
+    core.step(0.0)
+    core.complete(1, 0.1)
+    assert core.step(0.5).reports == []
+    assert [r.kind for r in core.step(1.2).reports] == ["departure"]

@@ -168,6 +168,8 @@ class CoordinatorCore:
         self._more_triggers = 0
         self._port_epoch = 0
         self._port_cache: tuple | None = None
+        self._row_cache: dict[str, tuple | None] = {}  # see _rows
+        self._row_epoch = -1
 
     # ------------------------------------------------------------ input
 
@@ -247,7 +249,10 @@ class CoordinatorCore:
 
     def _hello(self, d: DaemonState, msg: m.Hello) -> None:
         d.ports = {p.port: p.bandwidth for p in msg.ports}
-        for bid in [b.id for b in self.batches.values() if d.node in b.parts]:
+        # Only batches the Hello no longer lists departed; the others are re-put in place so their
+        # requests keep their sticky pruning (a resync is not a departure).
+        listed = {info.id for info in msg.batches}
+        for bid in [b.id for b in self.batches.values() if d.node in b.parts and b.id not in listed]:
             self._depart(d.node, bid)
         for info in msg.batches:
             self._arrive(d.node, info)
@@ -265,6 +270,7 @@ class CoordinatorCore:
             batch = self.batches[info.id] = _Batch(info.id)
         old = set(batch.request_ids)
         batch.put(node, info)
+        self._row_cache[info.id] = None  # rebuilt at the next run (a new batch goes last, as in self.batches)
         for r in info.requests:
             self.owner[r.id] = info.id
         for r in old - set(batch.request_ids):
@@ -278,8 +284,10 @@ class CoordinatorCore:
         old = set(batch.request_ids)
         if batch.drop(node):
             del self.batches[batch_id]
+            self._row_cache.pop(batch_id, None)
             gone = old
         else:
+            self._row_cache[batch_id] = None
             gone = old - set(batch.request_ids)
         for r in gone:
             self._forget(r)
@@ -309,6 +317,33 @@ class CoordinatorCore:
         _, ids, index, bandwidth = self._port_cache
         return ids, index, bandwidth
 
+    def _rows(self, port_index: dict[str, int], epoch: int) -> dict[str, tuple]:
+        """Algorithm 1's input row of every batch, (id, compute, request ids, deadlines, entry request,
+        entry port, entry bytes), kept across decisions: a report changes one batch's row, not 1,000.
+        Same order as ``self.batches`` (a re-reported batch keeps its place in both dicts)."""
+        rows = self._row_cache
+        if self._row_epoch != epoch or len(rows) != len(self.batches) or rows.keys() != self.batches.keys():
+            rows.clear()
+            rows.update((bid, None) for bid in self.batches)
+            self._row_epoch = epoch
+        for bid, row in rows.items():
+            if row is None:
+                b = self.batches[bid]
+                rows[bid] = (b.id, b.compute, b.request_ids, b.deadline, *b.entries(port_index, epoch))
+        return rows
+
+    def _without_pruned(self, row: tuple, scavenged: list[_Batch]) -> tuple | None:
+        """A batch's row without its pruned requests; None (and the batch in ``scavenged``) if none is left."""
+        bid, compute, ids, dl, req, port, load = row
+        pruned = self.pruned
+        alive = np.array([r not in pruned for r in ids], dtype=bool)
+        if not alive.any():
+            scavenged.append(self.batches[bid])
+            return None
+        renum = np.cumsum(alive) - 1
+        keep = alive[req]
+        return (bid, compute, [r for r, a in zip(ids, alive) if a], dl[alive], renum[req[keep]], port[keep], load[keep])
+
     def _algorithm1(self, now: float) -> tuple[list[str], dict[str, float], dict[str, float]]:
         """Build Algorithm 1's arrays from the batch cache and run it.
 
@@ -318,38 +353,16 @@ class CoordinatorCore:
         epoch = self._port_epoch
         pruned = self.pruned
         touched = {self.owner[r] for r in pruned if r in self.owner}  # batches with a pruned request
-        batch_ids: list[str] = []
-        compute: list[float] = []
-        ids_of: list[list[str]] = []
-        deadline: list[np.ndarray] = []
-        e_req: list[np.ndarray] = []
-        e_port: list[np.ndarray] = []
-        e_load: list[np.ndarray] = []
         scavenged: list[_Batch] = []
-        for batch in self.batches.values():
-            req, port, load = batch.entries(port_index, epoch)
-            ids, dl = batch.request_ids, batch.deadline
-            if batch.id in touched:
-                alive = np.array([r not in pruned for r in ids], dtype=bool)
-                if not alive.any():
-                    scavenged.append(batch)
-                    continue
-                renum = np.cumsum(alive) - 1
-                keep = alive[req]
-                req, port, load = renum[req[keep]], port[keep], load[keep]
-                ids = [r for r, a in zip(ids, alive) if a]
-                dl = dl[alive]
-            batch_ids.append(batch.id)
-            compute.append(batch.compute)
-            ids_of.append(ids)
-            deadline.append(dl)
-            e_req.append(req)
-            e_port.append(port)
-            e_load.append(load)
+        rows = list(self._rows(port_index, epoch).values())  # in self.batches order, as before
+        if touched:
+            rows = [self._without_pruned(r, scavenged) if r[0] in touched else r for r in rows]
+            rows = [r for r in rows if r is not None]
         order: list[str] = []
         red: dict[str, float] = {}
         finish: dict[str, float] = {}
-        if batch_ids:
+        if rows:
+            batch_ids, compute, ids_of, deadline, e_req, e_port, e_load = (list(c) for c in zip(*rows))
             counts = np.fromiter(map(len, ids_of), dtype=np.int64, count=len(ids_of))
             base = np.cumsum(counts) - counts  # first request index of each batch
             entries = np.fromiter(map(len, e_req), dtype=np.int64, count=len(e_req))

@@ -82,6 +82,11 @@ class CoreConfig:
             raise UserError(f"daemon config: batch_idle must be > 0 s, got {self.batch_idle!r}")
 
 
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
 class DaemonCore:
     """Per-node scheduling state. Every method runs on the daemon's loop thread."""
 
@@ -96,6 +101,9 @@ class DaemonCore:
         self.policy = MfsPolicy(config.mfs)
         self.levels = config.mfs.levels
         self.meter = LinkMeter(self.capacity, config.mfs.load_window)
+        # A message's Flow uses one port with weight 1: share one read-only (links, weights) pair per port
+        # instead of two new arrays per submit.
+        self._usage = [(_frozen(np.array([p], dtype=np.int64)), _frozen(np.ones(1))) for p in range(len(self.ports))]
         self.messages: dict[int, Message] = {}  # live, in submission order
         self.requests: dict[str, RequestInfo] = {}
         self.batches: dict[str, BatchInfo] = {}
@@ -166,6 +174,8 @@ class DaemonCore:
         """A prefill batch starts: its requests, its compute estimate (s), its expected bytes per port and request."""
         info = self._batch(batch, now)
         info.compute = compute
+        info.announced = True
+        info.last_seen = max(info.last_seen, now)
         for name in requests:
             self.request(name).batch = batch
             info.requests.add(name)
@@ -178,6 +188,7 @@ class DaemonCore:
     def layer_begin(self, batch: str, layer: int, now: float) -> None:
         """The batch computes ``layer`` now: its messages' RLI counts from here."""
         info = self._batch(batch, now)
+        info.last_seen = max(info.last_seen, now)  # computing is activity: the idle rule counts from here
         self.stats["layer_boundaries"] += 1
         if info.current_layer is not None and layer <= info.current_layer:
             return  # promotion is monotonic: a repeated or late boundary changes nothing
@@ -219,8 +230,9 @@ class DaemonCore:
         batch.requests.add(request)
         p = self.config.default_port if port is None else self._port(port)
         size = max(float(nbytes), 1.0)  # unknown size (0): one byte, i.e. only its level means anything
+        links, weights = self._usage[p]
         flow = Flow(
-            id=str(msg_id), size=size, links=np.array([p]), weights=np.ones(1), arrival=now,
+            id=str(msg_id), size=size, links=links, weights=weights, arrival=now,
             stage=Stage.REUSE if stage is None else stage, request=request, batch=req.batch, deadline=req.deadline,
             downstream=downstream, layer=None if stage is None else layer, current_layer=batch.current_layer,
             compute_done=batch.compute_done,
@@ -371,9 +383,25 @@ class DaemonCore:
             self._depart(batch, now)
 
     def _idle_departures(self, now: float) -> None:
-        idle = [b for b in self.batches.values() if b.live == 0 and now - b.last_seen >= self.config.batch_idle]
+        limit = self.config.batch_idle
+        idle = [b for b in self.batches.values() if b.live == 0 and now - b.last_seen >= limit and self._expired(b, now)]
         for b in idle:
             self._depart(b, now)
+
+    def _expired(self, batch: BatchInfo, now: float) -> bool:
+        """Whether an idle batch is gone rather than waiting.
+
+        A batch seen only through shim events departs after ``batch_idle``
+        without messages. A batch the engine announced (hooks
+        ``batch_formed``) may compute for longer than that before its first
+        message or between two; it ends on ``request_done`` / compute end,
+        and departs on idleness only ``batch_idle`` past its last deadline
+        too (the engine went away). Departing it early made the coordinator
+        drop it -- and its sticky pruned requests -- while it was still live."""
+        if not batch.announced:
+            return True
+        deadlines = [d for d in (self.requests[r].deadline for r in batch.requests if r in self.requests) if d is not None]
+        return not deadlines or now - max(deadlines) >= self.config.batch_idle
 
     def _report_arrival(self, batch: BatchInfo, now: float) -> None:
         if not batch.reported:

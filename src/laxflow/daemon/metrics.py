@@ -60,6 +60,9 @@ class DaemonMetrics:
                                registry=r)
         self.decisions = Counter("laxflow_daemon_decisions", "Policy decisions", ["node"], registry=r)
         self._last_stats: dict[str, int] = {}
+        # Children resolved once: labels() per permit costs a lock and a dict walk on the loop's hot path.
+        self._permits_by_port = [self.permits.labels(node, p) for p in self.port_names]
+        self._latency = self.latency.labels(node)
 
     def serve(self, host: str, port: int) -> int:
         """Start the HTTP endpoint; returns the bound port (``port`` 0 picks one)."""
@@ -68,8 +71,8 @@ class DaemonMetrics:
 
     def observe_step(self, result: "StepResult") -> None:
         for p in result.permits:
-            self.permits.labels(self.node, self.port_names[p.port]).inc()
-            self.latency.labels(self.node).observe(max(0.0, p.waited))
+            self._permits_by_port[p.port].inc()
+            self._latency.observe(max(0.0, p.waited))
         for r in result.reports:
             self.reports.labels(self.node, r.kind).inc()
 
