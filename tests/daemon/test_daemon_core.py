@@ -189,6 +189,8 @@ def test_reports_only_on_batch_arrival_and_departure():
     core.compute_done("b1", 0.006)
     core.submit(20, "r1", Stage.P2D, 4, 1e5, 0.006)
     core.complete(20, 0.007)
+    assert core.step(0.007).reports == []  # compute end is not the batch's end
+    core.request_done("r1", 0.007)
     reports = core.step(0.007).reports
     assert [(r.kind, r.batch) for r in reports] == [("departure", "b1")]
     assert not core.batches
@@ -251,3 +253,26 @@ def test_unannounced_batch_still_departs_after_batch_idle():
     core.complete(1, 0.1)
     assert core.step(0.5).reports == []
     assert [r.kind for r in core.step(1.2).reports] == ["departure"]
+
+
+def test_last_kv_write_after_compute_end_keeps_its_request_deadline():
+    # Seen on the testbed: the engine says compute ended (layer_end(last=True)) before it submits the
+    # last layer's KV write. The batch had no live message at that moment, so it departed, its request
+    # records were dropped, and the write arrived as a request without a deadline: RLI's bottom level
+    # (DSCP 32) instead of MLU's, and the request's TTFT ended on the slowest class of the fabric.
+    core = create_core(batch_idle=1.0)
+    core.register_request("r", deadline=0.2)
+    core.batch_formed("b", ["r"], 0.0, compute=0.05)
+    core.layer_begin("b", 0, 0.0)
+    core.submit(1, "r", Stage.P2D, 0, 1e6, 0.01)
+    assert [r.kind for r in core.step(0.01).reports] == ["arrival"]
+    core.compute_done("b", 0.04)
+    core.complete(1, 0.05)  # the batch's only live message ends after compute did
+    assert core.step(0.05).reports == []  # not departed: its last KV write is still to come
+    core.submit(2, "r", Stage.P2D, 1, 1e8, 0.06)
+    core.step(0.06)
+    flow = core.messages[2].flow
+    assert flow.deadline == 0.2 and flow.batch == "b" and flow.has_explicit_deadline
+    core.complete(2, 0.1)
+    core.request_done("r", 0.1)
+    assert [r.kind for r in core.step(0.1).reports] == ["departure"]

@@ -379,7 +379,10 @@ class DaemonCore:
         return [m for m in self.messages.values() if m.batch == batch]
 
     def _maybe_depart(self, batch: BatchInfo, now: float) -> None:
-        if batch.live == 0 and (batch.finished or batch.compute_done):
+        # Compute end is not the batch's end: its last layer's KV write is submitted after it, and
+        # departing in between dropped the request records, so that write came without its deadline.
+        # A batch ends when its requests are done, or on idleness (``_idle_departures``).
+        if batch.live == 0 and batch.finished:
             self._depart(batch, now)
 
     def _idle_departures(self, now: float) -> None:
@@ -394,7 +397,7 @@ class DaemonCore:
         A batch seen only through shim events departs after ``batch_idle``
         without messages. A batch the engine announced (hooks
         ``batch_formed``) may compute for longer than that before its first
-        message or between two; it ends on ``request_done`` / compute end,
+        message or between two; it ends on ``request_done`` (not at compute end: its last KV write follows),
         and departs on idleness only ``batch_idle`` past its last deadline
         too (the engine went away). Departing it early made the coordinator
         drop it -- and its sticky pruned requests -- while it was still live."""

@@ -39,7 +39,7 @@ class BatchInfo:
     live: int = 0  # live messages on this node
     finished: bool = False  # every request done
     reported: bool = False  # its arrival went to the coordinator
-    announced: bool = False  # formed through the hooks: the engine says when it ends (request_done / compute end)
+    announced: bool = False  # formed through the hooks: the engine says when it ends (request_done)
     traffic: dict[str, dict[str, float]] = field(default_factory=dict)  # port -> request -> bytes
 
 
