@@ -70,11 +70,13 @@ def test_infeasible_batch_heaviest_request_pruned_and_completes_as_scavenger(clu
             assert hooks.pruned() == {"big"}
             hooks.layer_begin("doomed", 0)
         big, small = seg.alloc_msg_id(), seg.alloc_msg_id()
-        seg.push_event(EventKind.SUBMIT, big, request_key("big"), 1 << 20, Stage.P2D, 0, 1)
+        # small first: a scavenger message alone on an idle port is granted at once (work conserving),
+        # so whether big waits must not depend on both submits landing in one drain of the ring.
         seg.push_event(EventKind.SUBMIT, small, request_key("small"), 1 << 20, Stage.P2D, 0, 1)
         p_small = wait_for(lambda: _granted(seg, small), what="small's permit")
         assert p_small.level < 8
-        time.sleep(0.05)
+        seg.push_event(EventKind.SUBMIT, big, request_key("big"), 1 << 20, Stage.P2D, 0, 1)
+        time.sleep(0.3)
         assert _granted(seg, big) is None  # the scavenger waits behind the live request
         seg.push_event(EventKind.COMPLETION, small, request_key("small"), 1 << 20, Stage.P2D, 0, 1)
         p_big = wait_for(lambda: _granted(seg, big), what="big's permit in the scavenger class")
