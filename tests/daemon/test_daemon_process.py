@@ -56,15 +56,26 @@ def test_two_batches_competing_for_one_port_come_out_in_red_order(start_daemon):
             hooks.register_request("loose-1", deadline=now + 5.0, prompt_tokens=100)
             hooks.register_request("tight-1", deadline=now + 1.0, prompt_tokens=100)
             hooks.register_request("tight-2", deadline=now + 1.1, prompt_tokens=100)
+            hooks.register_request("blocker-1", deadline=now + 0.5, prompt_tokens=100)
             hooks.batch_formed("loose", ["loose-1"])
             hooks.batch_formed("tight", ["tight-1", "tight-2"])
-            hooks.layer_begin("loose", 0)
-            hooks.layer_begin("tight", 0)
+            hooks.batch_formed("blocker", ["blocker-1"])
+            for batch in ("loose", "tight", "blocker"):
+                hooks.layer_begin(batch, 0)
+        # A blocker holds the port first: a message alone on an idle port is granted at once (work
+        # conserving), so the two batches must both be waiting before the port frees up, whatever
+        # ring drain their submits land in.
+        blocker = seg.alloc_msg_id()
+        assert seg.push_event(EventKind.SUBMIT, blocker, request_key("blocker-1"), 1 << 20, Stage.COLLECTIVE, 0, 1)
+        wait_for(lambda: permit(seg, blocker), what="the blocker's permit")
         msgs = {}
         # The loose batch submits first: arrival order must not decide.
         for name, req in (("loose", "loose-1"), ("tight", "tight-1")):
             msgs[name] = seg.alloc_msg_id()
             assert seg.push_event(EventKind.SUBMIT, msgs[name], request_key(req), 1 << 20, Stage.COLLECTIVE, 0, 1)
+        time.sleep(0.3)
+        assert permit(seg, msgs["loose"]) is None and permit(seg, msgs["tight"]) is None  # strict: behind it
+        seg.push_event(EventKind.COMPLETION, blocker, request_key("blocker-1"), 1 << 20, Stage.COLLECTIVE, 0, 1)
         p = wait_for(lambda: permit(seg, msgs["tight"]), what="tight batch's permit")
         assert p.level == 1
         time.sleep(0.05)
