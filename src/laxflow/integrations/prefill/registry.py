@@ -2,42 +2,30 @@
 
 from __future__ import annotations
 
-import importlib
-
 from laxflow.integrations.prefill.base import PrefillScheduler, TtftPredictor
+from laxflow.integrations.registry import LazyRegistry
 
-_BUILTIN: dict[str, str] = {
+_SCHEDULERS: LazyRegistry[PrefillScheduler] = LazyRegistry("prefill scheduler", {
     "flowprefill": "laxflow.integrations.prefill.flowprefill:FlowPrefill",
     "fcfs": "laxflow.integrations.prefill.fcfs:Fcfs",
     "edf-cp2k": "laxflow.integrations.prefill.edf:EdfChunked2k",
     "edf-cp8k": "laxflow.integrations.prefill.edf:EdfChunked8k",
     "edf-layer": "laxflow.integrations.prefill.edf:EdfLayer",
-}
-_LOADED: dict[str, type[PrefillScheduler]] = {}
+})
 
 
 def register_prefill_scheduler(name: str, target: str | type[PrefillScheduler]) -> None:
     """Add a scheduler under ``name`` (a class or a lazy ``module:Class``)."""
-    if name in _BUILTIN or name in _LOADED:
-        raise ValueError(f"prefill scheduler {name!r} is already registered")
-    if isinstance(target, str):
-        _BUILTIN[name] = target
-    else:
-        _LOADED[name] = target
+    _SCHEDULERS.register(name, target)
 
 
 def prefill_scheduler_names() -> list[str]:
-    return sorted(set(_BUILTIN) | set(_LOADED))
+    return _SCHEDULERS.names()
 
 
 def prefill_scheduler_class(name: str) -> type[PrefillScheduler]:
     """The class for ``name``; raises ValueError naming the valid choices."""
-    if name not in _LOADED:
-        if name not in _BUILTIN:
-            raise ValueError(f"unknown prefill scheduler {name!r} (expected one of {', '.join(prefill_scheduler_names())})")
-        module, _, attr = _BUILTIN[name].partition(":")
-        _LOADED[name] = getattr(importlib.import_module(module), attr)
-    return _LOADED[name]
+    return _SCHEDULERS.get(name)
 
 
 def create_prefill_scheduler(name: str, predictor: TtftPredictor, token_budget: int = 8192) -> PrefillScheduler:
@@ -47,29 +35,23 @@ def create_prefill_scheduler(name: str, predictor: TtftPredictor, token_budget: 
 
 # Iteration-level batch schedulers (``iteration.py``): a separate name space,
 # because they are driven per step with a snapshot, not with Submit/Preempt.
-_BATCH_BUILTIN: dict[str, str] = {
+_BATCH_SCHEDULERS: LazyRegistry = LazyRegistry("batch scheduler", {
     "fairbatching": "laxflow.integrations.prefill.fairbatching:FairBatching",
     "sarathi": "laxflow.integrations.prefill.sarathi:Sarathi",
     "slidebatching": "laxflow.integrations.prefill.slidebatching:SlideBatching",
     "edf": "laxflow.integrations.prefill.edf_batching:EdfBatching",
     "sjf": "laxflow.integrations.prefill.sjf:Sjf",
     "priority": "laxflow.integrations.prefill.priority:Priority",
-}
-_BATCH_LOADED: dict = {}
+})
 
 
 def batch_scheduler_names() -> list[str]:
-    return sorted(set(_BATCH_BUILTIN) | set(_BATCH_LOADED))
+    return _BATCH_SCHEDULERS.names()
 
 
 def batch_scheduler_class(name: str):
     """The iteration-level scheduler class for ``name``; raises ValueError naming the valid choices."""
-    if name not in _BATCH_LOADED:
-        if name not in _BATCH_BUILTIN:
-            raise ValueError(f"unknown batch scheduler {name!r} (expected one of {', '.join(batch_scheduler_names())})")
-        module, _, attr = _BATCH_BUILTIN[name].partition(":")
-        _BATCH_LOADED[name] = getattr(importlib.import_module(module), attr)
-    return _BATCH_LOADED[name]
+    return _BATCH_SCHEDULERS.get(name)
 
 
 def create_batch_scheduler(name: str, samples, **options):
