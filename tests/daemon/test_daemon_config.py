@@ -31,6 +31,8 @@ def test_flags_win_over_the_file_and_env_is_read_only_here(tmp_path):
     ({"ports": [{"name": "a", "gbps": -1}]}, "gbps must be a number > 0"),
     ({"ports": [{"name": "a", "gbps": 1}, {"name": "a", "gbps": 1}]}, "duplicate port name 'a'"),
     ({"ports": [{"name": "a", "gbps": 1, "speed": 3}]}, "unknown field 'speed'"),
+    ({"ports": [{"name": "a", "gbps": 1, "window": -5}]}, "'window' must be a number of bytes >= 0"),
+    ({"ports": [{"name": "a", "gbps": 1, "window": "big"}]}, "'window' must be a number of bytes >= 0"),
 ])
 def test_bad_ports_file_names_the_field(tmp_path, raw, message):
     f = tmp_path / "ports.json"
@@ -82,3 +84,10 @@ def test_unknown_config_key_is_refused(tmp_path):
     cfg.write_text(json.dumps({"node": "n", "portz": "auto"}))
     with pytest.raises(UserError, match="unknown key 'portz'"):
         load_config({"config": str(cfg)})
+
+
+def test_ports_file_window_is_per_port(tmp_path):
+    f = tmp_path / "ports.json"
+    f.write_text(json.dumps({"ports": [{"name": "eth0", "gbps": 1}, {"name": "eth0-rx", "gbps": 1, "window": 1e12}]}))
+    tx, rx = load_ports_file(f)
+    assert tx.window is None and rx.window == 1e12

@@ -276,3 +276,37 @@ def test_last_kv_write_after_compute_end_keeps_its_request_deadline():
     core.complete(2, 0.1)
     core.request_done("r", 0.1)
     assert [r.kind for r in core.step(0.1).reports] == ["departure"]
+
+
+def test_formed_batch_waits_to_compute_layer_zero_so_its_first_read_is_rli_zero():
+    # MFS appendix: L_curr is the layer "being computed or waiting to be computed". A formed batch
+    # waits to compute layer 0, so its layer-0 KV read blocks compute now (RLI 0, level 1), and its
+    # layer-2 read is two layers ahead -- before the first layer_begin arrives, as in the simulator.
+    core = create_core()
+    core.register_request("r1", deadline=1.0)
+    core.batch_formed("b1", ["r1"], 0.0)
+    core.submit(1, "r1", Stage.REUSE, 0, 1e6, 0.0)
+    core.submit(2, "r1", Stage.REUSE, 2, 1e6, 0.0)
+    out = core.step(0.0)
+    assert granted(out) == [1]
+    assert out.permits[0].level == 1 and out.permits[0].dscp == 38
+    assert core.queue_depths() == {("eth0", 3): 1}
+    # A read of a request in no formed batch still enters low: nothing says when it computes.
+    core.submit(3, "r2", Stage.REUSE, 0, 1e6, 0.0)
+    core.step(0.0)
+    assert core.queue_depths() == {("eth0", 3): 1, ("eth0", 7): 1}
+
+
+def test_a_port_with_its_own_window_classifies_without_holding():
+    # A receive port: the remote switch port orders the bytes by DSCP, so the host holds nothing back there;
+    # the send port keeps strict priority (the daemon's window, 0 here).
+    core = DaemonCore(CoreConfig(ports=(PortSpec("eth0", GBPS100), PortSpec("eth0-rx", GBPS100, window=1e12)),
+                                 window_bytes=0.0))
+    core.register_request("r1", deadline=1.0)
+    core.batch_formed("b1", ["r1"], 0.0)
+    for msg, port in ((1, "eth0"), (2, "eth0"), (3, "eth0-rx"), (4, "eth0-rx")):
+        core.submit(msg, "r1", Stage.REUSE, msg % 2 * 3, 1e6, 0.0, port=port)  # layers 3, 0, 3, 0
+    out = core.step(0.0)
+    assert sorted(granted(out)) == [2, 3, 4]  # eth0 holds the layer-3 read; eth0-rx grants both
+    levels = {p.msg_id: p.level for p in out.permits}
+    assert levels[4] < levels[3]  # each still in its own class

@@ -231,6 +231,45 @@ class PermitGate:
                 return False  # registry full: counted by the segment, traffic flows untagged
             return True
 
+    def layer_boundary(self, request_id: int, layer: int | None) -> bool:
+        """The request's batch computes ``layer`` now (None: its prefill compute ended); False when bypassing.
+
+        The shared-memory path for layer progress (MFS §5: runtimes talk to
+        the daemon through lock-free queues): one ring event, no round trip,
+        so an engine can report every layer on its critical path. The daemon
+        maps the request to its batch (``batch_formed`` through the hooks).
+        Called on the engine's thread.
+        """
+        from laxflow.daemon.core import COMPUTE_DONE_LAYER
+
+        with self._lock:
+            seg = self._attach_locked()
+            if seg is None:
+                return False
+            return seg.push_event(EventKind.LAYER_BOUNDARY, 0, request_id, 0, 0,
+                                  COMPUTE_DONE_LAYER if layer is None else layer)
+
+    def mark(self, kind: int, handle: int, request_id: int, stage: int, layer: int, nbytes: int, dscp: int) -> bool:
+        """Tag the next ``nbytes`` on this process's QP or socket with a class another node's daemon chose.
+
+        For one-sided transfers: the initiator's daemon permits an RDMA READ
+        (or, on TCP, the request for a read) and the responder only sends
+        the bytes; the responder's shim must put them in the initiator's
+        class. Allocates a message id so the shim sees a new message; False
+        when bypassing (the bytes then go in the connection's class).
+        Called on the responder's serving thread, just before it sends.
+        """
+        with self._lock:
+            seg = self._attach_locked()
+            if seg is None:
+                return False
+            try:
+                seg.write_tag(self._pid, kind, handle,
+                              TagValue(seg.alloc_msg_id(), request_id, nbytes, stage, layer, dscp))
+            except SegmentError:
+                return False
+            return True
+
     # --------------------------------------------------------------- close
 
     def close(self) -> None:

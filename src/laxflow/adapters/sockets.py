@@ -12,8 +12,12 @@ known yet or have changed.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
+import struct
+import termios
+import time
 from dataclasses import dataclass
 
 
@@ -112,3 +116,29 @@ def set_dscp(fd: int, inode: int, dscp: int) -> bool:
     finally:
         if dup >= 0:
             os.close(dup)
+
+
+def unacked_bytes(fd: int) -> int:
+    """Bytes written to TCP socket ``fd`` that its peer has not acknowledged yet (``SIOCOUTQ``); 0 on error."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
+
+
+def wait_drained(fd: int, timeout: float = 0.2, poll: float = 0.0002) -> bool:
+    """Wait until every byte written to ``fd`` is acknowledged (at most ``timeout`` s); False on timeout.
+
+    Called before a connection changes traffic class: the class of a TCP
+    packet is the socket's when the packet is (re)transmitted, so bytes still
+    queued would leave in the new class, and two classes in flight on one
+    connection reorder its packets at the switch's priority queues (dup ACKs,
+    spurious retransmits, a collapsed window). MFS keeps each message in one
+    class for the same reason (§4.3, promotion at message granularity).
+    """
+    deadline = time.monotonic() + timeout
+    while unacked_bytes(fd) > 0:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll)
+    return True

@@ -98,6 +98,9 @@ class DaemonCore:
         self.window = (
             self.capacity * config.rtt if config.window_bytes is None else np.full(len(self.ports), config.window_bytes)
         )
+        for i, p in enumerate(config.ports):
+            if p.window is not None:
+                self.window[i] = p.window  # the port's own (ports file)
         self.policy = MfsPolicy(config.mfs)
         self.levels = config.mfs.levels
         self.meter = LinkMeter(self.capacity, config.mfs.load_window)
@@ -176,6 +179,12 @@ class DaemonCore:
         info.compute = compute
         info.announced = True
         info.last_seen = max(info.last_seen, now)
+        if info.current_layer is None:
+            # MFS's L_curr is the layer "being computed or waiting to be computed": a formed batch waits to
+            # compute layer 0, so its reads count their RLI from there (the simulator's batches do the same).
+            info.current_layer = 0
+            for m in self._live_of(batch):
+                m.flow.current_layer = 0
         for name in requests:
             self.request(name).batch = batch
             info.requests.add(name)

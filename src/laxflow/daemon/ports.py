@@ -37,20 +37,29 @@ class PortSpec:
     name: str
     rate: float
     counter: str | None = None
+    window: float | None = None  # the permit rule's window on this port, bytes (None: the daemon's)
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
             raise UserError(f"port: name must be a non-empty string, got {self.name!r}")
         if isinstance(self.rate, bool) or not isinstance(self.rate, (int, float)) or not math.isfinite(self.rate) or self.rate <= 0:
             raise UserError(f"port {self.name!r}: rate must be a number of bytes/s > 0, got {self.rate!r}")
+        if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, (int, float))
+                                        or math.isnan(self.window) or self.window < 0):
+            raise UserError(f"port {self.name!r}: window must be a number of bytes >= 0, got {self.window!r}")
 
 
 def load_ports_file(path: str | os.PathLike[str]) -> tuple[PortSpec, ...]:
     """``--ports FILE``: JSON ``{"ports": [{"name": "eth0", "gbps": 100}, ...]}``.
 
     Each port gives ``gbps`` (line rate in Gbit/s) or ``rate`` (bytes/s), and
-    optionally ``counter`` (path of a cumulative tx-bytes file). A bad file
-    is one UserError naming the file and the field.
+    optionally ``counter`` (path of a cumulative byte-counter file) and
+    ``window`` (bytes: the permit rule's window on this port instead of the
+    daemon's one bandwidth-delay product). A port whose queue is not this
+    host's -- the receive side, where a remote switch port orders the bytes
+    by their DSCP -- takes a window larger than anything in flight
+    (e.g. 1e12): its messages are classified, never held. A bad file is one
+    UserError naming the file and the field.
     """
     raw = read_json_file(path, "ports file")
     where = str(path)
@@ -69,9 +78,9 @@ def load_ports_file(path: str | os.PathLike[str]) -> tuple[PortSpec, ...]:
 def _port_entry(entry: Any, where: str) -> PortSpec:
     if not isinstance(entry, dict):
         raise UserError(f"{where}: expected an object with 'name' and 'gbps' or 'rate'")
-    unknown = set(entry) - {"name", "gbps", "rate", "counter"}
+    unknown = set(entry) - {"name", "gbps", "rate", "counter", "window"}
     if unknown:
-        raise UserError(f"{where}: unknown field {sorted(unknown)[0]!r} (expected name, gbps, rate, counter)")
+        raise UserError(f"{where}: unknown field {sorted(unknown)[0]!r} (expected name, gbps, rate, counter, window)")
     name = entry.get("name")
     if not isinstance(name, str) or not name:
         raise UserError(f"{where}: 'name' must be a non-empty string")
@@ -84,7 +93,10 @@ def _port_entry(entry: Any, where: str) -> PortSpec:
     counter = entry.get("counter")
     if counter is not None and not isinstance(counter, str):
         raise UserError(f"{where}: port {name!r}: 'counter' must be a file path")
-    return PortSpec(name, rate, counter)
+    window = entry.get("window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, (int, float)) or window < 0):
+        raise UserError(f"{where}: port {name!r}: 'window' must be a number of bytes >= 0")
+    return PortSpec(name, rate, counter, None if window is None else float(window))
 
 
 def discover_ports(root: Path = SYSFS_NET) -> tuple[PortSpec, ...]:

@@ -151,7 +151,8 @@ def switch_config_command(
 def run_command(
     scenario: str = typer.Option("contention", "--scenario", help="Scenario to run: contention."),
     name: str = typer.Option("lxfscn", "--name", help="Prefix of the fabric's namespaces."),
-    requests: int = typer.Option(20, "--requests", help="Requests per mode."),
+    requests: int = typer.Option(20, "--requests", help="Requests measured per mode."),
+    warmup: int = typer.Option(2, "--warmup", help="Requests run first in each mode and not measured."),
     rate: str = typer.Option("100mbit", "--rate", help="Line rate."),
     tagger: str = typer.Option("shim", "--tagger", help="How connections get their class: shim or sockopt."),
     layers: int = typer.Option(4, "--layers", help="Layers per request."),
@@ -160,7 +161,7 @@ def run_command(
     reuse_bytes: int = typer.Option(200_000, "--reuse-bytes", help="Stage-1 bytes each rank reads per layer."),
     kv_bytes: int = typer.Option(250_000, "--kv-bytes", help="Stage-3 bytes each rank writes per layer."),
     interarrival_ms: float = typer.Option(200.0, "--interarrival-ms", help="Time between request arrivals."),
-    slo_factor: float = typer.Option(2.0, "--slo-factor", help="TTFT SLO = factor x idle-fabric TTFT."),
+    slo_factor: float = typer.Option(3.0, "--slo-factor", help="TTFT SLO = factor x the TTFT measured at low load (paper: 3)."),
     modes: str = typer.Option("off,static,on", "--modes",
                               help="Comma-separated modes: off (one class), static (per-stage DSCP), "
                                    "on (coordinator + daemons); off and on required."),
@@ -179,7 +180,7 @@ def run_command(
 
     require_root("run")
     result = run_contention(ScenarioConfig(
-        name=name, requests=requests, rate=rate, tagger=tagger, layers=layers, compute_ms=compute_ms,
+        name=name, requests=requests, warmup=warmup, rate=rate, tagger=tagger, layers=layers, compute_ms=compute_ms,
         a2a_bytes=a2a_bytes, reuse_bytes=reuse_bytes, kv_bytes=kv_bytes, interarrival_ms=interarrival_ms,
         slo_factor=slo_factor, modes=tuple(m.strip() for m in modes.split(",") if m.strip()), window_bytes=window_bytes, collective=collective))
     if as_json:

@@ -10,10 +10,15 @@ hosts, sizes, compute sleeps, arrivals and TTFT SLO as a
   switch port toward it (``hN-down``), capacity = line rate x TCP goodput
   (1448 payload bytes per 1514-byte frame);
 - per prefill rank, requests in arrival order, one at a time: the stage-1
-  reads of the request's layers, sequential on the rank's KV connection
-  (h2 -> rank); layer j computes once its read is in (a delay), then the
-  all_to_all (rank -> peer, both directions; the layer ends when both are in);
-  stage-3 writes rank -> h3 queue behind each other (the writer thread);
+  reads of the request's layers, asked for at once and served one after
+  another on the rank's KV connection (h2 -> rank), each with the RLI of the
+  layer the rank is at when it starts; layer j computes once its read is in
+  (a delay), then the all_to_all (rank -> peer, both directions; the layer
+  ends when both are in); each layer's stage-3 write rank -> h3 is sent as
+  the layer ends, behind the earlier ones on the rank's one connection;
+- SLO: ``slo_factor`` x the low-load TTFT (the testbed's measured one when
+  given, else the simulator's own); the first ``warmup`` requests are left
+  out, as on the testbed;
 - CCT = from a rank's all_to_all start to both directions in; TTFT = the
   request's last stage-3 write done (the later rank) - arrival.
 
@@ -25,8 +30,10 @@ Called by ``bench/testbed_fidelity.py`` on the main thread.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 from laxflow.policy.flow import Flow, Stage
@@ -35,22 +42,35 @@ from laxflow.sim.events import EventQueue, Priority
 from laxflow.sim.network.engine import FluidNetwork
 from laxflow.sim.network.topology import Topology
 from laxflow.testbed.fabric import parse_rate
-from laxflow.testbed.scenario import ScenarioConfig
+from laxflow.testbed.scenario import LOW_LOAD_REQUESTS, ScenarioConfig
 
 GOODPUT = 1448 / 1514  # TCP payload per Ethernet frame (timestamps on)
 HOSTS = 4
 
 
-def predict(cfg: ScenarioConfig, policy: str) -> dict[str, Any]:
-    """Run the scenario under ``policy``; returns cct_mean, ttft_mean, slo_attainment (seconds)."""
+def low_load_ttft(cfg: ScenarioConfig) -> float:
+    """The simulator's TTFT at low load (``fs``, requests far apart): the SLO base, as the testbed measures it."""
+    low = replace(cfg, requests=LOW_LOAD_REQUESTS, warmup=0, interarrival_ms=max(cfg.interarrival_ms,
+                                                                                5000 * cfg.ideal_ttft_s()))
+    return predict(low, "fs", slo=math.inf)["ttft_mean"]
+
+
+def predict(cfg: ScenarioConfig, policy: str, slo: float | None = None) -> dict[str, Any]:
+    """Run the scenario under ``policy``; returns cct_mean, ttft_mean, slo_attainment (seconds).
+
+    ``slo``: the TTFT SLO in seconds; None means ``slo_factor`` x the
+    simulator's own low-load TTFT. The first ``cfg.warmup`` requests run and
+    are left out, as on the testbed.
+    """
+    if slo is None:
+        slo = cfg.slo_factor * low_load_ttft(cfg)
     cap = parse_rate(cfg.rate) / 8 * GOODPUT
     ids = [f"h{h}-{d}" for d in ("up", "down") for h in range(HOSTS)]
     topo = Topology.from_links(ids, [cap] * len(ids))
     q = EventQueue()
     net = FluidNetwork(topo, create_policy(policy), q)
     L, C = cfg.layers, cfg.compute_ms / 1000
-    slo = cfg.slo_factor * cfg.ideal_ttft_s()
-    arrivals = [i * cfg.interarrival_ms / 1000 for i in range(cfg.requests)]
+    arrivals = [i * cfg.interarrival_ms / 1000 for i in range(cfg.requests + cfg.warmup)]
     up = lambda h: topo.index(f"h{h}-up")  # noqa: E731
     down = lambda h: topo.index(f"h{h}-down")  # noqa: E731
     cct: list[float] = []
@@ -59,16 +79,17 @@ def predict(cfg: ScenarioConfig, policy: str) -> dict[str, Any]:
     writer = {r: deque() for r in (0, 1)}
     writer_busy = {0: False, 1: False}
 
-    def flow(fid: str, src: int, dst: int, size: float, stage: Stage, req: int, layer: int) -> Flow:
+    def flow(fid: str, src: int, dst: int, size: float, stage: Stage, req: int, layer: int, current: int) -> Flow:
         return Flow.on_path(fid, size, [up(src), down(dst)], stage=stage, request=f"r{req}",
-                            deadline=arrivals[req] + slo, layer=layer, current_layer=layer,
-                            downstream=(L - 1 - layer) * C if stage is not Stage.P2D else 0.0)
+                            deadline=arrivals[req] + slo if math.isfinite(slo) else None, layer=layer,
+                            current_layer=current, downstream=(L - 1 - layer) * C if stage is not Stage.P2D else 0.0)
 
     def start_request(rank: int, req: int) -> None:
         st = {"in": [False] * L, "layer": 0, "computing": False}
 
         def read(layer: int) -> None:
-            f = flow(f"r{req}-k{rank}-{layer}", 2, rank, cfg.reuse_bytes, Stage.REUSE, req, layer)
+            # the testbed's reads are asked for at once and served one after another on the rank's connection
+            f = flow(f"r{req}-k{rank}-{layer}", 2, rank, cfg.reuse_bytes, Stage.REUSE, req, layer, st["layer"])
             net.add_flow(f, lambda _f: read_done(layer))
 
         def read_done(layer: int) -> None:
@@ -88,7 +109,7 @@ def predict(cfg: ScenarioConfig, policy: str) -> dict[str, Any]:
             s = a2a.setdefault(key, {"start": {}, "sent": set(), "ranks": {}})
             s["start"][rank] = q.now
             s["ranks"][rank] = layer_done
-            f = flow(f"r{req}-a{rank}-{j}", rank, 1 - rank, cfg.a2a_bytes, Stage.COLLECTIVE, req, j)
+            f = flow(f"r{req}-a{rank}-{j}", rank, 1 - rank, cfg.a2a_bytes, Stage.COLLECTIVE, req, j, j)
             net.add_flow(f, lambda _f: sent(key, rank))
 
         def layer_done(j: int) -> None:
@@ -110,7 +131,7 @@ def predict(cfg: ScenarioConfig, policy: str) -> dict[str, Any]:
         for r in (0, 1):
             if r in s["start"] and {0, 1} <= s["sent"] and r not in s.get("closed", set()):
                 s.setdefault("closed", set()).add(r)
-                cct.append(q.now - s["start"][r])
+                cct.append(((key[0], r), q.now - s["start"][r]))
                 s["ranks"][r](key[1])
 
     def pump(rank: int) -> None:
@@ -125,18 +146,26 @@ def predict(cfg: ScenarioConfig, policy: str) -> dict[str, Any]:
                 done[(rank, req)] = q.now
             pump(rank)
 
-        net.add_flow(flow(f"r{req}-w{rank}-{j}", rank, 3, cfg.kv_bytes + 24, Stage.P2D, req, j), written)
+        net.add_flow(flow(f"r{req}-w{rank}-{j}", rank, 3, cfg.kv_bytes + 24, Stage.P2D, req, j, j), written)
 
     for rank in (0, 1):
         q.push(arrivals[0], Priority.ARRIVAL, start_request, rank, 0)
     q.run()
-    ttft = [max(done[(0, i)], done[(1, i)]) - a for i, a in enumerate(arrivals)]
-    return {"cct_mean": statistics.fmean(cct), "ttft_mean": statistics.fmean(ttft),
-            "slo_attainment": sum(t <= slo for t in ttft) / len(ttft)}
+    w = cfg.warmup
+    ttft = [max(done[(0, i)], done[(1, i)]) - a for i, a in enumerate(arrivals)][w:]
+    measured_cct = [c for (req, _rank), c in cct if req >= w]
+    return {"cct_mean": statistics.fmean(measured_cct), "ttft_mean": statistics.fmean(ttft),
+            "slo_attainment": sum(t <= slo for t in ttft) / len(ttft), "slo_s": slo}
 
 
-def predict_modes(cfg: ScenarioConfig) -> dict[str, Any]:
-    """off (``fs``: one class) and on (``mfs``), plus the ratios, as ``testbed run`` reports them."""
-    off, on = predict(cfg, "fs"), predict(cfg, "mfs")
+def predict_modes(cfg: ScenarioConfig, slo: float | None = None) -> dict[str, Any]:
+    """off (``fs``: one class) and on (``mfs``), plus the ratios, as ``testbed run`` reports them.
+
+    ``slo``: the SLO the testbed measured (its low-load TTFT x factor), so
+    both sides judge the same deadline; None: the simulator's own.
+    """
+    if slo is None:
+        slo = cfg.slo_factor * low_load_ttft(cfg)
+    off, on = predict(cfg, "fs", slo), predict(cfg, "mfs", slo)
     return {"off": off, "on": on, "cct_ratio": off["cct_mean"] / on["cct_mean"],
             "ttft_ratio": off["ttft_mean"] / on["ttft_mean"]}

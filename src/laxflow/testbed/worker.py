@@ -3,18 +3,25 @@
 ``python -m laxflow.testbed.worker ROLE CONFIG_JSON`` inside a host namespace
 (started by :mod:`laxflow.testbed.scenario`):
 
-- ``kvstore`` (stage-1 source): per connection, reads an 8-byte length and
-  streams that many bytes back (the reused KV a prefill host fetches).
+- ``kvstore`` (stage-1 source): per connection, answers each read request
+  ``(request, layer, size, dscp)`` with a ``(request, layer)`` header and
+  that many bytes, in the class the request carries (mode ``on``: marked on
+  the socket for the shim; reads are one-sided, as Mooncake's RDMA READs:
+  the initiator's daemon permits them).
 - ``decode`` (stage-3 sink): reads ``(request, layer, size)`` headers and
-  payloads, acknowledges each message with 8 bytes once fully received.
+  payloads, acknowledges each message with ``(request, layer)`` once fully
+  received.
 - ``prefill`` (one per prefill rank): for each request, in arrival order,
-  reads the reused KV of all layers from the kvstore (stage 1, layer j must
-  be in before layer j computes), computes each layer (a timed sleep), runs
-  the layer's all_to_all with the other rank (stage 2: send and receive
-  ``a2a_bytes`` at once; a Gloo all_to_all with ``collective: gloo``), and
-  hands layer j's KV to a writer thread that
-  sends it to decode (stage 3, overlapping the next layers). TTFT = last
-  stage-3 ack - arrival. Prints one JSON line of measurements.
+  asks the kvstore for the reused KV of every layer at once (stage 1, layer
+  j must be in before layer j computes), computes each layer (a timed
+  sleep), runs the layer's all_to_all with the other rank (stage 2: send and
+  receive ``a2a_bytes`` at once; a Gloo all_to_all with ``collective:
+  gloo``), and submits layer j's KV write to decode as the layer ends (stage
+  3, overlapping the next layers; writes are pipelined on the connection, as
+  a transfer engine's batch API does, and an acknowledgement thread counts
+  them). TTFT = the request's last stage-3 acknowledgement - arrival. The
+  first ``warmup`` requests are run and then dropped by the scenario. Prints
+  one JSON line of measurements.
 
 Traffic classes. Each connection is tagged when it is opened, by the tagger
 the config names: ``sockopt`` sets ``IP_TOS`` itself; ``shim`` calls the
@@ -24,15 +31,20 @@ before ``connect`` (the per-thread tag adapters use; the process runs under
 rank's all_to_all receiver by the per-thread tag; the kvstore and decode
 servers by the shim's static rule, ``laxflow run --dscp``, or by ``IP_TOS``):
 a receiver's ACKs left in DSCP 0 would sit in the lowest strict-priority
-queue behind the very traffic its flow is meant to beat. This is the
+queue behind the very traffic its flow is meant to beat.
 
 Mode ``on`` (``cfg["daemon"]`` set): every stage's transfer is a message to
-the host's node daemon (:class:`laxflow.testbed.mfs_io.DaemonIO`): submitted,
-sent once permitted in the permit's class (socket flow tag -> shim), completed;
-the prefill ranks and the KV store register requests (deadline = arrival +
-SLO), batches and layer boundaries through the hooks API. The connection's
-class at set-up (the stage's static class) then only carries what no message
-covers: the receivers' ACKs (a receiver does not know the sender's permit).
+the daemon of the host that initiates it (:class:`laxflow.testbed.mfs_io.DaemonIO`):
+writes and the all_to_all on the sender's egress port, reads on the
+prefill host's receive port (the host that knows the layer progress a
+read's RLI counts from). A message is submitted, sent once permitted in the
+permit's class (socket flow tag -> shim; a connection changes class only
+once its earlier bytes are acknowledged, so no two classes are in flight on
+one connection), completed. The prefill ranks register requests (deadline =
+arrival + SLO) and batches through the hooks API and report layer progress
+on the shared-memory ring. The connection's class at set-up (the stage's
+static class) then only carries what no message covers: the receivers' ACKs
+(a receiver does not know the sender's permit).
 """
 
 from __future__ import annotations
@@ -48,7 +60,9 @@ import time
 from typing import Any
 
 HDR = struct.Struct("!QQQ")  # request, layer, size
-KVREQ = struct.Struct("!QQQd")  # request, layers, bytes per layer, deadline (epoch s)
+KVREQ = struct.Struct("!QQQi")  # request, layer, bytes, DSCP the initiator's permit gave (-1: connection's class)
+KVRESP = struct.Struct("!QQ")  # request, layer: before each read's bytes (reads are answered as permitted)
+ACK = struct.Struct("!QQ")  # request, layer: the decode host has a write's bytes
 CHUNK = 256 * 1024
 
 
@@ -135,6 +149,12 @@ def _daemon_io(cfg: dict[str, Any]):
 
 
 def kvstore(cfg: dict[str, Any]) -> None:
+    """Stage-1 responder: serves one layer's reused KV per request, in the class the request names.
+
+    Reads are one-sided, as Mooncake's RDMA READs are: the prefill host that
+    needs the bytes asks its own daemon (which sees its layer progress) and
+    the permit's class travels in the request; this side only marks and sends.
+    """
     ls = _listen(cfg["kv_port"])
     io = _daemon_io(cfg)
 
@@ -143,14 +163,10 @@ def kvstore(cfg: dict[str, Any]) -> None:
             conn.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg["dscp"]["1"] << 2)
         try:
             while True:
-                req, layers, n, deadline = KVREQ.unpack(_recv_exact(conn, KVREQ.size))
+                req, layer, n, dscp = KVREQ.unpack(_recv_exact(conn, KVREQ.size))
                 if io is not None:
-                    io.hooks().register_request(str(req), deadline, 1000, reused_tokens=1000)
-                for layer in range(layers):  # one stage-1 message per layer
-                    if io is not None:
-                        io.send(conn, bytes(n), req, 1, layer)
-                    else:
-                        conn.sendall(bytes(n))
+                    io.mark(conn, KVRESP.size + n, req, 1, layer, dscp)
+                conn.sendall(KVRESP.pack(req, layer) + bytes(n))
         except (ConnectionError, OSError):
             conn.close()
 
@@ -167,9 +183,9 @@ def decode(cfg: dict[str, Any]) -> None:
             conn.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg["dscp"]["3"] << 2)
         try:
             while True:
-                _req, _layer, size = HDR.unpack(_recv_exact(conn, HDR.size))
+                req, layer, size = HDR.unpack(_recv_exact(conn, HDR.size))
                 _drain(conn, size)
-                conn.sendall(struct.pack("!Q", size))
+                conn.sendall(ACK.pack(req, layer))
         except (ConnectionError, OSError):
             conn.close()
 
@@ -238,12 +254,11 @@ def prefill(cfg: dict[str, Any]) -> None:
         own = [a2a_out, a2a_in]
     a2a_bytes, reuse, kv_bytes = cfg["a2a_bytes"], cfg["reuse_bytes"], cfg["kv_bytes"]
     payload = bytes(max(a2a_bytes, kv_bytes, 1))
+    io = _daemon_io(cfg)  # before the start: its imports and connections are set-up, not request time
     # Both ranks start together: the scenario gives a wall-clock start a little in the future.
     start = cfg["start_epoch"]
     time.sleep(max(0.0, start - time.time()))
     arrivals = [start + i * cfg["interarrival_s"] for i in range(cfg["requests"])]
-
-    io = _daemon_io(cfg)
     slo_s = cfg["slo_s"]
 
     def send(sock: socket.socket, data: bytes, req: int, stage: int, layer: int) -> None:
@@ -252,21 +267,41 @@ def prefill(cfg: dict[str, Any]) -> None:
         else:
             io.send(sock, data, req, stage, layer)
 
+    # Stage 3, as a KV transfer engine does it (Mooncake's batch API): each layer's write is submitted
+    # when the layer ends and goes when permitted, without waiting for the previous one's
+    # acknowledgement; one lock keeps each message whole on the connection, and an acknowledgement
+    # thread counts the decode host's per-message acks. TTFT = the request's last KV byte acknowledged.
     writes: queue.Queue[tuple[int, int] | None] = queue.Queue()
+    dec_lock = threading.Lock()
     finished: dict[int, float] = {}
+
+    def write(req: int, layer: int) -> None:
+        data = HDR.pack(req, layer, kv_bytes) + payload[:kv_bytes]
+        if io is None:
+            with dec_lock:
+                dec.sendall(data)
+        else:
+            io.submit_send(dec, data, req, 3, layer, lock=dec_lock)
 
     def writer() -> None:
         while (item := writes.get()) is not None:
-            req, layer = item
-            send(dec, HDR.pack(req, layer, kv_bytes) + payload[:kv_bytes], req, 3, layer)
-            _recv_exact(dec, 8)
-            if layer == L - 1:
+            write(*item)
+
+    def acks() -> None:
+        count: dict[int, int] = {}
+        for _ in range(len(arrivals) * L):
+            req, _layer = ACK.unpack(_recv_exact(dec, ACK.size))
+            count[req] = count.get(req, 0) + 1
+            if count[req] == L:
                 finished[req] = time.time()
                 if io is not None:
                     io.hooks().request_done(str(req))
 
     wthread = threading.Thread(target=writer, daemon=True)
+    athread = threading.Thread(target=acks, daemon=True)
     wthread.start()
+    athread.start()
+    kv_lock = threading.Lock()
     cct: list[float] = []
     for req, arrival in enumerate(arrivals):
         time.sleep(max(0.0, arrival - time.time()))
@@ -277,21 +312,34 @@ def prefill(cfg: dict[str, Any]) -> None:
             io.hooks().register_request(str(rid), arrival + slo_s, 1000, reused_tokens=1000)
             io.hooks().batch_formed(batch, [str(rid)], compute_s=L * cfg["compute_s"])
 
-        def reader(events: list[threading.Event] = layer_in, rid: int = rid, arrival: float = arrival) -> None:
-            kv.sendall(KVREQ.pack(rid, L, reuse, arrival + slo_s))
-            for ev in events:
+        def reader(events: list[threading.Event] = layer_in, rid: int = rid) -> None:
+            # Stage 1: every layer's read is asked for at once (a batch read); each is its own message,
+            # permitted by this host's daemon (it sees the layer progress) and served in its class.
+            def ask(layer: int, dscp: int) -> None:
+                with kv_lock:
+                    kv.sendall(KVREQ.pack(rid, layer, reuse, dscp))
+
+            arrived = [threading.Event() for _ in events]
+            for layer in range(L):
+                if io is None:
+                    ask(layer, -1)
+                else:
+                    io.submit_read(reuse, rid, 1, layer, kv.fileno(), lambda d, j=layer: ask(j, d), arrived[layer])
+            for _ in range(L):
+                _req, layer = KVRESP.unpack(_recv_exact(kv, KVRESP.size))
                 _drain(kv, reuse)
-                ev.set()
+                arrived[layer].set()
+                events[layer].set()
 
         rthread = threading.Thread(target=reader, daemon=True)
         rthread.start()
         for layer in range(L):
             layer_in[layer].wait()
-            if io is not None:
-                io.hooks().layer_begin(batch, layer)
+            if io is not None:  # layer progress through the shared-memory ring: no round trip per layer
+                io.gate.layer_boundary(rid, layer)
             time.sleep(cfg["compute_s"])
-            if io is not None:
-                io.hooks().layer_end(batch, layer, last=layer == L - 1)
+            if io is not None and layer == L - 1:
+                io.gate.layer_boundary(rid, None)
             t0 = time.time()
             if gloo:
                 a2a.run(rid, layer)
@@ -305,6 +353,7 @@ def prefill(cfg: dict[str, Any]) -> None:
         rthread.join()
     writes.put(None)
     wthread.join()
+    athread.join()
     ttft = [finished[1000 + r] - arrivals[r] for r in range(len(arrivals))]
     used: dict[str, int] = {}
     if io is not None:
@@ -312,11 +361,12 @@ def prefill(cfg: dict[str, Any]) -> None:
         if gloo:
             used.update(a2a.used)
         waits = {str(k): sum(v) / len(v) for k, v in io.waits.items()}
-        io.close()
     else:
         waits = {}
     print(json.dumps({"rank": rank, "cct": cct, "ttft": ttft, "permit_dscp": used, "permit_wait_s": waits}),
           flush=True)
+    if io is not None:
+        io.close()
     for sock in (*own, kv, dec):
         sock.close()
     if gloo:
