@@ -56,6 +56,7 @@ import importlib.util
 import json
 import math
 import os
+import select
 import shutil
 import statistics
 import subprocess
@@ -71,6 +72,7 @@ from laxflow.testbed.fabric import FabricConfig, Testbed, parse_rate
 from laxflow.testbed.mfs_io import RX_PORT
 
 LOW_LOAD_REQUESTS = 3  # requests of the low-load run that sets the SLO base
+READY_TIMEOUT_S = 120.0  # a rank's set-up (imports, connections, Gloo's group) on a loaded box
 STAGE_LEVEL = {2: 1, 1: 3, 3: 5}  # static per-stage RMLQ level of the "static" mode (base class of "on")
 MODES = ("off", "static", "on")
 
@@ -214,6 +216,13 @@ class ControlPlane:
             shutil.rmtree(self.dir, ignore_errors=True)  # kept after a failure: the daemons' logs
 
 
+def _readline(p: subprocess.Popen[str], timeout: float) -> str:
+    """One line of ``p``'s stdout within ``timeout`` s ('' if it ended or stayed silent)."""
+    assert p.stdout is not None
+    ready, _, _ = select.select([p.stdout], [], [], timeout)
+    return p.stdout.readline() if ready else ""
+
+
 def run_mode(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, slo: float) -> dict[str, Any]:
     """One run of the job in ``mode`` under TTFT SLO ``slo`` (s); measurements (and DSCP histogram if ``capture``)."""
     if mode == "on":
@@ -255,35 +264,51 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
         tb.popen_in(2, [py, "-m", "laxflow.testbed.worker", "kvstore", json.dumps(host_cfg(2))], env=env(2, dscp[1])),
         tb.popen_in(3, [py, "-m", "laxflow.testbed.worker", "decode", json.dumps(host_cfg(3))], env=env(3, dscp[3])),
     ]
-    # time for every process to start and connect (importing torch takes seconds on a loaded box)
-    delay = 10.0 if kind == "gloo" else 2.5
     total = cfg.requests + cfg.warmup
-    span = delay + total * cfg.interarrival_ms / 1000 + cfg.ideal_ttft_s() * 4
-    cap = None
-    if capture:
-        ports = ",".join(tb.switch_port(i) for i in range(tb.config.hosts))
-        cap = subprocess.Popen(["ip", "netns", "exec", tb.netns("sw"), py, "-c", "from laxflow.cli import main; main()",
-                                "testbed", "verify-dscp", "--iface", ports, "--egress-only", "--seconds",
-                                f"{span + 6:.1f}", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert cap.stderr is not None
-        if not cap.stderr.readline().startswith("capturing on"):  # its sockets are open from here on
-            raise UserError(f"contention scenario: the DSCP capture did not start ({cap.stderr.read().strip()[-200:]})")
-    start = time.time() + delay
+    span = total * cfg.interarrival_ms / 1000 + cfg.ideal_ttft_s() * 4
     ranks = []
     for rank in (0, 1):
         wcfg = dict(host_cfg(rank), rank=rank, peer=tb.address(1 - rank), kvstore=tb.address(2),
                     decode=tb.address(3), layers=cfg.layers, requests=total,
                     compute_s=cfg.compute_ms / 1000, a2a_bytes=cfg.a2a_bytes, reuse_bytes=cfg.reuse_bytes,
-                    kv_bytes=cfg.kv_bytes, interarrival_s=cfg.interarrival_ms / 1000, start_epoch=start)
+                    kv_bytes=cfg.kv_bytes, interarrival_s=cfg.interarrival_ms / 1000)
         renv = env(rank, dscp[2] if kind == "gloo" else None) or dict(os.environ)
         renv["GLOO_SOCKET_IFNAME"] = "eth0"  # Gloo's connections on the fabric, not lo
         ranks.append(tb.popen_in(rank, [py, "-m", "laxflow.testbed.worker", "prefill", json.dumps(wcfg)],
-                                 stdout=subprocess.PIPE, env=renv))
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=renv))
+    cap = None
     try:
+        # Each rank says "ready" once connected (and Gloo's group is up); then both get one start time.
+        for p in ranks:
+            line = _readline(p, READY_TIMEOUT_S)
+            if line.strip() != "ready":
+                raise UserError(f"contention scenario ({mode}): a prefill rank did not start "
+                                f"(said {line.strip()[-200:]!r})")
+        if capture:
+            ports = ",".join(tb.switch_port(i) for i in range(tb.config.hosts))
+            cap = subprocess.Popen(["ip", "netns", "exec", tb.netns("sw"), py, "-c",
+                                    "from laxflow.cli import main; main()", "testbed", "verify-dscp", "--iface", ports,
+                                    "--egress-only", "--seconds", f"{span + 6:.1f}", "--json"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert cap.stderr is not None
+            if not cap.stderr.readline().startswith("capturing on"):  # its sockets are open from here on
+                raise UserError(f"contention scenario: the DSCP capture did not start "
+                                f"({cap.stderr.read().strip()[-200:]})")
+        start = time.time() + 0.2
+        for p in ranks:
+            assert p.stdin is not None
+            p.stdin.write(f"{start!r}\n")
+            p.stdin.flush()
         outs = [json.loads(p.communicate(timeout=span * 10 + 60)[0]) for p in ranks]
-    except (ValueError, subprocess.TimeoutExpired) as exc:
+    except (ValueError, subprocess.TimeoutExpired, UserError) as exc:
         for p in ranks:
             p.kill()
+            p.wait()
+        if cap is not None:
+            cap.kill()
+            cap.wait()
+        if isinstance(exc, UserError):
+            raise
         raise UserError(f"contention scenario ({mode}): a prefill rank failed ({type(exc).__name__})") from None
     finally:
         for p in servers:

@@ -255,8 +255,10 @@ def prefill(cfg: dict[str, Any]) -> None:
     a2a_bytes, reuse, kv_bytes = cfg["a2a_bytes"], cfg["reuse_bytes"], cfg["kv_bytes"]
     payload = bytes(max(a2a_bytes, kv_bytes, 1))
     io = _daemon_io(cfg)  # before the start: its imports and connections are set-up, not request time
-    # Both ranks start together: the scenario gives a wall-clock start a little in the future.
-    start = cfg["start_epoch"]
+    # Both ranks start together: each says "ready" once set up; the scenario answers with one wall-clock
+    # start a little in the future.
+    print("ready", flush=True)
+    start = float(sys.stdin.readline())
     time.sleep(max(0.0, start - time.time()))
     arrivals = [start + i * cfg["interarrival_s"] for i in range(cfg["requests"])]
     slo_s = cfg["slo_s"]
