@@ -265,3 +265,69 @@ def test_socket_flow_tags_set_the_class_per_message_and_report_bytes(shim_lib, d
     finally:
         proc.stdin.close()
         proc.wait(30)
+
+
+DRAIN = """
+import os, socket, sys, time
+ls = socket.socket(); ls.bind(("127.0.0.1", 0)); ls.listen(1)
+s = socket.create_connection(ls.getsockname()); c, _ = ls.accept()
+s.setblocking(False)
+sent = got = 0
+print(os.getpid(), s.fileno(), flush=True)
+for line in sys.stdin:
+    cmd = line.split()[0]
+    if cmd == "fill":  # the peer reads nothing: bytes stay unacknowledged
+        try:
+            while True:
+                sent += s.send(b"a" * 65536)
+        except BlockingIOError:
+            pass
+    elif cmd == "poke":
+        try:
+            sent += s.send(b"b")
+        except BlockingIOError:
+            pass
+    elif cmd == "drain":
+        while got < sent:
+            got += len(c.recv(1 << 20))
+        while True:  # until the peer's ACKs are in
+            import fcntl, struct, termios
+            if struct.unpack("i", fcntl.ioctl(s.fileno(), termios.TIOCOUTQ, b"0000"))[0] == 0:
+                break
+            time.sleep(0.001)
+    elif cmd == "sleep":
+        time.sleep(0.05)
+    print(s.getsockopt(socket.IPPROTO_IP, socket.IP_TOS), flush=True)
+"""
+
+
+def test_class_change_waits_until_the_connection_drains(shim_lib, daemon):
+    """A message in a new class does not re-mark bytes still unacknowledged on the
+    connection (they would leave in the new class and reorder at priority queues):
+    the change waits for the drain, or LXF_CLASS_DRAIN_NS at most."""
+    env = plain_env()
+    env.update(LD_PRELOAD=str(shim_lib), LAXFLOW_SHM_NAME=daemon.name)
+    proc = subprocess.Popen([sys.executable, "-c", DRAIN], env=env, text=True, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE)
+
+    def step(cmd: str) -> int:
+        proc.stdin.write(cmd + "\n")
+        proc.stdin.flush()
+        return int(proc.stdout.readline()) >> 2
+
+    try:
+        pid, fd = map(int, proc.stdout.readline().split())
+        daemon.seg.tag_socket(pid, fd, request_id=1, stage=3, layer=0, bytes=1 << 30, dscp=12)
+        assert step("fill") == 12
+        daemon.seg.tag_socket(pid, fd, request_id=2, stage=2, layer=0, bytes=1 << 30, dscp=46)
+        assert step("poke") == 12  # unacknowledged bytes of the first message: class kept
+        assert step("drain") == 12
+        assert step("poke") == 46  # drained: the new message's class
+        assert step("fill") == 46  # the peer reads nothing again
+        daemon.seg.tag_socket(pid, fd, request_id=3, stage=1, layer=0, bytes=1 << 30, dscp=20)
+        assert step("poke") == 46
+        assert step("sleep") == 46
+        assert step("poke") == 20  # still unacknowledged, but put off past the bound: the permit's class wins
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
