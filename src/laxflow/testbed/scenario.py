@@ -133,6 +133,16 @@ def stage_dscp(mode: str) -> dict[int, int]:
     return {stage: dscp_map.dscp(level) for stage, level in STAGE_LEVEL.items()}
 
 
+def ack_dscp(mode: str) -> int:
+    """Class of the sides that send only acknowledgements and requests (the decode host; a rank's KV reads).
+
+    Their packets clock the bulk flows they answer, so they go in the top
+    class whenever classes are used: tiny, and behind the traffic they clock
+    they would slow it down (the same in ``static`` and ``on``).
+    """
+    return 0 if mode == "off" else default_dscp_map(8).dscp(0)
+
+
 def _worker_env(cfg: ScenarioConfig, static_dscp: int | None, shm: str | None = None) -> dict[str, str] | None:
     if cfg.tagger != "shim":
         return None
@@ -251,7 +261,7 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
     dscp = stage_dscp(mode)
     kind = collective_kind(cfg)
     common = {"kv_port": 7001, "decode_port": 7002, "a2a_port": 7100, "tagger": cfg.tagger,
-              "dscp": {str(k): v for k, v in dscp.items()}, "slo_s": slo if math.isfinite(slo) else 3600.0, "collective": kind,
+              "dscp": {str(k): v for k, v in dscp.items()}, "ack_dscp": ack_dscp(mode), "slo_s": slo if math.isfinite(slo) else 3600.0, "collective": kind,
               "gloo_master": f"{tb.address(0)}:7200"}
 
     def host_cfg(h: int) -> dict[str, Any]:
@@ -262,7 +272,7 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
 
     servers = [
         tb.popen_in(2, [py, "-m", "laxflow.testbed.worker", "kvstore", json.dumps(host_cfg(2))], env=env(2, dscp[1])),
-        tb.popen_in(3, [py, "-m", "laxflow.testbed.worker", "decode", json.dumps(host_cfg(3))], env=env(3, dscp[3])),
+        tb.popen_in(3, [py, "-m", "laxflow.testbed.worker", "decode", json.dumps(host_cfg(3))], env=env(3, ack_dscp(mode))),
     ]
     total = cfg.requests + cfg.warmup
     span = total * cfg.interarrival_ms / 1000 + cfg.ideal_ttft_s() * 4

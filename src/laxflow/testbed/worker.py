@@ -180,7 +180,7 @@ def decode(cfg: dict[str, Any]) -> None:
 
     def serve(conn: socket.socket) -> None:
         if cfg["tagger"] == "sockopt":  # with the shim, its static rule tagged the accept
-            conn.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg["dscp"]["3"] << 2)
+            conn.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg["ack_dscp"] << 2)
         try:
             while True:
                 req, layer, size = HDR.unpack(_recv_exact(conn, HDR.size))
@@ -241,7 +241,7 @@ def prefill(cfg: dict[str, Any]) -> None:
     rank, L = cfg["rank"], cfg["layers"]
     tag = Tagger(cfg["tagger"])
     dscp = {int(k): v for k, v in cfg["dscp"].items()}
-    kv = tag.connect((cfg["kvstore"], cfg["kv_port"]), dscp[1], 1)
+    kv = tag.connect((cfg["kvstore"], cfg["kv_port"]), cfg["ack_dscp"], 1)  # this side: read requests and ACKs
     dec = tag.connect((cfg["decode"], cfg["decode_port"]), dscp[3], 3)
     gloo = cfg.get("collective") == "gloo"
     if gloo:
