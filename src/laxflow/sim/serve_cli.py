@@ -212,7 +212,7 @@ def _build(v: dict[str, Any], which: str) -> Plan:
     from laxflow.sim import models, workload as wl
 
     models.get_model(config.model)
-    known = [*wl.WORKLOADS, "qwen-multislo"]
+    known = [*wl.WORKLOADS, "qwen-multislo", *wl.SLO_WORKLOADS]
     if trace is None and chosen.workload not in known:
         raise UserError(f"--workload: unknown {chosen.workload!r} (expected one of {', '.join(known)})")
     gpus = prefill_gpus(config)
