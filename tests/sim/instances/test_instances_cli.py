@@ -69,3 +69,16 @@ def test_config_file_takes_engine_keys(capsys, tmp_path):
     assert code == 0, err
     (r,) = json.loads(out)["results"]
     assert (r["prefill"], r["router"]) == ("sjf", "minload")
+
+
+def test_requests_out_has_the_export_columns(capsys, tmp_path):
+    import csv
+
+    from laxflow.sim.serving.export import REQUEST_COLUMNS
+
+    path = tmp_path / "r.csv"
+    code, _, err = _cli(capsys, *ARGS, "--prefill", "sarathi", "--instances", "1:1", "--requests-out", str(path))
+    assert code == 0, err
+    rows = list(csv.DictReader(path.open()))
+    assert len(rows) == 16 and list(rows[0]) == list(REQUEST_COLUMNS)
+    assert {r["unit"] for r in rows} == {"0"} and {r["decode_unit"] for r in rows} == {"1"}
