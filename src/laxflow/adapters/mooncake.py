@@ -38,27 +38,70 @@ in flight to that peer.  The data of a READ is sent by the peer's socket:
 its class on the wire is the peer's (in one process, as in the tests, both
 ends are marked).
 
+*When a transfer is done.*  Mooncake reports a TCP WRITE complete once its
+bytes are in the kernel's socket buffer, up to several megabytes before the
+peer has them.  The wrapper waits until the peer's connections have no
+unacknowledged bytes (``SIOCOUTQ``, at most ``drain_timeout_s``) before it
+reports COMPLETION: the daemon's permit rule counts a message's bytes as
+unfinished until then, so a lower-level transfer gated behind it does not
+start while its tail still occupies the link, and the next transfer's class
+change does not re-mark those bytes (a TCP packet leaves, or is resent, with
+the socket's class at that moment).  Before a connection moves to a *more*
+urgent class the wrapper likewise waits (at most ``raise_wait_s``) for its
+earlier bytes: packets of one connection in two strict-priority queues
+arrive out of order (duplicate ACKs, spurious retransmits).  A move to a
+less urgent class cannot reorder and does not wait.
+
 Threads: callers any; one waiter thread and ``GateConfig.workers`` worker
 threads per wrapper.  Fails open with the gate: no daemon, no marks.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
+from dataclasses import dataclass
 from itertools import count
 from typing import Any
 
 from laxflow.adapters.gate import PermitGate
 from laxflow.adapters.mooncake_config import MooncakeAdapterConfig
-from laxflow.adapters.sockets import TcpSocket, set_dscp, socket_inodes, tcp_sockets
+from laxflow.adapters.sockets import TcpSocket, set_dscp, socket_inodes, tcp_sockets, wait_drained
 from laxflow.protocol.shm import Permit, Stage, TagKind, TagValue
 
 _READ, _WRITE = "read", "write"
 RESCAN_S = 1.0  # at most this long before a peer's connections are looked up again
 PRIME_BYTES = 4096  # first transfer to a new peer: sent alone to open and learn the connection
+RECORDS = 4096  # TransferEngine.records keeps the last this many transfers
+
+
+@dataclass(frozen=True)
+class TransferRecord:
+    """One finished transfer, as :attr:`TransferEngine.records` keeps it.
+
+    ``msg_id``/``level``/``dscp``: its permit (0/-1/-1 when it failed open);
+    ``permitted``/``done``: ``time.monotonic()`` when the worker started it
+    and when it completed (for a WRITE: its bytes acknowledged or
+    ``drained`` False); ``status``: 0 or Mooncake's error.
+    """
+
+    op: str
+    target: str
+    request: int
+    stage: int
+    layer: int
+    nbytes: int
+    msg_id: int
+    level: int
+    dscp: int
+    permitted: float
+    done: float
+    status: int
+    drained: bool
 
 
 class _PeerSockets:
@@ -71,6 +114,7 @@ class _PeerSockets:
         self.inflight: dict[int, int] = {}  # token -> (level << 8 | dscp)
         self.scanned_at = 0.0  # time.monotonic() of the last scan
         self.first_contact: set[int] = set()  # tokens of transfers that started before data_port was known
+        self.marked: int | None = None  # (level << 8 | dscp) last put on the connections
 
 
 class TransferEngine:
@@ -97,6 +141,8 @@ class TransferEngine:
         self._handle_ids = count(1)
         self._tokens = count(1)
         self._deadlines_sent: set[int] = set()
+        self.records: deque[TransferRecord] = deque(maxlen=RECORDS)  # appended by worker threads
+        self.stats = {"drain_timeouts": 0, "raise_waits": 0, "raise_wait_timeouts": 0}
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):  # never recurse through a half-built wrapper
@@ -237,26 +283,42 @@ class TransferEngine:
 
     def _execute(self, op, target, buffers, peers, lengths, hint, permit, request, stage, layer, nbytes) -> int:
         """Worker thread: mark, run Mooncake's asynchronous batch, poll it to the end."""
+        started = time.monotonic()
         dscp = self.config.wire_dscp(self._protocol, permit.dscp if permit else None)
         token = next(self._tokens)
         peer = self._mark_start(target, token, permit, dscp, request, stage, layer, nbytes)
+        status, drained = -1, True
         try:
-            opcode = self._engine.TransferOpcode.Read if op == _READ else self._engine.TransferOpcode.Write
-            if peer is not None and dscp >= 0 and peer.data_port is None and lengths[0] > PRIME_BYTES:
-                # First contact: Mooncake connects during the first transfer.
-                # Send its first bytes alone, learn and mark the connection,
-                # then the rest, so all but PRIME_BYTES carry the class.
-                status = self._run_batch(target, buffers[:1], peers[:1], [PRIME_BYTES], opcode, hint)
-                if status != 0:
-                    return status
-                self._refresh_marks(target, peer, rescan=True)
-                self._tag_sockets(peer, permit, request, stage, layer, nbytes, dscp)
-                buffers = [buffers[0] + PRIME_BYTES, *buffers[1:]]
-                peers = [peers[0] + PRIME_BYTES, *peers[1:]]
-                lengths = [lengths[0] - PRIME_BYTES, *lengths[1:]]
-            return self._run_batch(target, buffers, peers, lengths, opcode, hint)
+            status = self._transfer(op, target, buffers, peers, lengths, hint, permit, peer, dscp,
+                                    request, stage, layer, nbytes)
+            if status == 0 and op == _WRITE and peer is not None:
+                drained = self._drain(peer, self.config.drain_timeout_s)
+                if not drained:
+                    self.stats["drain_timeouts"] += 1
+            return status
         finally:
             self._mark_end(target, peer, token)
+            self.records.append(TransferRecord(
+                op, target, request, stage, layer, nbytes, permit.msg_id if permit else 0,
+                permit.level if permit else -1, dscp if permit else -1, started, time.monotonic(), status, drained))
+
+    def _transfer(self, op, target, buffers, peers, lengths, hint, permit, peer, dscp, request, stage, layer,
+                  nbytes) -> int:
+        """The Mooncake part of :meth:`_execute`: 0 or Mooncake's error."""
+        opcode = self._engine.TransferOpcode.Read if op == _READ else self._engine.TransferOpcode.Write
+        if peer is not None and dscp >= 0 and peer.data_port is None and lengths[0] > PRIME_BYTES:
+            # First contact: Mooncake connects during the first transfer.
+            # Send its first bytes alone, learn and mark the connection,
+            # then the rest, so all but PRIME_BYTES carry the class.
+            status = self._run_batch(target, buffers[:1], peers[:1], [PRIME_BYTES], opcode, hint)
+            if status != 0:
+                return status
+            self._refresh_marks(target, peer, rescan=True)
+            self._tag_sockets(peer, permit, request, stage, layer, nbytes, dscp)
+            buffers = [buffers[0] + PRIME_BYTES, *buffers[1:]]
+            peers = [peers[0] + PRIME_BYTES, *peers[1:]]
+            lengths = [lengths[0] - PRIME_BYTES, *lengths[1:]]
+        return self._run_batch(target, buffers, peers, lengths, opcode, hint)
 
     def _run_batch(self, target, buffers, peers, lengths, opcode, hint) -> int:
         """One Mooncake batch, polled to its end: 0, or Mooncake's error."""
@@ -268,6 +330,21 @@ class TransferEngine:
             time.sleep(sleep)
             sleep = min(sleep * 2, 1e-3)
         return 0 if status == 1 else status
+
+    def _drain(self, peer: _PeerSockets, timeout: float) -> bool:
+        """Wait until the peer's connections have no unacknowledged bytes; False on timeout."""
+        with self._peers_lock:
+            known = list(peer.sockets)
+        end = time.monotonic() + timeout
+        ok = True
+        for s in known:
+            try:
+                if os.fstat(s.fd).st_ino != s.inode:
+                    continue  # closed (and the number reused) since the scan: nothing of ours queued there
+            except OSError:
+                continue
+            ok = wait_drained(s.fd, max(0.0, end - time.monotonic())) and ok
+        return ok
 
     def _mark_start(self, target, token, permit, dscp, request, stage, layer, nbytes) -> _PeerSockets | None:
         if permit is None or dscp < 0 and self._protocol != "rdma":
@@ -320,8 +397,15 @@ class TransferEngine:
         with self._peers_lock:
             if not peer.inflight:
                 return peer.sockets
-            dscp = min(peer.inflight.values()) & 0xFF
+            top = min(peer.inflight.values())
+            dscp = top & 0xFF
+            raising = peer.marked is not None and top >> 8 < peer.marked >> 8 and dscp != peer.marked & 0xFF
+            peer.marked = top
             known = list(peer.sockets)
+        if raising and self.config.raise_wait_s > 0:
+            self.stats["raise_waits"] += 1
+            if not self._drain(peer, self.config.raise_wait_s):
+                self.stats["raise_wait_timeouts"] += 1
         due = rescan or time.monotonic() - peer.scanned_at > RESCAN_S  # Mooncake may have opened more
         if due or not known or not all(set_dscp(s.fd, s.inode, dscp) for s in known):
             known = self._discover(target, peer)
