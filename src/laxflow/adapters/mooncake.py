@@ -58,6 +58,7 @@ threads per wrapper.  Fails open with the gate: no daemon, no marks.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import threading
@@ -310,7 +311,7 @@ class TransferEngine:
             # First contact: Mooncake connects during the first transfer.
             # Send its first bytes alone, learn and mark the connection,
             # then the rest, so all but PRIME_BYTES carry the class.
-            status = self._run_batch(target, buffers[:1], peers[:1], [PRIME_BYTES], opcode, hint)
+            status = self._run_batch(target, buffers[:1], peers[:1], [PRIME_BYTES], opcode, hint, None)
             if status != 0:
                 return status
             self._refresh_marks(target, peer, rescan=True)
@@ -318,11 +319,32 @@ class TransferEngine:
             buffers = [buffers[0] + PRIME_BYTES, *buffers[1:]]
             peers = [peers[0] + PRIME_BYTES, *peers[1:]]
             lengths = [lengths[0] - PRIME_BYTES, *lengths[1:]]
-        return self._run_batch(target, buffers, peers, lengths, opcode, hint)
+        mark = None if peer is None or dscp < 0 else (peer, permit, request, stage, layer, nbytes, dscp)
+        return self._run_batch(target, buffers, peers, lengths, opcode, hint, mark)
 
-    def _run_batch(self, target, buffers, peers, lengths, opcode, hint) -> int:
-        """One Mooncake batch, polled to its end: 0, or Mooncake's error."""
-        batch = self._engine.batch_transfer_async(target, buffers, peers, lengths, opcode, hint)
+    def _run_batch(self, target, buffers, peers, lengths, opcode, hint, mark) -> int:
+        """One Mooncake batch, polled to its end: 0, or Mooncake's error.
+
+        ``mark``: (peer, permit, request, stage, layer, nbytes, dscp) when the
+        peer's connections are known and marked.  Mooncake opens another
+        connection to the peer inside the submit call when the ones it has
+        are busy (concurrent transfers): under the preloaded shim the thread
+        tag gives it this transfer's class before its SYN; in any case the
+        new socket is found right after the submit and marked.
+        """
+        shim = _shim_tag() if mark is not None else None
+        before = socket_inodes() if mark is not None else None
+        if shim is not None:
+            shim[0](mark[2], mark[3], mark[4], mark[6])
+        try:
+            batch = self._engine.batch_transfer_async(target, buffers, peers, lengths, opcode, hint)
+        finally:
+            if shim is not None:
+                shim[1]()
+        if before is not None and set(socket_inodes()) - set(before):
+            peer, permit, request, stage, layer, nbytes, dscp = mark
+            self._refresh_marks(target, peer, rescan=True)
+            self._tag_sockets(peer, permit, request, stage, layer, nbytes, dscp)
         if batch is None or batch <= 0:
             return -1 if batch is None or batch == 0 else batch
         sleep = 5e-5
@@ -369,11 +391,18 @@ class TransferEngine:
         return peer
 
     def _tag_sockets(self, peer: _PeerSockets, permit: Permit, request, stage, layer, nbytes, dscp) -> None:
-        """Socket flow tags for the shim: this message now rides the peer's connections."""
+        """Socket flow tags for the shim: this message now rides the peer's connections.
+
+        The tag carries no byte count: with one, the shim reports the message
+        complete once its bytes are written into the socket, before the peer
+        has them, and the daemon would let a lower level start under its tail.
+        Its COMPLETION is the wrapper's (after the drain); the shim's, when
+        the tag moves on, is a duplicate the daemon ignores.
+        """
         with self._peers_lock:
             known = list(peer.sockets)
         for sock in known:
-            self._gate.write_tag(TagKind.SOCKET, sock.fd, TagValue(permit.msg_id, request, nbytes, stage, layer, dscp))
+            self._gate.write_tag(TagKind.SOCKET, sock.fd, TagValue(permit.msg_id, request, 0, stage, layer, dscp))
 
     def _mark_end(self, target: str, peer: _PeerSockets | None, token: int) -> None:
         if peer is None:
@@ -442,6 +471,25 @@ class TransferEngine:
                 peer.data_port = accepted[0].local[1] if accepted else new[0].remote[1]
         data = (ip, peer.data_port)
         return [s for s in socks if s.state == "ESTABLISHED" and data in (s.remote, s.local)]
+
+
+_SHIM_TAG: Any = None
+
+
+def _shim_tag() -> tuple[Any, Any] | None:
+    """The preloaded shim's (laxflow_shim_set_tag, laxflow_shim_clear_tag), or None without the shim."""
+    global _SHIM_TAG
+    if _SHIM_TAG is None:
+        try:
+            lib = ctypes.CDLL(None)
+            set_tag, clear_tag = lib.laxflow_shim_set_tag, lib.laxflow_shim_clear_tag
+            set_tag.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int]
+            set_tag.restype = ctypes.c_int
+            clear_tag.argtypes, clear_tag.restype = [], None
+            _SHIM_TAG = (set_tag, clear_tag)
+        except (OSError, AttributeError):
+            _SHIM_TAG = ()
+    return _SHIM_TAG or None
 
 
 def _op(opcode: Any) -> str:
