@@ -41,6 +41,7 @@ pytest.importorskip("scapy.all")
 HERE = Path(__file__).parent
 RATE = "100mbit"
 SIZE = 12 << 20  # both buffers; the initiator's REGIONS fit in it
+LATE_MARK_BYTES = 256 << 10
 LAXFLOW = [sys.executable, "-c", "from laxflow.cli import main; main()"]
 
 
@@ -123,13 +124,16 @@ def test_mooncake_through_the_adapter_between_testbed_hosts():
             if src == tb.address(0) and dport == out["data_port"] and sport in out["local_ports"] and nbytes:
                 sent[dscp] = sent.get(dscp, 0) + nbytes
         assert wire["drops"] == 0
+        h0_flows = [f for f in wire["flows"] if f[0] == tb.address(0) and f[5]]
         written: dict[int, int] = {}
         for r in recs.values():
             written[r["dscp"]] = written.get(r["dscp"], 0) + (r["nbytes"] if r["op"] == "write" else 17)
-        assert set(sent) - {0} == set(written), (sent, written)
-        assert sent.get(0, 0) <= PRIME_BYTES + 64, sent  # the first contact's primer and its header
+        assert set(sent) - {0} == set(written), (sent, written, h0_flows)
+        # the first contact's primer and its header; the first packets of the connection Mooncake opens for
+        # the overlapping H5, when its I/O thread connects it after the submit (marked once it appears)
+        assert sent.get(0, 0) <= PRIME_BYTES + 64 + LATE_MARK_BYTES, (sent, h0_flows)
         for dscp, nbytes in written.items():
-            assert sent[dscp] >= nbytes - PRIME_BYTES, (dscp, sent, written)
+            assert sent[dscp] >= nbytes - PRIME_BYTES - LATE_MARK_BYTES, (dscp, sent, written, h0_flows)
         # and they went through the switch port's queue of that class
         tc = tc_of_dscp(default_dscp_map(tb.config.levels))
         for dscp in written:

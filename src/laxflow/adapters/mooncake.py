@@ -58,7 +58,6 @@ threads per wrapper.  Fails open with the gate: no daemon, no marks.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import socket
 import threading
@@ -77,6 +76,7 @@ from laxflow.protocol.shm import Permit, Stage, TagKind, TagValue
 _READ, _WRITE = "read", "write"
 RESCAN_S = 1.0  # at most this long before a peer's connections are looked up again
 PRIME_BYTES = 4096  # first transfer to a new peer: sent alone to open and learn the connection
+NEW_CONN_WATCH_S = 0.05  # after a submit that overlaps another transfer to the peer: look for a new connection
 RECORDS = 4096  # TransferEngine.records keeps the last this many transfers
 
 
@@ -327,31 +327,43 @@ class TransferEngine:
 
         ``mark``: (peer, permit, request, stage, layer, nbytes, dscp) when the
         peer's connections are known and marked.  Mooncake opens another
-        connection to the peer inside the submit call when the ones it has
-        are busy (concurrent transfers): under the preloaded shim the thread
-        tag gives it this transfer's class before its SYN; in any case the
-        new socket is found right after the submit and marked.
+        connection to the peer when the ones it has are busy (a concurrent
+        transfer); 0.3.13 connects it on its I/O thread just after the submit,
+        so no per-thread tag reaches it.  The process's sockets are watched
+        for ``NEW_CONN_WATCH_S`` after a submit that overlaps another transfer
+        to the peer, and a new connection is marked when it appears: its
+        first packets leave unmarked (measured on the testbed: about 42 KB).
         """
-        shim = _shim_tag() if mark is not None else None
         before = socket_inodes() if mark is not None else None
-        if shim is not None:
-            shim[0](mark[2], mark[3], mark[4], mark[6])
-        try:
-            batch = self._engine.batch_transfer_async(target, buffers, peers, lengths, opcode, hint)
-        finally:
-            if shim is not None:
-                shim[1]()
-        if before is not None and set(socket_inodes()) - set(before):
-            peer, permit, request, stage, layer, nbytes, dscp = mark
-            self._refresh_marks(target, peer, rescan=True)
-            self._tag_sockets(peer, permit, request, stage, layer, nbytes, dscp)
+        batch = self._engine.batch_transfer_async(target, buffers, peers, lengths, opcode, hint)
         if batch is None or batch <= 0:
             return -1 if batch is None or batch == 0 else batch
+        watch_until = 0.0
+        if mark is not None:
+            with self._peers_lock:
+                overlapping = len(mark[0].inflight) > 1
+            if not self._mark_new(target, mark, before) and overlapping:
+                watch_until = time.monotonic() + NEW_CONN_WATCH_S
         sleep = 5e-5
         while (status := self._engine.transfer_check_status(batch)) == 0:
+            if watch_until:
+                if self._mark_new(target, mark, before) or time.monotonic() > watch_until:
+                    watch_until = 0.0
+                time.sleep(1e-4)
+                continue
             time.sleep(sleep)
             sleep = min(sleep * 2, 1e-3)
         return 0 if status == 1 else status
+
+    def _mark_new(self, target: str, mark: tuple, before: dict[int, int]) -> bool:
+        """Mark and tag the sockets opened since ``before``; True if there were any."""
+        new = set(socket_inodes()) - set(before)
+        if not new:
+            return False
+        peer, permit, request, stage, layer, nbytes, dscp = mark
+        self._refresh_marks(target, peer, rescan=True)
+        self._tag_sockets(peer, permit, request, stage, layer, nbytes, dscp, only=new)
+        return True
 
     def _drain(self, peer: _PeerSockets, timeout: float) -> bool:
         """Wait until the peer's connections have no unacknowledged bytes; False on timeout."""
@@ -390,18 +402,26 @@ class TransferEngine:
         self._tag_sockets(peer, permit, request, stage, layer, nbytes, dscp)
         return peer
 
-    def _tag_sockets(self, peer: _PeerSockets, permit: Permit, request, stage, layer, nbytes, dscp) -> None:
+    def _tag_sockets(self, peer: _PeerSockets, permit: Permit, request, stage, layer, nbytes, dscp,
+                     only: set[int] | None = None) -> None:
         """Socket flow tags for the shim: this message now rides the peer's connections.
 
         The tag carries no byte count: with one, the shim reports the message
         complete once its bytes are written into the socket, before the peer
         has them, and the daemon would let a lower level start under its tail.
         Its COMPLETION is the wrapper's (after the drain); the shim's, when
-        the tag moves on, is a duplicate the daemon ignores.
+        the tag moves on, is a duplicate the daemon ignores -- unless the
+        message it ends still runs: so a connection's tag moves only while no
+        other transfer to the peer is in flight (then IP_TOS alone carries
+        the class); ``only``: the inodes of connections this transfer just
+        opened, tagged in any case.
         """
         with self._peers_lock:
             known = list(peer.sockets)
+            alone = len(peer.inflight) <= 1
         for sock in known:
+            if (sock.inode not in only) if only is not None else not alone:
+                continue
             self._gate.write_tag(TagKind.SOCKET, sock.fd, TagValue(permit.msg_id, request, 0, stage, layer, dscp))
 
     def _mark_end(self, target: str, peer: _PeerSockets | None, token: int) -> None:
@@ -471,25 +491,6 @@ class TransferEngine:
                 peer.data_port = accepted[0].local[1] if accepted else new[0].remote[1]
         data = (ip, peer.data_port)
         return [s for s in socks if s.state == "ESTABLISHED" and data in (s.remote, s.local)]
-
-
-_SHIM_TAG: Any = None
-
-
-def _shim_tag() -> tuple[Any, Any] | None:
-    """The preloaded shim's (laxflow_shim_set_tag, laxflow_shim_clear_tag), or None without the shim."""
-    global _SHIM_TAG
-    if _SHIM_TAG is None:
-        try:
-            lib = ctypes.CDLL(None)
-            set_tag, clear_tag = lib.laxflow_shim_set_tag, lib.laxflow_shim_clear_tag
-            set_tag.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int]
-            set_tag.restype = ctypes.c_int
-            clear_tag.argtypes, clear_tag.restype = [], None
-            _SHIM_TAG = (set_tag, clear_tag)
-        except (OSError, AttributeError):
-            _SHIM_TAG = ()
-    return _SHIM_TAG or None
 
 
 def _op(opcode: Any) -> str:
