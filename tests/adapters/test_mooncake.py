@@ -320,7 +320,7 @@ def test_records_keep_each_transfer_permit_and_times(pair):
         rec = eng.records[-1]
         assert (rec.op, rec.request, rec.stage, rec.layer, rec.nbytes) == ("write", 9, Stage.P2D, 4, 1 << 20)
         assert (rec.level, rec.dscp, rec.status) == (3, 36, 0) and rec.msg_id > 0
-        assert rec.drained and rec.done >= rec.permitted
+        assert rec.drained and rec.done >= rec.moved >= rec.permitted
         submits = [e for e in daemon.of_kind(EventKind.SUBMIT) if e["request_id"] == 9]
         assert rec.msg_id in {e["msg_id"] for e in submits}
     finally:

@@ -138,7 +138,9 @@ def test_mooncake_through_the_adapter_between_testbed_hosts():
         tc = tc_of_dscp(default_dscp_map(tb.config.levels))
         for dscp in written:
             assert after.get(tc[dscp], 0) > before.get(tc[dscp], 0), (dscp, before, after)
-        print(json.dumps({"sent_bytes_by_dscp": sent, "permits": {k: (r["level"], r["dscp"]) for k, r in recs.items()},
+        print(json.dumps({"write_acked_after_mooncake_done_s": {k: round(r["done"] - r["moved"], 4) for k, r in recs.items()
+                                                                if r["op"] == "write"},
+                          "sent_bytes_by_dscp": sent, "permits": {k: (r["level"], r["dscp"]) for k, r in recs.items()},
                           "h1_to_h0_bytes_by_dscp": _by_dscp(wire, tb.address(1))}))
     finally:
         for p in procs:

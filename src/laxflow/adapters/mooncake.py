@@ -40,9 +40,10 @@ ends are marked).
 
 *When a transfer is done.*  Mooncake reports a TCP WRITE complete once its
 bytes are in the kernel's socket buffer, up to several megabytes before the
-peer has them.  The wrapper waits until the peer's connections have no
-unacknowledged bytes (``SIOCOUTQ``, at most ``drain_timeout_s``) before it
-reports COMPLETION: the daemon's permit rule counts a message's bytes as
+peer has them.  The wrapper waits until what was queued on the peer's
+connections at that moment is acknowledged (``SIOCOUTQ`` and TCP_INFO's
+acknowledged byte count, at most ``drain_timeout_s``) before it reports
+COMPLETION: the daemon's permit rule counts a message's bytes as
 unfinished until then, so a lower-level transfer gated behind it does not
 start while its tail still occupies the link, and the next transfer's class
 change does not re-mark those bytes (a TCP packet leaves, or is resent, with
@@ -50,7 +51,9 @@ the socket's class at that moment).  Before a connection moves to a *more*
 urgent class the wrapper likewise waits (at most ``raise_wait_s``) for its
 earlier bytes: packets of one connection in two strict-priority queues
 arrive out of order (duplicate ACKs, spurious retransmits).  A move to a
-less urgent class cannot reorder and does not wait.
+less urgent class cannot reorder and does not wait; nor does a raise while
+another transfer to the peer runs (its connection would not drain before
+it ends).
 
 Threads: callers any; one waiter thread and ``GateConfig.workers`` worker
 threads per wrapper.  Fails open with the gate: no daemon, no marks.
@@ -60,6 +63,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -70,7 +74,7 @@ from typing import Any
 
 from laxflow.adapters.gate import PermitGate
 from laxflow.adapters.mooncake_config import MooncakeAdapterConfig
-from laxflow.adapters.sockets import TcpSocket, set_dscp, socket_inodes, tcp_sockets, wait_drained
+from laxflow.adapters.sockets import TcpSocket, set_dscp, socket_inodes, tcp_sockets, unacked_bytes
 from laxflow.protocol.shm import Permit, Stage, TagKind, TagValue
 
 _READ, _WRITE = "read", "write"
@@ -85,9 +89,10 @@ class TransferRecord:
     """One finished transfer, as :attr:`TransferEngine.records` keeps it.
 
     ``msg_id``/``level``/``dscp``: its permit (0/-1/-1 when it failed open);
-    ``permitted``/``done``: ``time.monotonic()`` when the worker started it
-    and when it completed (for a WRITE: its bytes acknowledged or
-    ``drained`` False); ``status``: 0 or Mooncake's error.
+    ``permitted``/``moved``/``done``: ``time.monotonic()`` when the worker
+    started it, when Mooncake reported it finished, and when it completed
+    (for a WRITE: its bytes acknowledged, or ``drained`` False);
+    ``status``: 0 or Mooncake's error.
     """
 
     op: str
@@ -100,6 +105,7 @@ class TransferRecord:
     level: int
     dscp: int
     permitted: float
+    moved: float
     done: float
     status: int
     drained: bool
@@ -288,10 +294,11 @@ class TransferEngine:
         dscp = self.config.wire_dscp(self._protocol, permit.dscp if permit else None)
         token = next(self._tokens)
         peer = self._mark_start(target, token, permit, dscp, request, stage, layer, nbytes)
-        status, drained = -1, True
+        status, drained, moved = -1, True, 0.0
         try:
             status = self._transfer(op, target, buffers, peers, lengths, hint, permit, peer, dscp,
                                     request, stage, layer, nbytes)
+            moved = time.monotonic()
             if status == 0 and op == _WRITE and peer is not None:
                 drained = self._drain(peer, self.config.drain_timeout_s)
                 if not drained:
@@ -299,9 +306,11 @@ class TransferEngine:
             return status
         finally:
             self._mark_end(target, peer, token)
+            done = time.monotonic()
             self.records.append(TransferRecord(
                 op, target, request, stage, layer, nbytes, permit.msg_id if permit else 0,
-                permit.level if permit else -1, dscp if permit else -1, started, time.monotonic(), status, drained))
+                permit.level if permit else -1, dscp if permit else -1, started, moved or done, done,
+                status, drained))
 
     def _transfer(self, op, target, buffers, peers, lengths, hint, permit, peer, dscp, request, stage, layer,
                   nbytes) -> int:
@@ -366,19 +375,30 @@ class TransferEngine:
         return True
 
     def _drain(self, peer: _PeerSockets, timeout: float) -> bool:
-        """Wait until the peer's connections have no unacknowledged bytes; False on timeout."""
+        """Wait until the bytes written so far to the peer's connections are acknowledged; False on timeout.
+
+        Per connection the goal is the acknowledged count plus what is queued
+        now, so another transfer that keeps writing to one of them (Mooncake
+        gives concurrent transfers their own connections, but the wrapper
+        cannot tell which is whose) delays this one by at most what it had
+        queued, not until it ends.
+        """
         with self._peers_lock:
             known = list(peer.sockets)
-        end = time.monotonic() + timeout
-        ok = True
+        goals = []
         for s in known:
-            try:
-                if os.fstat(s.fd).st_ino != s.inode:
-                    continue  # closed (and the number reused) since the scan: nothing of ours queued there
-            except OSError:
-                continue
-            ok = wait_drained(s.fd, max(0.0, end - time.monotonic())) and ok
-        return ok
+            now = _tcp_progress(s)
+            if now is not None and now[1] > 0:
+                goals.append((s, now[0] + now[1]))
+        end = time.monotonic() + timeout
+        while goals:
+            goals = [(s, goal) for s, goal in goals if (_tcp_progress(s) or (goal, 0))[0] < goal]
+            if not goals:
+                break
+            if time.monotonic() >= end:
+                return False
+            time.sleep(2e-4)
+        return True
 
     def _mark_start(self, target, token, permit, dscp, request, stage, layer, nbytes) -> _PeerSockets | None:
         if permit is None or dscp < 0 and self._protocol != "rdma":
@@ -448,7 +468,10 @@ class TransferEngine:
                 return peer.sockets
             top = min(peer.inflight.values())
             dscp = top & 0xFF
-            raising = peer.marked is not None and top >> 8 < peer.marked >> 8 and dscp != peer.marked & 0xFF
+            # Only a connection no other transfer is using can drain: with one running, waiting would hold
+            # the urgent transfer behind it for the whole bound, so the class rises at once there.
+            raising = (peer.marked is not None and top >> 8 < peer.marked >> 8 and dscp != peer.marked & 0xFF
+                       and len(peer.inflight) == 1)
             peer.marked = top
             known = list(peer.sockets)
         if raising and self.config.raise_wait_s > 0:
@@ -491,6 +514,32 @@ class TransferEngine:
                 peer.data_port = accepted[0].local[1] if accepted else new[0].remote[1]
         data = (ip, peer.data_port)
         return [s for s in socks if s.state == "ESTABLISHED" and data in (s.remote, s.local)]
+
+
+_TCPI_BYTES_ACKED = 120  # offset of tcpi_bytes_acked in Linux's struct tcp_info (>= 4.1), counts the SYN
+
+
+def _tcp_progress(sock: TcpSocket) -> tuple[int, int] | None:
+    """(bytes acknowledged, bytes written but not acknowledged) of one of Mooncake's sockets; None if gone."""
+    try:
+        dup = os.dup(sock.fd)
+    except OSError:
+        return None
+    try:
+        same = os.fstat(dup).st_ino == sock.inode  # else closed, and the number reused meanwhile
+    except OSError:
+        same = False
+    if not same:
+        os.close(dup)
+        return None
+    try:
+        with socket.socket(fileno=dup) as s:  # closes the duplicate only
+            info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCPI_BYTES_ACKED + 8)
+            if len(info) < _TCPI_BYTES_ACKED + 8:
+                return None
+            return struct.unpack_from("Q", info, _TCPI_BYTES_ACKED)[0], unacked_bytes(s.fileno())
+    except OSError:
+        return None
 
 
 def _op(opcode: Any) -> str:
