@@ -341,7 +341,7 @@ class TransferEngine:
         so no per-thread tag reaches it.  The process's sockets are watched
         for ``NEW_CONN_WATCH_S`` after a submit that overlaps another transfer
         to the peer, and a new connection is marked when it appears: its
-        first packets leave unmarked (measured on the testbed: about 42 KB).
+        first packets can leave unmarked (measured on the testbed: 0 or 42 KB).
         """
         before = socket_inodes() if mark is not None else None
         batch = self._engine.batch_transfer_async(target, buffers, peers, lengths, opcode, hint)
@@ -365,14 +365,14 @@ class TransferEngine:
         return 0 if status == 1 else status
 
     def _mark_new(self, target: str, mark: tuple, before: dict[int, int]) -> bool:
-        """Mark and tag the sockets opened since ``before``; True if there were any."""
+        """Mark and tag the peer's connections opened since ``before``; True if there were any."""
         new = set(socket_inodes()) - set(before)
         if not new:
             return False
         peer, permit, request, stage, layer, nbytes, dscp = mark
-        self._refresh_marks(target, peer, rescan=True)
+        known = self._refresh_marks(target, peer, rescan=True)
         self._tag_sockets(peer, permit, request, stage, layer, nbytes, dscp, only=new)
-        return True
+        return any(s.inode in new for s in known)  # another thread's socket (hooks, ZeroMQ) is not the one
 
     def _drain(self, peer: _PeerSockets, timeout: float) -> bool:
         """Wait until the bytes written so far to the peer's connections are acknowledged; False on timeout.
