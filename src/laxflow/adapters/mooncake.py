@@ -38,27 +38,77 @@ in flight to that peer.  The data of a READ is sent by the peer's socket:
 its class on the wire is the peer's (in one process, as in the tests, both
 ends are marked).
 
+*When a transfer is done.*  Mooncake reports a TCP WRITE complete once its
+bytes are in the kernel's socket buffer, up to several megabytes before the
+peer has them.  The wrapper waits until what was queued on the peer's
+connections at that moment is acknowledged (``SIOCOUTQ`` and TCP_INFO's
+acknowledged byte count, at most ``drain_timeout_s``) before it reports
+COMPLETION: the daemon's permit rule counts a message's bytes as
+unfinished until then, so a lower-level transfer gated behind it does not
+start while its tail still occupies the link, and the next transfer's class
+change does not re-mark those bytes (a TCP packet leaves, or is resent, with
+the socket's class at that moment).  Before a connection moves to a *more*
+urgent class the wrapper likewise waits (at most ``raise_wait_s``) for its
+earlier bytes: packets of one connection in two strict-priority queues
+arrive out of order (duplicate ACKs, spurious retransmits).  A move to a
+less urgent class cannot reorder and does not wait; nor does a raise while
+another transfer to the peer runs (its connection would not drain before
+it ends).
+
 Threads: callers any; one waiter thread and ``GateConfig.workers`` worker
 threads per wrapper.  Fails open with the gate: no daemon, no marks.
 """
 
 from __future__ import annotations
 
+import os
 import socket
+import struct
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
+from dataclasses import dataclass
 from itertools import count
 from typing import Any
 
 from laxflow.adapters.gate import PermitGate
 from laxflow.adapters.mooncake_config import MooncakeAdapterConfig
-from laxflow.adapters.sockets import TcpSocket, set_dscp, socket_inodes, tcp_sockets
+from laxflow.adapters.sockets import TcpSocket, set_dscp, socket_inodes, tcp_sockets, unacked_bytes
 from laxflow.protocol.shm import Permit, Stage, TagKind, TagValue
 
 _READ, _WRITE = "read", "write"
 RESCAN_S = 1.0  # at most this long before a peer's connections are looked up again
 PRIME_BYTES = 4096  # first transfer to a new peer: sent alone to open and learn the connection
+NEW_CONN_WATCH_S = 0.05  # after a submit that overlaps another transfer to the peer: look for a new connection
+RECORDS = 4096  # TransferEngine.records keeps the last this many transfers
+
+
+@dataclass(frozen=True)
+class TransferRecord:
+    """One finished transfer, as :attr:`TransferEngine.records` keeps it.
+
+    ``msg_id``/``level``/``dscp``: its permit (0/-1/-1 when it failed open);
+    ``permitted``/``moved``/``done``: ``time.monotonic()`` when the worker
+    started it, when Mooncake reported it finished, and when it completed
+    (for a WRITE: its bytes acknowledged, or ``drained`` False);
+    ``status``: 0 or Mooncake's error.
+    """
+
+    op: str
+    target: str
+    request: int
+    stage: int
+    layer: int
+    nbytes: int
+    msg_id: int
+    level: int
+    dscp: int
+    permitted: float
+    moved: float
+    done: float
+    status: int
+    drained: bool
 
 
 class _PeerSockets:
@@ -71,6 +121,7 @@ class _PeerSockets:
         self.inflight: dict[int, int] = {}  # token -> (level << 8 | dscp)
         self.scanned_at = 0.0  # time.monotonic() of the last scan
         self.first_contact: set[int] = set()  # tokens of transfers that started before data_port was known
+        self.marked: int | None = None  # (level << 8 | dscp) last put on the connections
 
 
 class TransferEngine:
@@ -97,6 +148,8 @@ class TransferEngine:
         self._handle_ids = count(1)
         self._tokens = count(1)
         self._deadlines_sent: set[int] = set()
+        self.records: deque[TransferRecord] = deque(maxlen=RECORDS)  # appended by worker threads
+        self.stats = {"drain_timeouts": 0, "raise_waits": 0, "raise_wait_timeouts": 0}
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):  # never recurse through a half-built wrapper
@@ -237,37 +290,115 @@ class TransferEngine:
 
     def _execute(self, op, target, buffers, peers, lengths, hint, permit, request, stage, layer, nbytes) -> int:
         """Worker thread: mark, run Mooncake's asynchronous batch, poll it to the end."""
+        started = time.monotonic()
         dscp = self.config.wire_dscp(self._protocol, permit.dscp if permit else None)
         token = next(self._tokens)
         peer = self._mark_start(target, token, permit, dscp, request, stage, layer, nbytes)
+        status, drained, moved = -1, True, 0.0
         try:
-            opcode = self._engine.TransferOpcode.Read if op == _READ else self._engine.TransferOpcode.Write
-            if peer is not None and dscp >= 0 and peer.data_port is None and lengths[0] > PRIME_BYTES:
-                # First contact: Mooncake connects during the first transfer.
-                # Send its first bytes alone, learn and mark the connection,
-                # then the rest, so all but PRIME_BYTES carry the class.
-                status = self._run_batch(target, buffers[:1], peers[:1], [PRIME_BYTES], opcode, hint)
-                if status != 0:
-                    return status
-                self._refresh_marks(target, peer, rescan=True)
-                self._tag_sockets(peer, permit, request, stage, layer, nbytes, dscp)
-                buffers = [buffers[0] + PRIME_BYTES, *buffers[1:]]
-                peers = [peers[0] + PRIME_BYTES, *peers[1:]]
-                lengths = [lengths[0] - PRIME_BYTES, *lengths[1:]]
-            return self._run_batch(target, buffers, peers, lengths, opcode, hint)
+            status = self._transfer(op, target, buffers, peers, lengths, hint, permit, peer, dscp,
+                                    request, stage, layer, nbytes)
+            moved = time.monotonic()
+            if status == 0 and op == _WRITE and peer is not None:
+                drained = self._drain(peer, self.config.drain_timeout_s)
+                if not drained:
+                    self.stats["drain_timeouts"] += 1
+            return status
         finally:
             self._mark_end(target, peer, token)
+            done = time.monotonic()
+            self.records.append(TransferRecord(
+                op, target, request, stage, layer, nbytes, permit.msg_id if permit else 0,
+                permit.level if permit else -1, dscp if permit else -1, started, moved or done, done,
+                status, drained))
 
-    def _run_batch(self, target, buffers, peers, lengths, opcode, hint) -> int:
-        """One Mooncake batch, polled to its end: 0, or Mooncake's error."""
+    def _transfer(self, op, target, buffers, peers, lengths, hint, permit, peer, dscp, request, stage, layer,
+                  nbytes) -> int:
+        """The Mooncake part of :meth:`_execute`: 0 or Mooncake's error."""
+        opcode = self._engine.TransferOpcode.Read if op == _READ else self._engine.TransferOpcode.Write
+        if peer is not None and dscp >= 0 and peer.data_port is None and lengths[0] > PRIME_BYTES:
+            # First contact: Mooncake connects during the first transfer.
+            # Send its first bytes alone, learn and mark the connection,
+            # then the rest, so all but PRIME_BYTES carry the class.
+            status = self._run_batch(target, buffers[:1], peers[:1], [PRIME_BYTES], opcode, hint, None)
+            if status != 0:
+                return status
+            self._refresh_marks(target, peer, rescan=True)
+            self._tag_sockets(peer, permit, request, stage, layer, nbytes, dscp)
+            buffers = [buffers[0] + PRIME_BYTES, *buffers[1:]]
+            peers = [peers[0] + PRIME_BYTES, *peers[1:]]
+            lengths = [lengths[0] - PRIME_BYTES, *lengths[1:]]
+        mark = None if peer is None or dscp < 0 else (peer, permit, request, stage, layer, nbytes, dscp)
+        return self._run_batch(target, buffers, peers, lengths, opcode, hint, mark)
+
+    def _run_batch(self, target, buffers, peers, lengths, opcode, hint, mark) -> int:
+        """One Mooncake batch, polled to its end: 0, or Mooncake's error.
+
+        ``mark``: (peer, permit, request, stage, layer, nbytes, dscp) when the
+        peer's connections are known and marked.  Mooncake opens another
+        connection to the peer when the ones it has are busy (a concurrent
+        transfer); 0.3.13 connects it on its I/O thread just after the submit,
+        so no per-thread tag reaches it.  The process's sockets are watched
+        for ``NEW_CONN_WATCH_S`` after a submit that overlaps another transfer
+        to the peer, and a new connection is marked when it appears: its
+        first packets can leave unmarked (measured on the testbed: 0 or 42 KB).
+        """
+        before = socket_inodes() if mark is not None else None
         batch = self._engine.batch_transfer_async(target, buffers, peers, lengths, opcode, hint)
         if batch is None or batch <= 0:
             return -1 if batch is None or batch == 0 else batch
+        watch_until = 0.0
+        if mark is not None:
+            with self._peers_lock:
+                overlapping = len(mark[0].inflight) > 1
+            if not self._mark_new(target, mark, before) and overlapping:
+                watch_until = time.monotonic() + NEW_CONN_WATCH_S
         sleep = 5e-5
         while (status := self._engine.transfer_check_status(batch)) == 0:
+            if watch_until:
+                if self._mark_new(target, mark, before) or time.monotonic() > watch_until:
+                    watch_until = 0.0
+                time.sleep(1e-4)
+                continue
             time.sleep(sleep)
             sleep = min(sleep * 2, 1e-3)
         return 0 if status == 1 else status
+
+    def _mark_new(self, target: str, mark: tuple, before: dict[int, int]) -> bool:
+        """Mark and tag the peer's connections opened since ``before``; True if there were any."""
+        new = set(socket_inodes()) - set(before)
+        if not new:
+            return False
+        peer, permit, request, stage, layer, nbytes, dscp = mark
+        known = self._refresh_marks(target, peer, rescan=True)
+        self._tag_sockets(peer, permit, request, stage, layer, nbytes, dscp, only=new)
+        return any(s.inode in new for s in known)  # another thread's socket (hooks, ZeroMQ) is not the one
+
+    def _drain(self, peer: _PeerSockets, timeout: float) -> bool:
+        """Wait until the bytes written so far to the peer's connections are acknowledged; False on timeout.
+
+        Per connection the goal is the acknowledged count plus what is queued
+        now, so another transfer that keeps writing to one of them (Mooncake
+        gives concurrent transfers their own connections, but the wrapper
+        cannot tell which is whose) delays this one by at most what it had
+        queued, not until it ends.
+        """
+        with self._peers_lock:
+            known = list(peer.sockets)
+        goals = []
+        for s in known:
+            now = _tcp_progress(s)
+            if now is not None and now[1] > 0:
+                goals.append((s, now[0] + now[1]))
+        end = time.monotonic() + timeout
+        while goals:
+            goals = [(s, goal) for s, goal in goals if (_tcp_progress(s) or (goal, 0))[0] < goal]
+            if not goals:
+                break
+            if time.monotonic() >= end:
+                return False
+            time.sleep(2e-4)
+        return True
 
     def _mark_start(self, target, token, permit, dscp, request, stage, layer, nbytes) -> _PeerSockets | None:
         if permit is None or dscp < 0 and self._protocol != "rdma":
@@ -291,12 +422,27 @@ class TransferEngine:
         self._tag_sockets(peer, permit, request, stage, layer, nbytes, dscp)
         return peer
 
-    def _tag_sockets(self, peer: _PeerSockets, permit: Permit, request, stage, layer, nbytes, dscp) -> None:
-        """Socket flow tags for the shim: this message now rides the peer's connections."""
+    def _tag_sockets(self, peer: _PeerSockets, permit: Permit, request, stage, layer, nbytes, dscp,
+                     only: set[int] | None = None) -> None:
+        """Socket flow tags for the shim: this message now rides the peer's connections.
+
+        The tag carries no byte count: with one, the shim reports the message
+        complete once its bytes are written into the socket, before the peer
+        has them, and the daemon would let a lower level start under its tail.
+        Its COMPLETION is the wrapper's (after the drain); the shim's, when
+        the tag moves on, is a duplicate the daemon ignores -- unless the
+        message it ends still runs: so a connection's tag moves only while no
+        other transfer to the peer is in flight (then IP_TOS alone carries
+        the class); ``only``: the inodes of connections this transfer just
+        opened, tagged in any case.
+        """
         with self._peers_lock:
             known = list(peer.sockets)
+            alone = len(peer.inflight) <= 1
         for sock in known:
-            self._gate.write_tag(TagKind.SOCKET, sock.fd, TagValue(permit.msg_id, request, nbytes, stage, layer, dscp))
+            if (sock.inode not in only) if only is not None else not alone:
+                continue
+            self._gate.write_tag(TagKind.SOCKET, sock.fd, TagValue(permit.msg_id, request, 0, stage, layer, dscp))
 
     def _mark_end(self, target: str, peer: _PeerSockets | None, token: int) -> None:
         if peer is None:
@@ -320,8 +466,18 @@ class TransferEngine:
         with self._peers_lock:
             if not peer.inflight:
                 return peer.sockets
-            dscp = min(peer.inflight.values()) & 0xFF
+            top = min(peer.inflight.values())
+            dscp = top & 0xFF
+            # Only a connection no other transfer is using can drain: with one running, waiting would hold
+            # the urgent transfer behind it for the whole bound, so the class rises at once there.
+            raising = (peer.marked is not None and top >> 8 < peer.marked >> 8 and dscp != peer.marked & 0xFF
+                       and len(peer.inflight) == 1)
+            peer.marked = top
             known = list(peer.sockets)
+        if raising and self.config.raise_wait_s > 0:
+            self.stats["raise_waits"] += 1
+            if not self._drain(peer, self.config.raise_wait_s):
+                self.stats["raise_wait_timeouts"] += 1
         due = rescan or time.monotonic() - peer.scanned_at > RESCAN_S  # Mooncake may have opened more
         if due or not known or not all(set_dscp(s.fd, s.inode, dscp) for s in known):
             known = self._discover(target, peer)
@@ -358,6 +514,32 @@ class TransferEngine:
                 peer.data_port = accepted[0].local[1] if accepted else new[0].remote[1]
         data = (ip, peer.data_port)
         return [s for s in socks if s.state == "ESTABLISHED" and data in (s.remote, s.local)]
+
+
+_TCPI_BYTES_ACKED = 120  # offset of tcpi_bytes_acked in Linux's struct tcp_info (>= 4.1), counts the SYN
+
+
+def _tcp_progress(sock: TcpSocket) -> tuple[int, int] | None:
+    """(bytes acknowledged, bytes written but not acknowledged) of one of Mooncake's sockets; None if gone."""
+    try:
+        dup = os.dup(sock.fd)
+    except OSError:
+        return None
+    try:
+        same = os.fstat(dup).st_ino == sock.inode  # else closed, and the number reused meanwhile
+    except OSError:
+        same = False
+    if not same:
+        os.close(dup)
+        return None
+    try:
+        with socket.socket(fileno=dup) as s:  # closes the duplicate only
+            info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCPI_BYTES_ACKED + 8)
+            if len(info) < _TCPI_BYTES_ACKED + 8:
+                return None
+            return struct.unpack_from("Q", info, _TCPI_BYTES_ACKED)[0], unacked_bytes(s.fileno())
+    except OSError:
+        return None
 
 
 def _op(opcode: Any) -> str:

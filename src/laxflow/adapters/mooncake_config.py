@@ -77,6 +77,13 @@ class MooncakeAdapterConfig:
       time a transfer carries a deadline; the shared-memory event has no
       deadline field, so the daemon learns it through the hooks API, e.g.
       ``lambda r, d: hooks.register_request(str(r), d, 0)``.
+    drain_timeout_s: a WRITE completes (COMPLETION to the daemon, the caller's
+      handle) when the peer has acknowledged its bytes, not when Mooncake has
+      handed them to the kernel; waited at most this long (then it completes
+      anyway: fail open).
+    raise_wait_s: before a connection moves to a more urgent class, wait at
+      most this long for its earlier bytes to be acknowledged (packets of one
+      connection in two strict-priority queues arrive out of order).
     """
 
     gate: GateConfig = field(default_factory=GateConfig)
@@ -85,8 +92,14 @@ class MooncakeAdapterConfig:
     tag_sockets: bool = True
     qp_lookup: Callable[[str], list[int]] | None = None
     on_deadline: Callable[[int, float], None] | None = None
+    drain_timeout_s: float = 5.0
+    raise_wait_s: float = 0.2
 
     def __post_init__(self) -> None:
+        for name in ("drain_timeout_s", "raise_wait_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 <= value < float("inf")):
+                raise UserError(f"{name}: expected seconds >= 0, got {value!r}")
         if self.ib_tc is not None and not 0 <= self.ib_tc <= 255:
             raise UserError(f"MC_IB_TC: expected 0..255, got {self.ib_tc}")
         if self.ib_sl is not None and not 0 <= self.ib_sl <= 15:
