@@ -112,6 +112,9 @@ class Plan:
     seeds: list[int]
     meta: dict[str, Any]
     prefills: list[Any] = field(default_factory=lambda: [None])  # --prefill names, or [None] (legacy)
+    routers: list[Any] = field(default_factory=lambda: [None])  # --router names (instance engine)
+    pools: list[Any] = field(default_factory=lambda: [None])  # --pools names (instance engine)
+    instances: Optional[str] = None  # --instances (instance engine)
 
 
 def _trace_count(v: dict[str, Any], warmup: int) -> int:
@@ -193,16 +196,13 @@ def _build(v: dict[str, Any], which: str) -> Plan:
     if v["seed"] is not None and v["seed"] < 0:
         raise UserError(f"--seed: expected an integer >= 0, got {v['seed']}")
     seeds = _seeds(v["seeds"], chosen.seed)
+    prefills, routers, pools, engine = _engine_choices(v)
     names = _split(v["policies"], "--policies") if v["policies"] else list(chosen.policies)
+    if engine and not v["policies"] and not preset:
+        names = ["fs"]  # the flow policy only orders P2D flows there: one is enough unless asked
     check_policies(names)
-    prefills: list[Any] = [None]
-    if v.get("prefill"):
-        from laxflow.integrations.prefill.registry import prefill_scheduler_names
-
-        prefills = _split(v["prefill"], "--prefill")
-        for p in prefills:
-            if p not in prefill_scheduler_names():
-                raise UserError(f"--prefill: unknown {p!r} (expected one of {', '.join(prefill_scheduler_names())})")
+    if engine and v["workload"] is None and trace is None and not preset:
+        chosen = replace(chosen, workload="qwen-trace")  # the MFS default workload has no TPOT SLO
     config = chosen.config()
     if v.get("dispatch") is not None:
         if v["dispatch"] not in ("load", "ttft"):
@@ -212,10 +212,14 @@ def _build(v: dict[str, Any], which: str) -> Plan:
     from laxflow.sim import models, workload as wl
 
     models.get_model(config.model)
-    known = [*wl.WORKLOADS, "qwen-multislo"]
+    known = [*wl.WORKLOADS, "qwen-multislo", *wl.SLO_WORKLOADS]
     if trace is None and chosen.workload not in known:
         raise UserError(f"--workload: unknown {chosen.workload!r} (expected one of {', '.join(known)})")
-    gpus = prefill_gpus(config)
+    if engine:
+        config = _engine_config(config, v, chosen.workload, trace)
+        gpus = _engine_gpus(config, v["instances"])
+    else:
+        gpus = prefill_gpus(config)
     meta = {
         "preset": preset,
         "model": config.model,
@@ -232,9 +236,12 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         "prefill_gpus": gpus,
         "slo_scale": config.slo_scale,
         "token_budget": config.token_budget,
-        "rate_unit": "requests/s per prefill GPU",
+        "rate_unit": "requests/s per instance" if engine else "requests/s per prefill GPU",
         "policies": names,
         "prefill": None if prefills == [None] else prefills,
+        "router": None if routers == [None] else routers,
+        "pools": None if pools == [None] else pools,
+        "instances": (v["instances"] or "1") if engine else None,
         "dispatch": config.router_dispatch,
         "preset_rates": list(chosen.rates),
     }
@@ -244,7 +251,63 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         meta["time_scale"] = v.get("time_scale")
     for flag, name in (("--json", "json_out"), ("--plot", "plot"), ("--requests-out", "requests_out")):
         _prepare_out(v[name], flag)
-    return Plan(config, names, chosen.workload, chosen.requests, seeds, meta, prefills)
+    return Plan(config, names, chosen.workload, chosen.requests, seeds, meta, prefills, routers, pools,
+                v["instances"] if engine else None)
+
+
+def _engine_choices(v: dict[str, Any]) -> tuple[list[Any], list[Any], list[Any], bool]:
+    """--prefill, --router, --pools as lists, and whether they select the iteration-level instance engine."""
+    from laxflow.integrations.prefill.registry import batch_scheduler_names, prefill_scheduler_names
+
+    unit, batch = prefill_scheduler_names(), batch_scheduler_names()
+    prefills: list[Any] = _split(v["prefill"], "--prefill") if v.get("prefill") else [None]
+    for p in prefills:
+        if p is not None and p not in unit and p not in batch:
+            raise UserError(f"--prefill: unknown {p!r} (expected one of {', '.join(unit + batch)})")
+    routers: list[Any] = _split(v["router"], "--router") if v.get("router") else [None]
+    if routers != [None]:
+        from laxflow.integrations.routing.registry import router_names
+
+        for r in routers:
+            if r not in router_names():
+                raise UserError(f"--router: unknown {r!r} (expected one of {', '.join(router_names())})")
+    pools: list[Any] = _split(v["pools"], "--pools") if v.get("pools") else [None]
+    if pools != [None]:
+        from laxflow.integrations.pools.registry import pool_manager_names
+
+        for m in pools:
+            if m not in pool_manager_names():
+                raise UserError(f"--pools: unknown {m!r} (expected one of {', '.join(pool_manager_names())})")
+    engine = any(p in batch for p in prefills) or routers != [None] or pools != [None] or bool(v.get("instances"))
+    if engine:
+        for p in prefills:
+            if p in unit:
+                raise UserError(f"--prefill: {p!r} drives MFS prefill units; the instance engine (selected by "
+                                f"{'--router' if routers != [None] else '--pools' if pools != [None] else '--prefill'}"
+                                f") takes batch schedulers: {', '.join(batch)}")
+        prefills = ["sarathi"] if prefills == [None] else prefills
+        routers = ["dplb"] if routers == [None] else routers
+    return prefills, routers, pools, engine
+
+
+def _engine_config(config: Any, v: dict[str, Any], workload: str, trace: Optional[Path]) -> Any:
+    """The ServingConfig of an instance-engine run: its deployment (one instance = one replica)."""
+    from laxflow.sim.models import get_deployment
+    from laxflow.sim.serving.instances.config import DEFAULT_DEPLOYMENT
+    from laxflow.sim.serving.instances.run import slo_workload_name
+
+    slo_workload_name(workload, str(trace) if trace else None, v["trace_format"])
+    name = config.deployment or (config.model if v["model"] or v["preset"] else DEFAULT_DEPLOYMENT)
+    dep = get_deployment(name)
+    return replace(config, model=dep.model, deployment=dep.name)
+
+
+def _engine_gpus(config: Any, instances: Optional[str]) -> int:
+    from laxflow.sim.models import get_deployment
+    from laxflow.sim.serving.instances.config import parse_instances
+
+    total, _ = parse_instances(instances or "1")
+    return total * int(get_deployment(config.deployment).gpus)
 
 
 def _execute(plan: Plan, rates: list[float], v: dict[str, Any]) -> tuple[list[Any], list[dict[str, Any]]]:
@@ -257,9 +320,12 @@ def _execute(plan: Plan, rates: list[float], v: dict[str, Any]) -> tuple[list[An
     trace = str(v["trace"]) if v["trace"] else None
     specs = [
         RunSpec(plan.config, plan.workload, rate, name, plan.requests, seed, trace, v["trace_format"],
-                time_scale=v.get("time_scale") or 1.0, per_request=v["requests_out"] is not None, prefill=prefill)
+                time_scale=v.get("time_scale") or 1.0, per_request=v["requests_out"] is not None, prefill=prefill,
+                router=router, pools=pools, instances=plan.instances)
         for rate in rates
         for prefill in plan.prefills
+        for router in plan.routers
+        for pools in plan.pools
         for name in plan.policies
         for seed in plan.seeds
     ]
@@ -292,8 +358,10 @@ def _report(plan: Plan, specs: list[Any], rows: list[dict[str, Any]], v: dict[st
     plan.meta["requests"] = measured  # what was measured, as the title and every result say
     seeds = len(plan.seeds)
     stream = sys.stderr if v["json_out"] is not None and str(v["json_out"]) == "-" else sys.stdout
-    report.print_table(pts, f"{title} ({plan.meta['prefill_gpus']} prefill GPUs on {plan.meta['servers']} servers, "
-                            f"{measured} measured requests, {seeds} seed{'s' if seeds > 1 else ''})", stream)
+    where = (f"{plan.meta['instances']} instances of {plan.meta['deployment']}" if plan.meta.get("instances")
+             else f"{plan.meta['prefill_gpus']} prefill GPUs on {plan.meta['servers']} servers")
+    report.print_table(pts, f"{title} ({where}, {measured} measured requests, {seeds} seed{'s' if seeds > 1 else ''})",
+                       stream)
     if v["requests_out"] is not None:
         from laxflow.sim.serving.export import write_requests
 
@@ -329,7 +397,8 @@ def _serve(v: dict[str, Any]) -> None:
     rate = rows[0]["rate"]
     plan.meta["rate"] = rate
     what = plan.meta["workload"] or plan.meta["trace"]
-    pts, _ = _report(plan, specs, rows, v, f"{plan.meta['model']} / {what} at {rate:g} req/s/GPU")
+    unit = "req/s/instance" if plan.meta.get("instances") else "req/s/GPU"
+    pts, _ = _report(plan, specs, rows, v, f"{plan.meta['model']} / {what} at {rate:g} {unit}")
     if v["plot"] is not None:
         from laxflow.sim.serving.plots import plot_serve
 

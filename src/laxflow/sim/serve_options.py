@@ -54,8 +54,15 @@ FLAGS: tuple[Flag, ...] = (
     Flag("rates", "--rates", "list", "Comma-separated requests/s per prefill GPU.", commands=frozenset({"sweep"})),
     Flag("policies", "--policies", "list", "Comma-separated flow policies (registered names or module:Class)."),
     Flag("prefill", "--prefill", "list", "Comma-separated prefill schedulers (flowprefill, fcfs, edf-cp2k, "
-         "edf-cp8k, edf-layer) driving every prefill unit with preemption; runs each with every policy. "
-         "Default: the legacy FCFS batch former."),
+         "edf-cp8k, edf-layer) driving every prefill unit with preemption, or iteration-level batch schedulers "
+         "(fairbatching, sarathi, slidebatching, edf, sjf, priority) on the instance engine (decode modelled); "
+         "runs each with every policy. Default: the legacy FCFS batch former."),
+    Flag("router", "--router", "list", "Comma-separated request routers of the instance engine (pab, dplb, "
+         "gorouting, minload); default dplb."),
+    Flag("pools", "--pools", "list", "Comma-separated pool managers of the instance engine (laxflow sim list: "
+         "integrations.pools)."),
+    Flag("instances", "--instances", "str", "Instance engine: N PD-colocated instances, or P:D prefill:decode "
+         "instances (disaggregated); the rate is then requests/s per instance (default 1)."),
     Flag("dispatch", "--dispatch", "str", "Prefill-unit routing: load (prefix overlap + queued tokens; default) "
          "or ttft (network-inclusive TTFT estimate, as the hooks' dispatch_advice)."),
     Flag("requests", "--requests", "int", "Measured requests per run (default 1024; at most 1,000,000 with "

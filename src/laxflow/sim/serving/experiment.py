@@ -50,10 +50,13 @@ class RunSpec:
     time_scale: float = 1.0  # rate 0 with a trace: its timestamps divided by this (bursts kept)
     per_request: bool = False  # also return one row per measured request (``request_rows``)
     prefill: str | None = None  # --prefill: the integrations.prefill scheduler of every prefill unit
+    router: str | None = None  # --router: instance engine (serving/instances) request router
+    pools: str | None = None  # --pools: instance engine pool manager
+    instances: str | None = None  # --instances: "N" colocated or "P:D" (instance engine)
 
     @property
     def label(self) -> str:
-        return f"{self.prefill}+{self.policy}" if self.prefill else self.policy
+        return "+".join(x for x in (self.prefill, self.router, self.pools, self.policy) if x)
 
 
 @dataclass(frozen=True)
@@ -195,9 +198,12 @@ def build_workload(spec: RunSpec) -> list[Any]:
 
 def run_one(spec: RunSpec, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Simulate one run and summarize it (a top-level function: it crosses process boundaries)."""
+    from laxflow.sim.serving.instances.run import run_instances, uses_instances
     from laxflow.sim.serving.metrics import summarize
     from laxflow.sim.serving.simulator import ServingSimulator
 
+    if uses_instances(spec.prefill, spec.router, spec.pools) or spec.instances:
+        return run_instances(spec, progress)  # iteration-level engine: decode, routers, pools
     requests = build_workload(spec)
     config = spec.config if spec.prefill is None else replace(spec.config, prefill=spec.prefill)
     result = ServingSimulator(config, requests, spec.policy, progress=progress).run()

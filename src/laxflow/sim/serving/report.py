@@ -44,8 +44,7 @@ def _mean(values: list[Any]) -> Any:
 
 def label(row: dict[str, Any]) -> str:
     """A result's name in tables and goodput: the flow policy, or ``prefill+policy`` with --prefill."""
-    prefill = row.get("prefill")
-    return f"{prefill}+{row['policy']}" if prefill else str(row["policy"])
+    return "+".join(str(x) for x in (row.get("prefill"), row.get("router"), row.get("pools"), row["policy"]) if x)
 
 
 def points(rows: Sequence[dict[str, Any]], keys: Sequence[tuple[float, str]]) -> list[dict[str, Any]]:
@@ -131,6 +130,15 @@ _COLUMNS = [
     ("wall\n(s)", lambda p: f"{p['wall_s']:.1f}"),
 ]
 _KEY = 2
+# Instance-engine runs (serving/instances) add decode columns at the end.
+_ENGINE_COLUMNS = [
+    ("TPOT p90\n(ms)", lambda p: _ms(p["tpot_p90"]) if "tpot_p90" in p else "-"),
+    ("TDG\nratio", lambda p: f"{p['tdg_ratio']:.3f}" if "tdg_ratio" in p else "-"),
+]
+
+
+def _columns(pts: Sequence[dict[str, Any]]) -> list:
+    return _COLUMNS + (_ENGINE_COLUMNS if any("tpot_p90" in p for p in pts) else [])
 
 
 def terminal_width(stream: TextIO) -> int:
@@ -151,13 +159,14 @@ def table_parts(pts: Sequence[dict[str, Any]], width: int) -> list[list[int]]:
     and 1 for the outer rule; columns are packed greedily, the key columns
     (policy, rate) repeated in every part. Numbers are never cut.
     """
-    cells = [[fmt(p) for p in pts] for _, fmt in _COLUMNS]
-    widths = [max([*map(len, head.split("\n")), *map(len, col)]) + 3 for (head, _), col in zip(_COLUMNS, cells)]
+    columns = _columns(pts)
+    cells = [[fmt(p) for p in pts] for _, fmt in columns]
+    widths = [max([*map(len, head.split("\n")), *map(len, col)]) + 3 for (head, _), col in zip(columns, cells)]
     base = 1 + sum(widths[:_KEY])
     parts: list[list[int]] = []
     current: list[int] = []
     used = base
-    for i in range(_KEY, len(_COLUMNS)):
+    for i in range(_KEY, len(columns)):
         if current and used + widths[i] > width:
             parts.append(current)
             current, used = [], base
@@ -173,12 +182,13 @@ def print_table(pts: Sequence[dict[str, Any]], title: str, stream: TextIO) -> No
     from rich.table import Table
 
     width = terminal_width(stream)
+    columns = _columns(pts)
     console = Console(file=stream, width=width, highlight=False)
     for n, part in enumerate(table_parts(pts, width)):
         table = Table(title=title if n == 0 else None)
         for i in part:
-            head = _COLUMNS[i][0]
+            head = columns[i][0]
             table.add_column(head, justify="left" if i == 0 else "right", no_wrap=True)
         for p in pts:
-            table.add_row(*(_COLUMNS[i][1](p) for i in part))
+            table.add_row(*(columns[i][1](p) for i in part))
         console.print(table)

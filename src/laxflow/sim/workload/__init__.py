@@ -12,10 +12,11 @@ from laxflow.sim.workload.request import (
     summarize,
     with_poisson_arrivals,
 )
+from laxflow.sim.workload.slo_traces import SLO_WORKLOADS, SloWorkload, slo_of
 from laxflow.sim.workload.synthetic import WORKLOADS, WorkloadSpec, generate
 from laxflow.sim.workload.traces import TRACE_FORMATS, load_trace
 
 __all__ = [
-    "TRACE_FORMATS", "WORKLOADS", "Request", "WorkloadSpec", "generate", "load_trace", "mean_input_tokens",
+    "SLO_WORKLOADS", "SloWorkload", "slo_of", "TRACE_FORMATS", "WORKLOADS", "Request", "WorkloadSpec", "generate", "load_trace", "mean_input_tokens",
     "prefix_reuse_fraction", "summarize", "with_poisson_arrivals",
 ]

@@ -237,6 +237,10 @@ def generate(name: str, rate: float, num_requests: int, seed: int) -> list[Reque
         from laxflow.sim.workload.multislo import generate_multislo
 
         return generate_multislo(rate, num_requests, seed)
+    from laxflow.sim.workload.slo_traces import SLO_WORKLOADS, generate_slo_workload
+
+    if name in SLO_WORKLOADS:
+        return generate_slo_workload(name, rate, num_requests, seed)
     try:
         spec = WORKLOADS[name]
     except KeyError:

@@ -1,0 +1,272 @@
+"""The iteration-level serving engine: instances that loop steps, a dispatcher, P2D KV over the network.
+
+Who calls: :func:`.run.run_instances` (``laxflow sim serve/sweep`` with a
+batch scheduler in ``--prefill``, or ``--router``), ``bench/batching_repro.py``
+and tests; everything runs on one thread in one :class:`EventQueue`.
+
+Per arrival the :class:`~.dispatch.Dispatcher` picks an instance
+(``prefill_target``); an idle instance starts a step at once. A step's batch
+comes from the instance's batch scheduler (``laxflow.integrations.prefill``,
+``create_batch_scheduler``) over ``SequenceView`` s; it lasts what the compute
+model says (:mod:`.profile`); at its end every entry's token is emitted, then
+the dispatcher hears ``after_step`` and the instance's report (the router's
+``InstanceView``) is refreshed, then the next step starts. An instance whose
+scheduler defers every sequence waits ``IDLE_POLL`` seconds and asks again
+(an engine's busy loop). On a prefill-role instance a sequence whose prompt
+completed leaves for ``decode_target``: its KV (the prompt's tokens) crosses
+the network as one P2D flow (``laxflow.sim.network``, a non-blocking switch,
+one port per instance at the deployment's NIC bandwidth times its GPUs, the
+run's flow policy) and joins the decode instance when the last byte lands;
+the prefill instance holds that KV until then.
+
+Pool managers (Arrow) plug in as a dispatcher: ``engine.instances`` (id ->
+:class:`~.instance.Instance`, with ``role``, ``seqs``, ``kv_free()``,
+``waiting()``, ``decoding()``, ``tokens_done``, ``busy``), ``engine.set_role(id,
+role)`` between steps (the new role's scheduler forms the next batch;
+resident sequences stay), ``engine.report(instance)`` and ``engine.queue.now``.
+A new role takes effect at the instance's next step; sequences already on it
+finish there (a prefill on an instance flipped to decode decodes locally).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from laxflow.errors import UserError
+from laxflow.integrations.prefill.latency import LinearBatchModel
+from laxflow.integrations.prefill.registry import create_batch_scheduler
+from laxflow.integrations.routing.base import InstanceView, QueuedPrefill
+from laxflow.integrations.routing.registry import create_router
+from laxflow.policy.flow import Flow, Stage
+from laxflow.sim.events import EventQueue, Priority
+from laxflow.sim.serving.instances.config import InstanceSimConfig
+from laxflow.sim.serving.instances.decode import DecodeAll
+from laxflow.sim.serving.instances.dispatch import Dispatcher, RouterDispatcher
+from laxflow.sim.serving.instances.instance import ROLES, Instance, Seq
+from laxflow.sim.serving.instances.profile import StepTimer, profile_samples
+from laxflow.sim.workload.request import Request
+from laxflow.sim.workload.slo_traces import PRIORITY_WEIGHTS
+
+IDLE_POLL = 1e-3  # s: a scheduler that deferred everything is asked again after this
+KV_BLOCK = 16  # tokens per KV block in the routers' free-block counts (vLLM's default block size)
+
+
+@dataclass
+class InstanceResult:
+    """What one run produced: every sequence (arrival order) and per-instance totals."""
+
+    seqs: list[Seq]
+    measured: list[Seq]
+    instances: dict[str, dict[str, float]]
+    w_p: float
+    w_d: float
+    p2d_bytes: float
+    wall_s: float
+    sim_time: float
+    network_events: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def tdg_weights(requests: Sequence[Request]) -> tuple[float, float]:
+    """ProServe §5.1's rule, for every policy alike: w_p / w_d = mean input / mean output, w_d = 1."""
+    mean_in = float(np.mean([r.input_tokens for r in requests]))
+    mean_out = float(np.mean([max(1, r.output_tokens) for r in requests]))
+    return mean_in / mean_out, 1.0
+
+
+class InstanceEngine:
+    """One run: builds the instances, router and network from ``config``; ``run()`` simulates it."""
+
+    def __init__(self, config: InstanceSimConfig, requests: Sequence[Request], flow_policy: Any = None,
+                 dispatcher: Dispatcher | None = None, progress: Callable[[int], None] | None = None) -> None:
+        if not requests:
+            raise UserError("workload: no requests to simulate")
+        self.config = config
+        self.queue = EventQueue()
+        self.progress = progress
+        self.timer = StepTimer(config.deployment)
+        self.samples = profile_samples(config.deployment)
+        kv = config.kv_tokens or self.timer.kv_capacity_tokens(config.gpu_memory_utilization)
+        if kv < 1:
+            raise UserError(f"deployment {config.deployment!r}: the weights leave no GPU memory for KV "
+                            f"(gpu_memory_utilization {config.gpu_memory_utilization})")
+        self.w_p, self.w_d = (config.w_p, 1.0) if config.w_p is not None else tdg_weights(requests)
+        self.seqs = [self._seq(r) for r in sorted(requests, key=lambda r: r.arrival)]
+        for s in self.seqs:
+            if s.prompt + s.target_outputs > kv:
+                raise UserError(f"request {s.id}: {s.prompt} prompt + {s.target_outputs} output tokens exceed one "
+                                f"instance's KV memory ({kv} tokens of {config.deployment})")
+        self.instances: dict[str, Instance] = {}
+        for k in range(config.instances):
+            role = "colocated" if not config.disaggregated else ("prefill" if k < config.prefill_instances else "decode")
+            self.instances[f"i{k}"] = Instance(f"i{k}", role, self._schedulers(), kv, self.timer)
+        self._reports: dict[str, InstanceView] = {}
+        for inst in self.instances.values():
+            self._refresh(inst)
+        self.dispatcher = dispatcher if dispatcher is not None else self._router_dispatcher()
+        self._network(flow_policy)
+        self.p2d_bytes = 0.0
+        self.finished = 0
+
+    # -- construction ------------------------------------------------------------
+
+    def _seq(self, r: Request) -> Seq:
+        weight = PRIORITY_WEIGHTS.get(r.category or "", 1.0)
+        return Seq(r.id, float(r.arrival), int(r.input_tokens), max(1, int(r.output_tokens)), self.config.ttft_slo,
+                   self.config.tpot_slo, weight)
+
+    def _schedulers(self) -> dict[str, Any]:
+        """One scheduler per role for one instance (fresh objects: some keep online corrections)."""
+        c = self.config
+        out: dict[str, Any] = {}
+        for role in ROLES:
+            if role == "decode":
+                out[role] = DecodeAll()
+                continue
+            opts = dict(c.scheduler_options)
+            if c.scheduler == "slidebatching":
+                opts.setdefault("setting", "colocated" if role == "colocated" else "disaggregated")
+                opts.setdefault("w_p", self.w_p)
+                opts.setdefault("w_d", self.w_d)
+            try:
+                out[role] = create_batch_scheduler(c.scheduler, self.samples, **opts)
+            except ValueError as exc:
+                raise UserError(f"--prefill {c.scheduler}: {exc}") from None
+        return out
+
+    def _router_dispatcher(self) -> RouterDispatcher:
+        c = self.config
+        opts = dict(c.router_options)
+        if c.router == "gorouting":
+            opts.setdefault("setting", "disaggregated" if c.disaggregated else "colocated")
+            opts.setdefault("w_p", self.w_p)
+            opts.setdefault("w_d", self.w_d)
+            opts.setdefault("seed", c.seed)
+        try:
+            router = create_router(c.router, self.samples, **opts)
+        except ValueError as exc:
+            raise UserError(f"--router {c.router}: {exc}") from None
+        pab = LinearBatchModel.fit(self.samples) if c.router == "pab" else None
+        return RouterDispatcher(router, pab, c.ttft_slo, c.tpot_slo)
+
+    def _network(self, flow_policy: Any) -> None:
+        from laxflow.policy.registry import create_policy
+        from laxflow.sim.network.engine import FluidNetwork
+        from laxflow.sim.network.topology import big_switch
+
+        dep = self.timer.dep
+        self.nic = {iid: k for k, iid in enumerate(self.instances)}
+        port = dep.nic_gbps * 1e9 / 8 * dep.gpus  # every GPU's NIC carries its TP shard of the KV
+        self.topology = big_switch(len(self.instances), port)
+        policy = flow_policy if flow_policy is not None else create_policy(self.config.flow_policy)
+        self.network = FluidNetwork(self.topology, policy, self.queue)
+
+    # -- the pool manager's API ----------------------------------------------------
+
+    def set_role(self, instance_id: str, role: str) -> None:
+        """Give ``instance_id`` a new role from its next step (a pool manager's flip)."""
+        if role not in ROLES:
+            raise ValueError(f"role {role!r} is not one of {', '.join(ROLES)}")
+        inst = self.instances[instance_id]
+        inst.role = role
+        self._kick(inst)
+
+    def report(self, inst: Instance) -> InstanceView:
+        """``inst``'s last report (refreshed after each of its steps, and when it is given work while idle)."""
+        return self._reports[inst.id]
+
+    def place(self, seq: Seq, instance_id: str) -> None:
+        """Put ``seq`` on ``instance_id`` now (dispatch); an idle instance starts a step."""
+        inst = self.instances[instance_id]
+        if seq.prefill_instance is None:
+            seq.prefill_instance = instance_id
+        inst.add(seq)
+        if not inst.busy:
+            self._refresh(inst)
+        self._kick(inst)
+
+    # -- events ------------------------------------------------------------------
+
+    def run(self) -> InstanceResult:
+        start = time.perf_counter()
+        for s in self.seqs:
+            self.queue.push(s.arrival, Priority.ARRIVAL, self._arrive, s)
+        self.queue.run()
+        stuck = [s.id for s in self.seqs if not s.done]
+        if stuck:
+            raise RuntimeError(f"simulation ended with {len(stuck)} unfinished requests (first: {stuck[0]})")
+        warm = min(self.config.warmup, len(self.seqs) - 1)
+        stats = {i.id: {"role_end": i.role, "steps": i.steps, "busy_s": i.busy_seconds,
+                        "preemptions": i.preemptions} for i in self.instances.values()}
+        return InstanceResult(self.seqs, self.seqs[warm:], stats, self.w_p, self.w_d, self.p2d_bytes,
+                              time.perf_counter() - start, self.queue.now, self.network.events)
+
+    def _arrive(self, seq: Seq) -> None:
+        now = self.queue.now
+        target = self.dispatcher.prefill_target(self, seq, now)
+        if target not in self.instances:
+            raise RuntimeError(f"dispatcher sent {seq.id} to unknown instance {target!r}")
+        self.place(seq, target)
+
+    def _kick(self, inst: Instance) -> None:
+        if inst.busy or getattr(inst, "_polling", False):
+            return
+        secs = inst.begin_step(self.queue.now)
+        if secs is not None:
+            self.queue.push(self.queue.now + secs, Priority.COMPUTE, self._step_end, inst)
+        elif inst.seqs:
+            inst._polling = True  # type: ignore[attr-defined]
+            self.queue.push(self.queue.now + IDLE_POLL, Priority.TIMER, self._poll, inst)
+
+    def _poll(self, inst: Instance) -> None:
+        inst._polling = False  # type: ignore[attr-defined]
+        self._kick(inst)
+
+    def _step_end(self, inst: Instance) -> None:
+        now = self.queue.now
+        prefilled, finished = inst.end_step(now)
+        if inst.role == "prefill":
+            for s in prefilled:
+                if not s.done:
+                    self._hand_off(inst, s, now)
+        for s in finished:
+            self.finished += 1
+            if self.progress is not None:
+                self.progress(1)
+        self.dispatcher.after_step(self, inst, now)
+        self._refresh(inst)
+        self._kick(inst)
+
+    def _hand_off(self, src: Instance, seq: Seq, now: float) -> None:
+        target = self.dispatcher.decode_target(self, seq, now)
+        if target == src.id:
+            return
+        dst = self.instances[target]
+        del src.seqs[seq.id]
+        src.outbound[seq.id] = seq
+        seq.decode_instance = target
+        size = float(seq.kv_tokens * self.timer.kv_bytes_per_token())
+        self.p2d_bytes += size
+        links = self.topology.path(self.nic[src.id], self.nic[dst.id])
+        flow = Flow(id=f"{seq.id}.kv", size=size, links=links, weights=np.ones(len(links)), arrival=now,
+                    stage=Stage.P2D, request=seq.id, deadline=seq.arrival + seq.ttft_slo, compute_done=True)
+        self.network.add_flow(flow, lambda _f, s=seq, a=src, b=dst: self._kv_landed(s, a, b))
+
+    def _kv_landed(self, seq: Seq, src: Instance, dst: Instance) -> None:
+        del src.outbound[seq.id]
+        self._kick(src)  # freed KV may let a deferred prefill in
+        self.place(seq, dst.id)
+
+    def _refresh(self, inst: Instance) -> None:
+        queue = tuple(QueuedPrefill(s.id, s.prompt_tokens - s.computed,
+                                    s.arrival + s.ttft_slo + s.outputs * s.tpot_slo, s.weight)
+                      for s in inst.seqs.values() if s.is_prefill)
+        decoding = len(inst.seqs) - len(queue)
+        at = self.queue.now
+        self._reports[inst.id] = InstanceView(
+            inst.id, waiting=len(queue), running=decoding, pab=inst.pab, reported_at=at, prefill_queue=queue,
+            queue_updated_at=at, decoding=decoding, free_kv_blocks=max(0, inst.kv_free()) // KV_BLOCK)

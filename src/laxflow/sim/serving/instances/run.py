@@ -1,0 +1,98 @@
+"""One ``RunSpec`` on the iteration-level engine: workload, SLOs, instances, metrics row.
+
+Called by ``experiment.run_one`` (in a worker process or in-process) when the
+spec names an iteration-level batch scheduler (``--prefill fairbatching``...),
+a router (``--router``) or a pool manager (``--pools``). Rate: requests/s per
+instance (all instances, prefill and decode alike).
+
+Pool managers: ``--pools NAME`` loads ``laxflow.sim.serving.instances.pools``
+(``create_pool_dispatcher(name, engine_config, samples) -> Dispatcher``) when a
+build provides it; the engine then dispatches through it (see ``engine``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable
+
+from laxflow.errors import UserError
+from laxflow.sim.serving.instances.config import DEFAULT_DEPLOYMENT, InstanceSimConfig, parse_instances
+from laxflow.sim.workload.slo_traces import SLO_WORKLOADS, TRACE_FORMAT_SLO, with_priorities
+
+
+def uses_instances(prefill: str | None, router: str | None, pools: str | None) -> bool:
+    """Whether a run goes to the iteration-level engine (a batch scheduler, a router or pools)."""
+    from laxflow.integrations.prefill.registry import batch_scheduler_names
+
+    return (prefill in batch_scheduler_names()) or router is not None or pools is not None
+
+
+def slo_workload_name(workload: str, trace: str | None, trace_format: str | None) -> str:
+    """The SLO_WORKLOADS entry whose SLO a run uses (the workload, or the trace format's source)."""
+    name = TRACE_FORMAT_SLO.get(trace_format or "") if trace else workload
+    if name not in SLO_WORKLOADS:
+        raise UserError(f"--workload: {workload!r} has no TPOT SLO for the iteration-level engine "
+                        f"(expected one of {', '.join(SLO_WORKLOADS)}, or a --trace)")
+    return name
+
+
+def engine_config(spec: Any) -> InstanceSimConfig:
+    """The engine's config for ``spec`` (an ``experiment.RunSpec``)."""
+    total, prefill = parse_instances(spec.instances or "1")
+    w = SLO_WORKLOADS[slo_workload_name(spec.workload, spec.trace, spec.trace_format)]
+    return InstanceSimConfig(
+        deployment=spec.config.deployment or DEFAULT_DEPLOYMENT, instances=total, prefill_instances=prefill,
+        scheduler=spec.prefill or "sarathi", router=spec.router or "dplb", pools=spec.pools,
+        ttft_slo=w.ttft_slo, tpot_slo=w.tpot_slo, warmup=spec.config.warmup, seed=spec.seed, flow_policy=spec.policy)
+
+
+def _pool_dispatcher(config: InstanceSimConfig) -> Any:
+    if config.pools is None:
+        return None
+    try:
+        from laxflow.sim.serving.instances import pools  # type: ignore[attr-defined]
+    except ImportError:
+        raise UserError(f"--pools {config.pools}: this build's simulator has no pool-manager integration") from None
+    from laxflow.sim.serving.instances.profile import profile_samples
+
+    return pools.create_pool_dispatcher(config.pools, config, profile_samples(config.deployment))
+
+
+def run_instances(spec: Any, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Simulate ``spec`` on the instance engine; the metrics row (keys as ``metrics.summarize``)."""
+    from laxflow.sim import workload
+    from laxflow.sim.serving.instances.engine import InstanceEngine
+    from laxflow.sim.serving.instances.metrics import request_metrics, summarize
+
+    config = engine_config(spec)
+    total = spec.config.warmup + spec.requests
+    rate = spec.rate * config.instances
+    if spec.trace:
+        reqs = sorted(workload.load_trace(spec.trace, spec.trace_format), key=lambda r: r.arrival)[:total]
+        if spec.rate > 0:
+            reqs = workload.with_poisson_arrivals(reqs, rate, spec.seed)
+        elif spec.time_scale != 1.0:
+            reqs = [replace(r, arrival=r.arrival / spec.time_scale) for r in reqs]
+        if SLO_WORKLOADS[slo_workload_name(spec.workload, spec.trace, spec.trace_format)].priorities:
+            reqs = with_priorities(reqs, spec.seed)
+    else:
+        reqs = workload.generate(spec.workload, rate, total, spec.seed)
+    engine = InstanceEngine(config, reqs, dispatcher=_pool_dispatcher(config), progress=progress)
+    result = engine.run()
+    if spec.rate == 0:
+        span = max(r.arrival for r in reqs) - min(r.arrival for r in reqs)
+        rate_out = (len(reqs) - 1) / span / config.instances if span > 0 else 0.0
+    else:
+        rate_out = spec.rate
+    label = {"policy": spec.policy, "prefill": config.scheduler, "router": config.router, "pools": config.pools,
+             "instances": spec.instances or "1"}
+    row = summarize(result, rate_out, label)
+    row["ttft_samples"] = [request_metrics(s)["ttft"] for s in result.measured]
+    row["slo_samples"] = [s.ttft_slo for s in result.measured]
+    row["seed"] = spec.seed
+    if spec.per_request:
+        row["request_rows"] = [{"seed": spec.seed, "rate": rate_out, "label": spec.label, "request": s.id,
+                                "arrival": s.arrival, "prompt": s.prompt, "outputs": len(s.token_times),
+                                "weight": s.weight, "preemptions": s.preemptions, **request_metrics(s)}
+                               for s in result.measured]
+    return row
