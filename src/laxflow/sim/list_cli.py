@@ -33,11 +33,10 @@ def _deployments() -> list[tuple[str, str]]:
 
 
 def _workloads() -> list[tuple[str, str]]:
-    from laxflow.sim.workload import SLO_WORKLOADS, WORKLOADS
+    from laxflow.sim.workload import WORKLOADS
 
     return [(w.name, f"{w.kind}, target ~{w.target_mean_input} prompt tokens, {w.target_reuse:.0%} reuse, "
-                     f"{w.block_size}-token blocks") for w in WORKLOADS.values()] + \
-        [(w.name, f"SLO {w.ttft_slo:g} s / {w.tpot_slo:g} s; {w.source}") for w in SLO_WORKLOADS.values()]
+                     f"{w.block_size}-token blocks") for w in WORKLOADS.values()]
 
 
 def _presets() -> list[tuple[str, str]]:

@@ -48,7 +48,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("config", "--config", "path", "TOML or YAML file of flags (keys: flag names without --); "
          "command-line flags win."),
     Flag("model", "--model", "str", "Model name (laxflow sim list models)."),
-    Flag("workload", "--workload", "str", "Synthetic workload (laxflow sim list workloads)."),
+    Flag("workload", "--workload", "str", "Synthetic workload (laxflow sim list workloads; with the instance "
+         "engine: azure-code, azure-conv, burstgpt, mooncake-clip, qwen-trace, sharegpt, each with its SLOs)."),
     Flag("rate", "--rate", "float", "Requests/s per prefill GPU, Poisson arrivals (preset: its highest rate; "
          "a trace: its own timestamps).", commands=frozenset({"serve"})),
     Flag("rates", "--rates", "list", "Comma-separated requests/s per prefill GPU.", commands=frozenset({"sweep"})),

@@ -10,7 +10,8 @@ comes from the instance's batch scheduler (``laxflow.integrations.prefill``,
 ``create_batch_scheduler``) over ``SequenceView`` s; it lasts what the compute
 model says (:mod:`.profile`); at its end every entry's token is emitted, then
 the dispatcher hears ``after_step`` and the instance's report (the router's
-``InstanceView``) is refreshed, then the next step starts. An instance whose
+``InstanceView``) is refreshed -- the only time it is: routers keep their own
+view between reports, as in the papers -- then the next step starts. An instance whose
 scheduler defers every sequence waits ``IDLE_POLL`` seconds and asks again
 (an engine's busy loop). On a prefill-role instance a sequence whose prompt
 completed leaves for ``decode_target``: its KV (the prompt's tokens) crosses
@@ -105,9 +106,11 @@ class InstanceEngine:
             role = "colocated" if not config.disaggregated else ("prefill" if k < config.prefill_instances else "decode")
             self.instances[f"i{k}"] = Instance(f"i{k}", role, self._schedulers(), kv, self.timer)
         self._reports: dict[str, InstanceView] = {}
-        for inst in self.instances.values():
-            self._refresh(inst)
         self.dispatcher = dispatcher if dispatcher is not None else self._router_dispatcher()
+        for inst in self.instances.values():
+            if isinstance(self.dispatcher, RouterDispatcher):
+                self.dispatcher.after_step(self, inst, 0.0)  # the empty instance's first report (its PAB)
+            self._refresh(inst)
         self._network(flow_policy)
         self.p2d_bytes = 0.0
         self.finished = 0
@@ -176,7 +179,7 @@ class InstanceEngine:
         self._kick(inst)
 
     def report(self, inst: Instance) -> InstanceView:
-        """``inst``'s last report (refreshed after each of its steps, and when it is given work while idle)."""
+        """``inst``'s last report: its state at the end of its last step (or at the start)."""
         return self._reports[inst.id]
 
     def place(self, seq: Seq, instance_id: str) -> None:
@@ -185,8 +188,6 @@ class InstanceEngine:
         if seq.prefill_instance is None:
             seq.prefill_instance = instance_id
         inst.add(seq)
-        if not inst.busy:
-            self._refresh(inst)
         self._kick(inst)
 
     # -- events ------------------------------------------------------------------

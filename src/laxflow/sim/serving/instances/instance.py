@@ -135,13 +135,14 @@ class Instance:
             free = self.kv_free()
             if free < decodes and decodes > 1 and self._preempt_one():
                 continue  # every decode must be able to write its next token
-            batch = scheduler.schedule([s.view() for s in self.seqs.values()], now, max(0, free))
+            views = {s.id: s.view() for s in self.seqs.values()}
+            batch = scheduler.schedule(list(views.values()), now, max(0, free))
             if batch.entries or free > 0 or not self._preempt_one():
                 break
         if not batch.entries:
             return None
         self.batch, self.step_started = batch, now
-        return self.timer.seconds([(e.new_tokens, self.seqs[e.id].view().context) for e in batch.entries])
+        return self.timer.seconds([(e.new_tokens, views[e.id].context) for e in batch.entries])
 
     def end_step(self, now: float) -> tuple[list[Seq], list[Seq]]:
         """Apply the batch at ``now``: (sequences whose prompt completed this step, sequences finished)."""

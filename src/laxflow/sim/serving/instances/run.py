@@ -91,8 +91,22 @@ def run_instances(spec: Any, progress: Callable[[int], None] | None = None) -> d
     row["slo_samples"] = [s.ttft_slo for s in result.measured]
     row["seed"] = spec.seed
     if spec.per_request:
-        row["request_rows"] = [{"seed": spec.seed, "rate": rate_out, "label": spec.label, "request": s.id,
-                                "arrival": s.arrival, "prompt": s.prompt, "outputs": len(s.token_times),
-                                "weight": s.weight, "preemptions": s.preemptions, **request_metrics(s)}
-                               for s in result.measured]
+        row["request_rows"] = [_request_row(s, spec, rate_out, engine) for s in result.measured]
     return row
+
+
+def _request_row(s: Any, spec: Any, rate: float, engine: Any) -> dict[str, Any]:
+    """``--requests-out``: the serving export's columns (no reuse, batch or stall here), TPOT beside them."""
+    from laxflow.sim.serving.instances.metrics import request_metrics
+
+    m = request_metrics(s)
+    unit = {iid: k for k, iid in enumerate(engine.instances)}
+    moved = s.decode_instance is not None and s.decode_instance != s.prefill_instance
+    return {"policy": spec.label, "rate": rate, "seed": spec.seed, "id": s.id, "arrival": s.arrival,
+            "prompt_tokens": s.prompt, "reused_tokens": 0, "remote_tokens": 0, "unit": unit[s.prefill_instance],
+            "decode_unit": unit[s.decode_instance or s.prefill_instance], "batch": "", "slo": s.ttft_slo,
+            "ttft": m["ttft"], "met": m["ttft"] <= s.ttft_slo * (1 + 1e-12),
+            "bytes_reuse": 0.0, "bytes_collective": 0.0,
+            "bytes_p2d": float(s.prompt_tokens * engine.timer.kv_bytes_per_token()) if moved else 0.0,
+            "stall": 0.0, "tpot": m["tpot"], "outputs": len(s.token_times), "weight": s.weight,
+            "preemptions": s.preemptions}
