@@ -14,6 +14,7 @@ Systems (``--instances`` instances of llama3-8b on one A800 each, compute model)
 * ``round-robin``: the same split fixed, round robin;
 * ``colocated``: every instance PD-colocated, Sarathi + vLLM's request-count balancer (``dplb``):
   the vLLM-style colocated baseline.
+* ``NAME@P`` (e.g. ``static-pd@7``): a pool manager starting from P prefill instances instead of half.
 
 Scaling (§7.4): ``arrow`` and ``static-pd`` on ``--scaling`` instance counts.
 
@@ -46,7 +47,8 @@ SYSTEMS = ("arrow", "static-pd", "round-robin", "colocated")
 def attainment(system: str, workload: str, instances: int, rate: float, n: int, seed: int) -> dict[str, Any]:
     """One run at cluster rate ``rate``: its metrics row plus the pool driver's flip counts."""
     ttft, tpot = slo_of(workload)
-    split = None if system == "colocated" else instances // 2
+    system, _, at = system.partition("@")  # "static-pd@7": that P count instead of half
+    split = None if system == "colocated" else int(at) if at else instances // 2
     config = InstanceSimConfig(instances=instances, prefill_instances=split, scheduler="sarathi", router="dplb",
                                pools=None if system == "colocated" else system, ttft_slo=ttft, tpot_slo=tpot,
                                seed=seed)
