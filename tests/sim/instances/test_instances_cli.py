@@ -82,3 +82,15 @@ def test_requests_out_has_the_export_columns(capsys, tmp_path):
     rows = list(csv.DictReader(path.open()))
     assert len(rows) == 16 and list(rows[0]) == list(REQUEST_COLUMNS)
     assert {r["unit"] for r in rows} == {"0"} and {r["decode_unit"] for r in rows} == {"1"}
+
+
+def test_azure_trace_runs_with_its_slo(capsys, tmp_path):
+    trace = tmp_path / "azure.csv"
+    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    lines += [f"{0.2 * i:.1f},{300 + 40 * i},{5 + i}" for i in range(12)]
+    trace.write_text("\n".join(lines) + "\n")
+    code, out, err = _cli(capsys, "sim", "serve", "--trace", str(trace), "--trace-format", "azure", "--prefill",
+                          "fairbatching", "--warmup", "2", "--jobs", "1", "--quiet", "--json", "-")
+    assert code == 0, err
+    (r,) = json.loads(out)["results"]
+    assert r["requests"] == 10 and r["slo_mean"] == 2.0 and abs(r["tpot_slo"] - 0.15) < 1e-9  # azure -> azure-conv's SLO

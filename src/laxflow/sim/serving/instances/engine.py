@@ -214,17 +214,17 @@ class InstanceEngine:
         self.place(seq, target)
 
     def _kick(self, inst: Instance) -> None:
-        if inst.busy or getattr(inst, "_polling", False):
+        if inst.busy or inst.polling:
             return
         secs = inst.begin_step(self.queue.now)
         if secs is not None:
             self.queue.push(self.queue.now + secs, Priority.COMPUTE, self._step_end, inst)
         elif inst.seqs:
-            inst._polling = True  # type: ignore[attr-defined]
+            inst.polling = True
             self.queue.push(self.queue.now + IDLE_POLL, Priority.TIMER, self._poll, inst)
 
     def _poll(self, inst: Instance) -> None:
-        inst._polling = False  # type: ignore[attr-defined]
+        inst.polling = False
         self._kick(inst)
 
     def _step_end(self, inst: Instance) -> None:

@@ -93,6 +93,7 @@ class Instance:
         self.last_step_end = -float("inf")
         self.pab = 0.0  # last reported Prefill Admission Budget (pab router)
         self.tokens_done = 0  # tokens computed (prefill + decode) since the start, for monitors
+        self.polling = False  # the engine has an IDLE_POLL wake-up pending for it
 
     @property
     def busy(self) -> bool:
