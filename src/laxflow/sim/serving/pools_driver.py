@@ -29,8 +29,9 @@ the engine before the request is placed.
 The engine this drives needs: ``instances`` (id -> instance with ``role``,
 ``seqs`` (id -> sequence with ``prompt_tokens``, ``computed``, ``outputs``,
 ``is_prefill``, ``arrival``, ``ttft_slo``, ``tpot_slo``, ``prefill_instance``),
-``decoding()``, ``schedulers``), ``set_role(id, role)``, ``timer.seconds(
-[(new, context), ...])`` and ``seqs`` (the run's sequences).
+``decoding()``, ``schedulers`` (role -> batch scheduler), ``kv_capacity``),
+``set_role(id, role)``, ``timer.seconds([(new, context), ...])`` and ``seqs``
+(the run's sequences, each with ``prompt`` and ``tpot_slo``).
 """
 
 from __future__ import annotations
