@@ -153,3 +153,13 @@ def test_bad_configurations_are_rejected():
     with pytest.raises(ValueError, match="no instance in pool P"):
         create_pool_manager("static-pd", PROFILE, max_running_tokens=10).dispatch_prefill(
             req(1.0), ClusterSnapshot((PoolInstance("d", Pool.DECODE),)), 0.0)
+
+
+def test_rebalance_averages_only_decoding_instances():
+    # A freshly flipped, still idle decode instance (interval 0) must not hide a slow one (0.3 s).
+    a = arrow()
+    snap = ClusterSnapshot((PoolInstance("p1", Pool.PREFILL, queued_prefill_tokens=(100,)),
+                            PoolInstance("p2", Pool.PREFILL, queued_prefill_tokens=(4000,)),
+                            PoolInstance("d1", Pool.DECODE, running_tokens=100, decoding=1, avg_token_interval=0.3),
+                            PoolInstance("d2", Pool.DECODE), PoolInstance("d3", Pool.DECODE)))
+    assert a.rebalance(snap, 0.0, 0.1) == (PoolMove("p1", Pool.PREFILL, Pool.P_TO_D),)

@@ -160,7 +160,10 @@ class Arrow(PoolManager):
         dec = snap.pool(*DECODE_POOLS)
         if not dec:
             return tuple(moves)
-        slow = sum(i.avg_token_interval for i in dec) / len(dec) > tpot_slo
+        # The mean over the instances that decode now: an idle decode instance has no token
+        # interval, and counting it as 0 would hide a slow pool behind a freshly flipped one.
+        active = [i for i in dec if i.has_decode]
+        slow = bool(active) and sum(i.avg_token_interval for i in active) / len(active) > tpot_slo
         # Busy = not low (the same test Algorithm 1 applies before taking a decode instance).
         busy = slow or not self.decode_load_low(snap, tpot_slo)
         if slow:
