@@ -1,48 +1,119 @@
 """The README's "paper's claims and ours" table: presets x seeds x policies, with 95 % intervals.
 
-    python bench/sim_claims.py --points fig10-mixtral@0.6,fig13@0.7 --seeds 5 --servers 32 \
-        --requests 300 --warmup 100 --jobs 2 --out out/claims
+    python bench/sim_claims.py --points fig10-mixtral,fig11-mixtral@1.6 --fraction 0.8 --seeds 5 \
+        --servers 16 --requests 200 --warmup 100 --jobs 2 --out runs/claims
 
-For every ``preset@rate`` it runs every policy of the preset on seeds 0 ..
-N-1 (the same requests for every policy of a seed), and prints one JSON line:
-per policy the mean SLO attainment over the seeds and the half-width of its
-95 % confidence interval (Student t, N - 1 degrees of freedom), mean TTFT,
-CCT and CCT inflation (CCT over the same layers' CCT on an idle fabric);
-MFS over the best baseline, and whether that margin is a tie (MFS's and the
-best baseline's intervals overlap); the network's byte shares per stage, the
-realized reuse share and the remote-reuse share (under FS). Not a test:
-numbers depend on the machine only through wall time, which it reports.
+A point is ``preset@rate`` (requests/s per prefill GPU) or a bare ``preset``,
+whose rate is ``--fraction`` of its model's capacity on its workload
+(``experiment.CAPACITY``, the presets' own normalization). Every policy of
+the preset runs on seeds 0 .. N-1 (the same requests for every policy of a
+seed); runs are ordered seed by seed over all points, so a cut-short
+campaign has the same seeds at every point. Each finished run is appended
+to ``OUT/runs.jsonl`` at once and a rerun skips the runs already there
+(``--summary`` only reads them). Then one JSON line per point: per policy
+the mean SLO attainment over the seeds and the half-width of its 95 %
+confidence interval (Student t, N - 1 degrees of freedom), mean TTFT, CCT,
+CCT inflation (CCT over the same layers' CCT on an idle fabric), realized
+and remote reuse shares and the network's byte shares per stage; MFS over
+the best baseline (highest mean), and whether that margin is a tie (inside
+MFS's and the best baseline's intervals); and the paired difference (MFS
+minus the best baseline per seed, on the same requests) with its interval. Not a test: numbers depend on the
+machine only through wall time, which it reports.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from laxflow.sim.serving.experiment import PRESETS, RunSpec, run_all
+from laxflow.sim.serving.experiment import PRESETS, RunSpec, rates_at, run_all
+from laxflow.sim.serving.report import ci95
 
 BASELINES = ("fs", "sjf", "edf", "karuna")
-# Two-sided 95 % Student t quantiles by degrees of freedom.
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+STAGES = ("reuse", "collective", "p2d")
+COST = {"mfs": 3, "karuna": 2}  # rough relative run time, to start the slowest runs first
 
 
 def mean_ci(values: list[float]) -> tuple[float, float]:
     """Mean and 95 % half-width (0 for one value)."""
-    n = len(values)
-    m = sum(values) / n
-    if n < 2:
-        return m, 0.0
-    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
-    return m, T95.get(n - 1, 1.96) * sd / math.sqrt(n)
+    return sum(values) / len(values), ci95(values) or 0.0
+
+
+def point_specs(point: str, args: argparse.Namespace, seed: int) -> tuple[str, list[RunSpec]]:
+    """The point's key (``preset@rate``) and its runs on one seed."""
+    name, _, rate = point.partition("@")
+    preset = PRESETS[name]
+    cfg = preset.config()
+    if not rate:
+        rate = str(rates_at(cfg.model, preset.workload, (args.fraction,))[0])
+    servers = min(args.servers, preset.servers) if args.servers else preset.servers
+    cfg = replace(cfg, cluster=replace(cfg.cluster, servers=servers),
+                  warmup=preset.warmup if args.warmup is None else args.warmup)
+    if args.kv_placement:
+        cfg = replace(cfg, kv_placement=args.kv_placement)
+    n = args.requests or preset.requests
+    return f"{name}@{float(rate)}", [RunSpec(cfg, preset.workload, float(rate), p, n, seed) for p in preset.policies]
+
+
+def summary(key: str, rows: list[dict], specs: list[RunSpec]) -> dict:
+    """One point's JSON line from its runs (every seed that has all policies)."""
+    name, _, rate = key.partition("@")
+    spec = specs[0]
+    policies = [s.policy for s in specs]
+    by_seed: dict[int, dict[str, dict]] = {}
+    for r in rows:
+        by_seed.setdefault(r["seed"], {})[r["policy"]] = r
+    seeds = sorted(s for s, got in by_seed.items() if all(p in got for p in policies))
+    line: dict = {"preset": name, "rate": float(rate), "servers": spec.config.cluster.servers,
+                  "requests": spec.requests, "warmup": spec.config.warmup, "seeds": len(seeds),
+                  "kv_placement": spec.config.kv_placement, "policies": {}}
+    if not seeds:
+        return line
+    for p in policies:
+        mine = [by_seed[s][p] for s in seeds]
+        att, ci = mean_ci([r["slo_attainment"] for r in mine])
+        net = {k: sum(r["network_bytes_by_stage"].get(k, 0.0) for r in mine) for k in STAGES}
+        total = sum(net.values()) or 1.0
+        line["policies"][p] = {
+            "slo_attainment": round(att, 3), "slo_attainment_ci95": round(ci, 3),
+            "slo_attainment_seeds": [round(r["slo_attainment"], 3) for r in mine],
+            "ttft_mean": round(mean_ci([r["ttft_mean"] for r in mine])[0], 4),
+            "slo_mean": round(mean_ci([r["slo_mean"] for r in mine])[0], 4),
+            "cct_mean": round(mean_ci([r["cct_mean"] for r in mine])[0], 6),
+            "cct_inflation": round(mean_ci([r["cct_inflation"] for r in mine])[0], 3),
+            "nonneg_earliness": round(mean_ci([r["earliness_nonneg_mean"] for r in mine])[0], 4),
+            "reuse_share": round(mean_ci([r["reuse_share"] for r in mine])[0], 3),
+            "remote_reuse_share": round(mean_ci([r["remote_reuse_share"] for r in mine])[0], 3),
+            "byte_share": {k: round(v / total, 3) for k, v in net.items()},
+        }
+    pol = line["policies"]
+    if "mfs" in pol:
+        best = max((b for b in BASELINES if b in pol), key=lambda b: pol[b]["slo_attainment"])
+        m, b = pol["mfs"], pol[best]
+        line["best_baseline"] = best
+        line["mfs_over_best"] = round(m["slo_attainment"] / b["slo_attainment"], 3) if b["slo_attainment"] else None
+        line["mfs_minus_best"] = round(m["slo_attainment"] - b["slo_attainment"], 3)
+        line["tie"] = abs(m["slo_attainment"] - b["slo_attainment"]) <= m["slo_attainment_ci95"] + b["slo_attainment_ci95"]
+        # Paired view: every policy of a seed runs the same requests, so the per-seed difference
+        # has far less spread than either attainment; its interval excluding 0 means a real margin.
+        diff = [by_seed[s]["mfs"]["slo_attainment"] - by_seed[s][best]["slo_attainment"] for s in seeds]
+        d, dci = mean_ci(diff)
+        line["paired_diff"] = {"mean": round(d, 3), "ci95": round(dci, 3), "excludes_0": len(seeds) > 1 and abs(d) > dci}
+        if "fs" in pol:
+            fs = pol["fs"]
+            line["mfs_vs_fs"] = {k: round(m[k] / fs[k] - 1.0, 3) if fs[k] else None
+                                 for k in ("ttft_mean", "cct_mean", "nonneg_earliness")}
+    line["wall_s"] = round(sum(r["wall_s"] for s in seeds for r in by_seed[s].values()), 1)
+    return line
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--points", required=True, help="comma-separated preset@rate (rate: requests/s per prefill GPU)")
+    ap.add_argument("--points", required=True, help="comma-separated preset or preset@rate")
+    ap.add_argument("--fraction", type=float, default=0.8, help="a bare preset's rate, as a fraction of capacity")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--servers", type=int, default=None)
     ap.add_argument("--requests", type=int, default=None)
@@ -50,56 +121,40 @@ def main() -> None:
     ap.add_argument("--kv-placement", default=None)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default="out/claims")
+    ap.add_argument("--summary", action="store_true", help="only summarize the runs already in OUT/runs.jsonl")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for point in args.points.split(","):
-        name, rate = point.split("@")
-        preset = PRESETS[name]
-        cfg = preset.config()
-        servers = min(args.servers, preset.servers) if args.servers else preset.servers
-        cfg = replace(cfg, cluster=replace(cfg.cluster, servers=servers),
-                      warmup=preset.warmup if args.warmup is None else args.warmup)
-        if args.kv_placement:
-            cfg = replace(cfg, kv_placement=args.kv_placement)
-        n = args.requests or preset.requests
-        specs = [RunSpec(cfg, preset.workload, float(rate), p, n, seed)
-                 for seed in range(args.seeds) for p in preset.policies]
-        t0 = time.perf_counter()
-        rows = run_all(specs, jobs=args.jobs)
-        for row, spec in zip(rows, specs):
-            row.pop("ttft_samples", None)
-            row.pop("slo_samples", None)
-            row["seed"] = spec.seed
-        (out / f"{name}@{rate}.json").write_text(json.dumps(rows, indent=1))
-        line: dict = {"preset": name, "rate": float(rate), "servers": servers, "requests": n, "warmup": cfg.warmup,
-                      "seeds": args.seeds, "kv_placement": cfg.kv_placement, "policies": {}}
-        for p in preset.policies:
-            mine = [r for r in rows if r["policy"] == p]
-            att, ci = mean_ci([r["slo_attainment"] for r in mine])
-            line["policies"][p] = {
-                "slo_attainment": round(att, 3), "slo_attainment_ci95": round(ci, 3),
-                "ttft_mean": round(mean_ci([r["ttft_mean"] for r in mine])[0], 4),
-                "cct_mean": round(mean_ci([r["cct_mean"] for r in mine])[0], 6),
-                "cct_inflation": round(mean_ci([r["cct_inflation"] for r in mine])[0], 3),
-                "nonneg_earliness": round(mean_ci([r["earliness_nonneg_mean"] for r in mine])[0], 4),
-            }
-        pol = line["policies"]
-        if "mfs" in pol:
-            best = max((b for b in BASELINES if b in pol), key=lambda b: pol[b]["slo_attainment"])
-            m, b = pol["mfs"], pol[best]
-            line["best_baseline"] = best
-            line["mfs_over_best"] = round(m["slo_attainment"] / b["slo_attainment"], 3) if b["slo_attainment"] else None
-            gap = abs(m["slo_attainment"] - b["slo_attainment"])
-            line["tie"] = gap <= m["slo_attainment_ci95"] + b["slo_attainment_ci95"]
-        fs = [r for r in rows if r["policy"] == "fs"]
-        net = {k: sum(r["network_bytes_by_stage"].get(k, 0.0) for r in fs) for k in ("reuse", "collective", "p2d")}
-        total = sum(net.values()) or 1.0
-        line["byte_share_fs"] = {k: round(v / total, 3) for k, v in net.items()}
-        line["remote_reuse_share_fs"] = round(mean_ci([r["remote_reuse_share"] for r in fs])[0], 3)
-        line["reuse_share_fs"] = round(mean_ci([r["reuse_share"] for r in fs])[0], 3)
-        line["wall_s"] = round(time.perf_counter() - t0, 1)
-        print(json.dumps(line), flush=True)
+    log = out / "runs.jsonl"
+    done: dict[tuple[str, int, str], dict] = {}
+    if log.exists():
+        for text in log.read_text().splitlines():
+            r = json.loads(text)
+            done[(r["point"], r["seed"], r["policy"])] = r
+    points = args.points.split(",")
+    keys = {pt: point_specs(pt, args, 0)[0] for pt in points}
+    t0 = time.perf_counter()
+    for seed in ([] if args.summary else range(args.seeds)):
+        todo = [(keys[pt], s) for pt in points for s in point_specs(pt, args, seed)[1]
+                if (keys[pt], seed, s.policy) not in done]
+        if not todo:
+            continue
+        todo.sort(key=lambda ks: COST.get(ks[1].policy, 0), reverse=True)  # slowest first: no idle worker at the end
+        owner = {id(s): k for k, s in todo}
+
+        def save(spec: RunSpec, row: dict, owner=owner) -> None:
+            row = {k: v for k, v in row.items() if k not in ("ttft_samples", "slo_samples")}
+            row["point"] = owner[id(spec)]
+            done[(row["point"], spec.seed, spec.policy)] = row
+            with log.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+
+        run_all([s for _, s in todo], jobs=args.jobs, on_done=save)
+        print(f"# seed {seed} done, {time.perf_counter() - t0:.0f} s", flush=True)
+    for pt in points:
+        key, specs = point_specs(pt, args, 0)
+        rows = [r for (k, _, _), r in done.items() if k == key]
+        print(json.dumps(summary(key, rows, specs)), flush=True)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ def test_serve_json_has_the_contract_keys_first_and_every_table_column(tmp_path)
         assert list(row)[: len(CONTRACT)] == CONTRACT  # keys are added, never renamed or moved
         assert set(TABLE) <= set(row)
         assert row["slo_attainment_ci95"] is None and row["seeds"] == [0]  # one seed: no interval
+        assert {"cct_inflation", "remote_reuse_share", "reuse_share"} <= set(row)  # issue 11: in every run
         assert row["rate"] == 2.0 and row["requests"] == 12
         assert 0.0 <= row["slo_attainment"] <= 1.0
         assert 0 < row["ttft_mean"] <= row["ttft_p99"]
@@ -51,6 +52,8 @@ def test_sweep_prints_goodput_and_writes_rows(tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert [r["rate"] for r in data["results"]] == [0.5, 1.0]
+    for row in data["results"]:
+        assert {"slo_attainment_ci95", "cct_inflation", "remote_reuse_share"} <= set(row)
     assert set(data["goodput"]) == {"fs"}
     assert "goodput" in proc.stdout
 

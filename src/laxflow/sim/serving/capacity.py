@@ -6,8 +6,9 @@ loop, no network simulation), any thread, about half a second per pair.
 
 Method (README "laxflow sim serve", presets), the same for every pair: take
 ``requests`` requests of the workload at ``seed`` (its own arrival process,
-rescaled to the rate) and feed them to one prefill unit alone, which batches
-exactly as the simulator's ``PrefillUnit`` with FCFS: each attention-DP rank
+rescaled to the rate) and feed them to one prefill unit alone: the
+simulator's own ``PrefillUnit`` with the FCFS local scheduler (the same
+batching code, not a copy of it): each attention-DP rank
 has its own queue (a request joins the rank with the fewest new tokens
 waiting or running) and takes first come, first served up to
 ``token_budget`` new tokens; one step runs every rank's batch together and
@@ -36,7 +37,11 @@ from typing import Callable, Sequence
 from laxflow.sim.serving.cluster import Cluster
 from laxflow.sim.serving.config import ClusterConfig
 from laxflow.sim.serving.plan import ModelRunner
+from laxflow.sim.serving.prefill_unit import FcfsScheduler, PrefillUnit
+from laxflow.sim.serving.request_state import RequestState
+from laxflow.sim.serving.router import Route
 from laxflow.sim.serving.slo import workload_reuse
+from laxflow.sim.workload.request import Request
 
 
 # Every (model, workload) pair of ``experiment.CAPACITY`` and the cluster it is computed on: 32
@@ -68,33 +73,42 @@ class Capacity:
     mean_new_tokens: float  # per request, input minus workload reuse
 
 
+def _unit(new_tokens: Sequence[int], ranks: int, budget: int) -> tuple[PrefillUnit, list[RequestState]]:
+    """The simulator's own prefill unit with FCFS, and one request state per entry of ``new_tokens``.
+
+    Capacity batches with :class:`.prefill_unit.PrefillUnit` itself (rank choice, per-rank FCFS
+    budget, one step over every rank, load released when the step ends), so it cannot drift from the
+    simulator. State ``i`` computes ``new_tokens[i]`` tokens (no reuse on its route); ``index`` = i.
+    """
+    unit = PrefillUnit(0, FcfsScheduler(budget), ranks)
+    states = [RequestState(Request(id=str(i), arrival=0.0, input_tokens=int(n), output_tokens=1), i,
+                           Route(0, 0, 0, 0, None), 0.0, 0.0) for i, n in enumerate(new_tokens)]
+    return unit, states
+
+
+def _by_rank(chosen: Sequence[RequestState], ranks: int) -> list[list[int]]:
+    step: list[list[int]] = [[] for _ in range(ranks)]
+    for s in chosen:
+        step[s.rank].append(s.index)
+    return step
+
+
 def full_steps(new_tokens: Sequence[int], ranks: int, budget: int) -> list[list[list[int]]]:
     """The unit's full steps over these requests, all queued at once (see module docstring).
 
-    Returns per step, per rank, the indices of the requests in that rank's batch.
+    Returns per step, per rank, the indices of the requests in that rank's batch. A step is full when
+    every rank still has requests waiting after it; the walk stops at the first step that is not.
     """
-    queues: list[list[int]] = [[] for _ in range(ranks)]
-    load = [0] * ranks
-    for i, n in enumerate(new_tokens):
-        r = min(range(ranks), key=lambda k: (load[k], k))
-        queues[r].append(i)
-        load[r] += n
+    unit, states = _unit(new_tokens, ranks, budget)
+    for s in states:
+        unit.enqueue(s)
     steps: list[list[list[int]]] = []
-    while all(queues):
-        step: list[list[int]] = []
-        for q in queues:
-            batch, tokens = [], 0
-            for i in q:
-                n = max(1, new_tokens[i])
-                if batch and tokens + n > budget:
-                    break
-                batch.append(i)
-                tokens += n
-            del q[: len(batch)]
-            step.append(batch)
-        if not all(queues):  # some rank emptied its queue: not a full step
+    while all(unit.rank_waiting):
+        chosen = unit.next_batch(0.0)
+        if not all(unit.rank_waiting):  # some rank emptied its queue: not a full step
             break
-        steps.append(step)
+        steps.append(_by_rank(chosen, ranks))
+        unit.batch_done(chosen)
     return steps
 
 
@@ -161,14 +175,12 @@ def busy_fraction(arrivals: Sequence[float], new_tokens: Sequence[int], ranks: i
                   step_seconds: Callable[[list[int], list[int]], float], warmup: float = 0.1) -> float:
     """Share of time one unit is busy between the arrival of request ``warmup x n`` and the last arrival.
 
-    Batches exactly as :class:`.prefill_unit.PrefillUnit` with FCFS: a request joins the rank with
-    the fewest new tokens waiting or running (ties: lowest), each rank takes first come first served
-    up to ``budget`` new tokens, one step runs every rank's batch together and lasts
-    ``step_seconds(requests, their ranks)``.
+    Batches with the simulator's :class:`.prefill_unit.PrefillUnit` and FCFS (see :func:`_unit`); a
+    step starts when the unit is idle and a request waits, and lasts ``step_seconds(requests, their
+    ranks)``; requests arriving during a step see its requests still on their ranks, as in the simulator.
     """
     n = len(arrivals)
-    queues: list[list[int]] = [[] for _ in range(ranks)]
-    load = [0] * ranks
+    unit, states = _unit(new_tokens, ranks, budget)
     t0, t1 = arrivals[min(n - 1, int(warmup * n))], arrivals[-1]
     busy = 0.0
     now, i = 0.0, 0
@@ -176,32 +188,18 @@ def busy_fraction(arrivals: Sequence[float], new_tokens: Sequence[int], ranks: i
     def admit(until: float) -> None:
         nonlocal i
         while i < n and arrivals[i] <= until:
-            r = min(range(ranks), key=lambda k: (load[k], k))
-            queues[r].append(i)
-            load[r] += new_tokens[i]
+            unit.enqueue(states[i])
             i += 1
 
-    while i < n or any(queues):
+    while i < n or any(unit.rank_waiting):
         admit(now)
-        if not any(queues):
+        chosen = unit.next_batch(now)
+        if not chosen:
             now = arrivals[i]
             continue
-        idx, where = [], []
-        for r, q in enumerate(queues):
-            tokens = taken = 0
-            for j in q:
-                m = max(1, new_tokens[j])
-                if taken and tokens + m > budget:
-                    break
-                taken += 1
-                tokens += m
-            idx += q[:taken]
-            where += [r] * taken
-            del q[:taken]
-        end = now + step_seconds(idx, where)
+        end = now + step_seconds([s.index for s in chosen], [s.rank for s in chosen])
         busy += max(0.0, min(end, t1) - max(now, t0))
-        admit(end)  # arrivals during the step see its requests still on their ranks
-        for j, r in zip(idx, where):
-            load[r] -= new_tokens[j]
+        admit(end)
+        unit.batch_done(chosen)
         now = end
     return busy / (t1 - t0) if t1 > t0 else 1.0
