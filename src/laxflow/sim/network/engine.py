@@ -32,6 +32,7 @@ engine's piecewise-constant rates.
 from __future__ import annotations
 
 import math
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -70,6 +71,7 @@ class FluidNetwork:
         policy: FlowPolicy,
         queue: EventQueue | None = None,
         load_window: float = 0.01,
+        track_link_load: bool | None = None,
     ) -> None:
         if not load_window > 0:
             raise ValueError(f"load_window must be > 0 s (got {load_window!r})")
@@ -80,7 +82,10 @@ class FluidNetwork:
         self.capacity = topology.capacity
         self._capacity_list = self.capacity.tolist()
         self.bytes_delivered_by_stage: dict[Stage, float] = {s: 0.0 for s in Stage}
-        self.link_load = np.zeros(topology.num_links)
+        # The moving average is kept only when someone reads it: the policy
+        # (``reads_link_load``) or the owner (``track_link_load=True``).
+        self._track_load = policy.reads_link_load if track_link_load is None else bool(track_link_load)
+        self._link_load = np.zeros(topology.num_links)
         self._load_idle = True  # link_load and the utilization are all 0 (until the first rates)
         self.events = 0  # engine events handled (completions, timers, recomputes)
 
@@ -116,6 +121,16 @@ class FluidNetwork:
         self._members: set[int] = set()  # id() of live and pending flows
 
     # -- owner API --------------------------------------------------------------
+
+    @property
+    def link_load(self) -> np.ndarray:
+        """Per-link utilization EWMA (see the module doc); the engine's own array, do not write."""
+        if not self._track_load:
+            raise RuntimeError(
+                f"link_load is not kept: policy {type(self.policy).__name__} does not read it "
+                "(pass track_link_load=True to FluidNetwork to keep it)"
+            )
+        return self._link_load
 
     @property
     def live(self) -> list[Flow]:
@@ -189,12 +204,12 @@ class FluidNetwork:
             by_stage = np.bincount(self._stage, weights=sent, minlength=_NUM_CODES).tolist()
             for code, stage in _STAGE_ITEMS:
                 self.bytes_delivered_by_stage[stage] += by_stage[code]
-        if self._load_idle:
-            return  # nothing ever loaded a link: the average stays 0
+        if self._load_idle or not self._track_load:
+            return  # nothing ever loaded a link (or nobody reads it): the average stays 0
         # load <- util + (load - util) * decay: where util is 0 that is
         # load * decay, the same float result, done in one pass in place.
         decay = math.exp(-dt / self.load_window)
-        load, links, util = self.link_load, self._util_links, self._util
+        load, links, util = self._link_load, self._util_links, self._util
         old = load[links]
         load *= decay
         load[links] = util + (old - util) * decay
@@ -267,7 +282,9 @@ class FluidNetwork:
             self._removed_min_level = None
             self._completion_gen += 1
             return
-        decision = self.policy.decide(self._snapshot(now))
+        snap = self._snapshot(now)
+        decision = self.policy.decide(snap)
+        snap.close()
         level, cap, queue, dscp = self._check(decision, n)
         # Flows whose level or cap changed (new flows have level -1): they
         # need new rates and their Flow objects new values.
@@ -284,22 +301,9 @@ class FluidNetwork:
     # -- recompute pieces -------------------------------------------------------
 
     def _snapshot(self, now: float) -> Snapshot:
-        snap = Snapshot(
-            now=now,
-            flows=list(self._flows),  # a copy: the engine edits its list in place
-            remaining=self._remaining.copy(),
-            capacity=self.capacity,
-            link_load=np.minimum(np.maximum(self.link_load, 0.0), 1.0),  # clip, at a third of np.clip's cost
-            load_window=self.load_window,
-        )
-        # Columns the engine already holds as arrays: fill the snapshot's
-        # caches so policies do not rebuild them flow by flow.
-        cache = snap.__dict__
-        cache["size"] = self._size.copy()
-        cache["arrival"] = self._arrival.copy()
-        cache["stage"] = self._stage.copy()
-        cache["bottleneck_rate"] = self._bneck.copy()
-        return snap
+        # Columns are copied from the engine's arrays when a policy first reads
+        # them (Fair Sharing reads none): see EngineSnapshot.
+        return EngineSnapshot.of(self, now)
 
     def _check(self, decision: Decision, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The decision's arrays, validated (one clear error naming the policy and field)."""
@@ -349,6 +353,8 @@ class FluidNetwork:
         if not touched:
             return  # same flows, levels and caps: same rates
         self._rate = allocate(self.capacity, self._usage, level, cap, from_level=min(touched), prev_rate=self._rate)
+        if not self._track_load:
+            return
         # Per entry (a link may repeat: the same value is then written twice).
         links = self._usage.link
         self._util_links = links
@@ -462,3 +468,61 @@ def _merge_links(flow: Flow, num_links: int) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"flow {flow.id!r}: usage vector has no positive weight")
         links, weights = links[keep], weights[keep]
     return links.astype(np.int64, copy=False), weights.astype(np.float64, copy=False)
+
+
+class EngineSnapshot(Snapshot):
+    """The engine's :class:`Snapshot`: each array column is copied from the
+    engine's live arrays the first time the policy reads it.
+
+    Built by :meth:`FluidNetwork._snapshot` for one ``decide`` call; the
+    columns are only valid during that call (the engine's arrays move on
+    after it), so reading one that was never read before afterwards raises
+    rather than returning later numbers. ``link_load`` raises if the engine
+    does not keep it (the policy said ``reads_link_load = False``).
+    """
+
+    @classmethod
+    def of(cls, net: FluidNetwork, now: float) -> "EngineSnapshot":
+        snap = cls.__new__(cls)
+        d = snap.__dict__
+        d["now"] = now
+        d["flows"] = list(net._flows)  # a copy: the engine edits its list in place
+        d["capacity"] = net.capacity
+        d["load_window"] = net.load_window
+        d["_net"] = net
+        return snap
+
+    def close(self) -> None:
+        """Called by the engine when ``decide`` returned."""
+        self.__dict__["_net"] = None
+
+    def _engine(self) -> FluidNetwork:
+        net = self.__dict__["_net"]
+        if net is None:
+            raise RuntimeError("an engine snapshot's columns can only be read first during decide()")
+        return net
+
+    @cached_property
+    def remaining(self) -> np.ndarray:  # type: ignore[override]
+        return self._engine()._remaining.copy()
+
+    @cached_property
+    def link_load(self) -> np.ndarray:  # type: ignore[override]
+        # Clipped to [0, 1] (float dust in the utilization), at a third of np.clip's cost.
+        return np.minimum(np.maximum(self._engine().link_load, 0.0), 1.0)
+
+    @cached_property
+    def size(self) -> np.ndarray:
+        return self._engine()._size.copy()
+
+    @cached_property
+    def arrival(self) -> np.ndarray:
+        return self._engine()._arrival.copy()
+
+    @cached_property
+    def stage(self) -> np.ndarray:
+        return self._engine()._stage.copy()
+
+    @cached_property
+    def bottleneck_rate(self) -> np.ndarray:
+        return self._engine()._bneck.copy()
