@@ -107,7 +107,12 @@ class FluidNetwork:
         self._bneck = np.zeros(0)
         self._dead = np.zeros(0, dtype=bool)
         self._usage = Usage(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
-        self._pending: list[tuple[Flow, Callback | None, np.ndarray, np.ndarray]] = []
+        self._pending: list[tuple[Flow, Callback | None, np.ndarray, np.ndarray, float]] = []
+        # Merged usage of read-only (links, weights) arrays, by their ids: the
+        # serving simulator gives every flow of one transfer shape the same
+        # frozen arrays, so each shape is merged and checked once. The value
+        # holds the arrays themselves, so their ids cannot be reused.
+        self._usage_cache: dict[tuple[int, int], tuple] = {}
         self._removed_min_level: int | None = None  # lowest level a removal touched
         # Utilization of the links live flows use (all others are at 0), as
         # (link indices, values): the average's update touches only those.
@@ -153,11 +158,11 @@ class FluidNetwork:
         now = self.queue.now
         if flow.finish is not None or id(flow) in self._members:
             raise ValueError(f"flow {flow.id!r} was already added")
-        links, weights = _merge_links(flow, self.topology.num_links)
+        links, weights, bneck = self._usage_of(flow)
         if flow.arrival < now:
             flow.arrival = now
         self._advance(now)
-        self._pending.append((flow, on_complete, links, weights))
+        self._pending.append((flow, on_complete, links, weights, bneck))
         self._members.add(id(flow))
         self._schedule_recompute()
 
@@ -165,6 +170,25 @@ class FluidNetwork:
         """Ask the policy again at ``queue.now`` (the owner changed request state)."""
         self._advance(self.queue.now)
         self._schedule_recompute()
+
+    def _usage_of(self, flow: Flow) -> tuple[np.ndarray, np.ndarray, float]:
+        """The flow's merged usage vector and its bottleneck rate alone (min of capacity / weight)."""
+        if not (math.isfinite(flow.size) and flow.size > 0):
+            raise ValueError(f"flow {flow.id!r}: size must be finite and > 0 (got {flow.size!r})")
+        links, weights = flow.links, flow.weights
+        frozen = not (links.flags.writeable or weights.flags.writeable)
+        if frozen:
+            hit = self._usage_cache.get((id(links), id(weights)))
+            if hit is not None:
+                return hit[2], hit[3], hit[4]
+        merged, merged_w = _merge_links(flow, self.topology.num_links)
+        capacity = self._capacity_list
+        bneck = min([capacity[link] / w for link, w in zip(merged.tolist(), merged_w.tolist())])
+        if frozen:
+            if len(self._usage_cache) >= 4096:  # bounded: many distinct frozen arrays is not the serving case
+                self._usage_cache.clear()
+            self._usage_cache[(id(links), id(weights))] = (links, weights, merged, merged_w, bneck)
+        return merged, merged_w, bneck
 
     def rate_of(self, flow: Flow) -> float:
         """Current rate of ``flow`` in bytes/s (0 if not live or not yet allocated)."""
@@ -425,15 +449,12 @@ class FluidNetwork:
         self._arrival = np.concatenate([self._arrival, np.array([f.arrival for f in flows], dtype=np.float64)])
         self._stage = np.concatenate([self._stage, np.array([STAGE_CODES[f.stage] for f in flows], dtype=np.int8)])
         self._dead = np.concatenate([self._dead, np.zeros(k, dtype=bool)])
-        # Bottleneck rate alone (min over links of capacity / weight; weights
-        # are > 0 after _merge_links) and the CSR pointers, in Python floats.
-        capacity = self._capacity_list
-        bneck, ptr, end = [], [], int(self._usage.ptr[-1])
-        for _, _, links, weights in pending:
-            bneck.append(min([capacity[link] / w for link, w in zip(links.tolist(), weights.tolist())]))
-            end += links.size
+        # Bottleneck rates alone (set by _usage_of) and the CSR pointers.
+        ptr, end = [], int(self._usage.ptr[-1])
+        for p in pending:
+            end += p[2].size
             ptr.append(end)
-        self._bneck = np.concatenate([self._bneck, bneck])
+        self._bneck = np.concatenate([self._bneck, [p[4] for p in pending]])
         u = self._usage
         self._usage = Usage(
             np.concatenate([u.ptr, ptr]).astype(np.int64, copy=False),
@@ -446,8 +467,6 @@ class FluidNetwork:
 
 def _merge_links(flow: Flow, num_links: int) -> tuple[np.ndarray, np.ndarray]:
     """The flow's usage vector with repeated links summed and zero weights dropped."""
-    if not (math.isfinite(flow.size) and flow.size > 0):
-        raise ValueError(f"flow {flow.id!r}: size must be finite and > 0 (got {flow.size!r})")
     links, weights = flow.links, flow.weights
     # Python min/max over the (short) lists: NumPy reductions cost more here.
     link_list, weight_list = links.tolist(), weights.tolist()
