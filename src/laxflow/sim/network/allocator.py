@@ -36,6 +36,11 @@ from functools import cached_property
 
 import numpy as np
 
+try:  # the C path (allocate_native.c), built at install; NumPy alone when it is missing
+    from laxflow.sim.network._allocate_native import ffi as _ffi, lib as _lib
+except ImportError:  # pragma: no cover - an install without the build
+    _ffi = _lib = None
+
 # Shares within this relative distance are treated as equal, so links that
 # tie in exact arithmetic freeze in the same round despite rounding.
 REL_EPS = 1e-12
@@ -160,12 +165,17 @@ def allocate(
     ``from_level`` keep ``prev_rate`` (the caller guarantees those levels and
     their flows' caps are unchanged since ``prev_rate`` was computed, which
     makes their allocation identical) and only the rest is recomputed.
-    Small inputs go to the bit-identical scalar path
-    (:mod:`~laxflow.sim.network.allocator_scalar`).
+    With the C module built (``NATIVE``), all of it runs there, bit-identical
+    to the code below; otherwise small inputs go to the bit-identical scalar
+    path (:mod:`~laxflow.sim.network.allocator_scalar`), others to NumPy.
     """
     n = usage.num_flows
     if n == 0:
         return np.zeros(0)
+    if NATIVE:
+        rates = _allocate_native(capacity, usage, level, cap, from_level, prev_rate)
+        if rates is not None:
+            return rates
     if n <= 256:  # Python min/max: a NumPy reduction costs more on a short array
         levels = level.tolist()
         lowest, highest = min(levels), max(levels)
@@ -218,6 +228,36 @@ def allocate(
         rates[order[a:b]] = water_fill(residual, level_links, eweight[ea:eb], ocounts[a:b], ocap[a:b])
         _snap_saturated(residual, capacity, level_links)
     return rates
+
+
+# Whether allocate runs in C (tests switch it off to compare the paths).
+NATIVE = _lib is not None
+_REL_BELOW, _REL_ABOVE = 1.0 - REL_EPS, 1.0 + REL_EPS  # as water_fill computes them
+
+
+def _arg(ffi_type: str, a: np.ndarray, dtype: type) -> object:
+    if a.dtype != dtype or not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a, dtype=dtype)
+    return _ffi.from_buffer(ffi_type, a)
+
+
+def _allocate_native(
+    capacity: np.ndarray, usage: Usage, level: np.ndarray, cap: np.ndarray, from_level: int | None,
+    prev_rate: np.ndarray | None,
+) -> np.ndarray | None:
+    """``allocate`` in C (None if C could not get memory or a link is out of
+    range: the caller goes on in NumPy, which raises for the latter)."""
+    n = usage.num_flows
+    rates = np.empty(n)
+    prev = _ffi.NULL if prev_rate is None else _arg("double[]", prev_rate, np.float64)
+    rc = _lib.lxf_allocate(
+        n, _arg("int64_t[]", usage.ptr, np.int64), _arg("int64_t[]", usage.link, np.int64),
+        _arg("double[]", usage.weight, np.float64), _arg("int64_t[]", level, np.int64),
+        _arg("double[]", cap, np.float64), _arg("double[]", capacity, np.float64), capacity.size,
+        from_level is not None, 0 if from_level is None else int(from_level), prev,
+        _REL_BELOW, _REL_ABOVE, SATURATED_REL_EPS, _ffi.from_buffer("double[]", rates),
+    )
+    return rates if rc == 0 else None
 
 
 def _snap_saturated(residual: np.ndarray, capacity: np.ndarray, links: np.ndarray | None = None) -> None:
