@@ -83,3 +83,14 @@ def test_native_path_takes_the_numpy_dtypes_it_is_given():
     want = allocate(capacity, usage, level, cap)
     got = allocate(capacity, usage, level.astype(np.int32), np.repeat(cap, 2)[::2])
     assert got.tolist() == want.tolist()
+
+
+@pytest.mark.skipif(not allocator.NATIVE, reason="the C allocation module is not built")
+@pytest.mark.parametrize("seed", range(20))
+def test_entry_utilization_in_c_equals_numpy(seed, monkeypatch):
+    capacity, usage, level, cap, prev, _ = random_case(seed)
+    rate = allocate(capacity, usage, level, cap) + prev
+    c = usage.entry_utilization(rate, capacity)
+    monkeypatch.setattr(allocator, "NATIVE", False)
+    assert c.tolist() == usage.entry_utilization(rate, capacity).tolist()
+    assert c.tolist() == (usage.link_load(rate, capacity.size)[usage.link] / capacity[usage.link]).tolist()

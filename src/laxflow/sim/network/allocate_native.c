@@ -269,3 +269,45 @@ out:
     free(idx);
     return rc;
 }
+
+/* Usage.link_load(rate)[link] / capacity[link] for every entry: the
+ * utilization of each entry's link at these rates (the engine's link-load
+ * average).  Per link the sum of weight * rate in entry order from 0.0, as
+ * np.bincount adds.  Returns 0, -1 when out of memory, -2 for a link out of
+ * range (the caller then uses NumPy). */
+int lxf_entry_util(int64_t n, const int64_t *ptr, const int64_t *link, const double *weight, const double *rate,
+                   const double *capacity, int64_t num_links, double *util)
+{
+    int64_t nnz = ptr[n];
+    int rc = -1;
+    int32_t *map = malloc(sizeof(int32_t) * (size_t)(num_links > 0 ? num_links : 1));
+    double *sum = malloc(sizeof(double) * (size_t)(nnz > 0 ? nnz : 1));
+    int32_t *loc = malloc(sizeof(int32_t) * (size_t)(nnz > 0 ? nnz : 1));
+    if (!map || !sum || !loc)
+        goto out;
+    memset(map, 0xff, sizeof(int32_t) * (size_t)num_links);
+    int32_t nloc = 0;
+    for (int64_t e = 0; e < nnz; e++) {
+        int64_t l = link[e];
+        if (l < 0 || l >= num_links) {
+            rc = -2;
+            goto out;
+        }
+        if (map[l] < 0) {
+            map[l] = nloc;
+            sum[nloc++] = 0.0;
+        }
+        loc[e] = map[l];
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t e = ptr[i]; e < ptr[i + 1]; e++)
+            sum[loc[e]] += weight[e] * rate[i];
+    for (int64_t e = 0; e < nnz; e++)
+        util[e] = sum[loc[e]] / capacity[link[e]];
+    rc = 0;
+out:
+    free(map);
+    free(sum);
+    free(loc);
+    return rc;
+}

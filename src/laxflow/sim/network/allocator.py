@@ -73,6 +73,19 @@ class Usage:
         """Bytes/s on each link when flow i runs at ``rate[i]``."""
         return np.bincount(self.link, weights=self.weight * np.repeat(rate, self.nnz), minlength=num_links)
 
+    def entry_utilization(self, rate: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+        """``link_load(rate)[link] / capacity[link]``: each entry's link's utilization (in C when built)."""
+        if NATIVE:
+            util = np.empty(self.link.size)
+            rc = _lib.lxf_entry_util(
+                self.num_flows, _arg("int64_t[]", self.ptr, np.int64), _arg("int64_t[]", self.link, np.int64),
+                _arg("double[]", self.weight, np.float64), _arg("double[]", rate, np.float64),
+                _arg("double[]", capacity, np.float64), capacity.size, _ffi.from_buffer("double[]", util),
+            )
+            if rc == 0:
+                return util
+        return self.link_load(rate, capacity.size)[self.link] / capacity[self.link]
+
 
 def water_fill(
     residual: np.ndarray,

@@ -438,7 +438,7 @@ class FluidNetwork:
         # Per entry (a link may repeat: the same value is then written twice).
         links = usage.link
         self._util_links = links
-        self._util = usage.link_load(rate, self.capacity.size)[links] / self.capacity[links]
+        self._util = usage.entry_utilization(rate, self.capacity)
         self._load_idle = False
 
     def _usage(self) -> Usage:
