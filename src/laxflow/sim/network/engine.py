@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import math
 from functools import cached_property
-from itertools import accumulate
 from typing import Callable
 
 import numpy as np
@@ -112,6 +111,7 @@ class FluidNetwork:
         self._bneck: list[float] = []
         self._links: list[np.ndarray] = []  # merged usage vector per flow
         self._weights: list[np.ndarray] = []
+        self._nnz: list[int] = []  # entries per flow
         self._dead: list[bool] = []
         self._gone: list[int] = []  # positions of dead flows, until the next compaction
         # The last decision per flow (-1 / inf / -1 / 0 before the first).
@@ -355,22 +355,32 @@ class FluidNetwork:
         snap = EngineSnapshot.of(self, now)
         decision = self.policy.decide(snap)
         snap.close()
-        level, cap, lists = self._check(decision, n)
+        arrays, lists = self._check(decision, n)
+        level, cap, queue, dscp = arrays
         level_l, cap_l, queue_l, dscp_l = lists
         old_level, old_cap, old_queue, old_dscp = self._level, self._cap, self._queue, self._dscp
         # Flows whose level or cap changed (new flows have level -1) need new
         # rates; those and flows whose queue or DSCP changed need their Flow
         # objects updated.
-        moved = [i for i in range(n) if level_l[i] != old_level[i] or cap_l[i] != old_cap[i]]
+        if n >= VECTOR_FROM:
+            moved_mask = (np.array(old_level) != level) | (np.array(old_cap) != cap)
+            moved = moved_mask.nonzero()[0].tolist()
+            changed = (moved_mask | (np.array(old_queue) != queue) | (np.array(old_dscp) != dscp)).nonzero()[0].tolist()
+        else:
+            moved = [i for i in range(n) if level_l[i] != old_level[i] or cap_l[i] != old_cap[i]]
+            changed = [
+                i for i in range(n)
+                if level_l[i] != old_level[i] or cap_l[i] != old_cap[i] or queue_l[i] != old_queue[i]
+                or dscp_l[i] != old_dscp[i]
+            ]
         self._allocate(level, cap, level_l, moved)
         flows = self._flows
-        for i in range(n):
-            if level_l[i] != old_level[i] or cap_l[i] != old_cap[i] or queue_l[i] != old_queue[i] or dscp_l[i] != old_dscp[i]:
-                flow = flows[i]
-                flow.level = level_l[i]
-                flow.cap = cap_l[i]
-                flow.queue = queue_l[i]
-                flow.dscp = dscp_l[i]
+        for i in changed:
+            flow = flows[i]
+            flow.level = level_l[i]
+            flow.cap = cap_l[i]
+            flow.queue = queue_l[i]
+            flow.dscp = dscp_l[i]
         self._level, self._cap, self._queue, self._dscp = level_l, cap_l, queue_l, dscp_l
         for t in decision.timers:
             if t > now and t not in self._timers and math.isfinite(t):
@@ -380,8 +390,8 @@ class FluidNetwork:
 
     # -- recompute pieces -------------------------------------------------------
 
-    def _check(self, decision: Decision, n: int) -> tuple[np.ndarray, np.ndarray, tuple[list, list, list, list]]:
-        """The decision's level and cap arrays and its four columns as lists,
+    def _check(self, decision: Decision, n: int) -> tuple[tuple[np.ndarray, ...], tuple[list, list, list, list]]:
+        """The decision's level, cap, queue and DSCP as arrays and as lists,
         validated (one clear error naming the policy and field)."""
         name = type(self.policy).__name__
         level = np.asarray(decision.level)
@@ -413,7 +423,7 @@ class FluidNetwork:
         dscp = np.asarray(decision.dscp)
         if dscp.shape != (n,) or dscp.dtype != np.uint8 or max(dscp_l := dscp.tolist()) > 63:
             raise ValueError(f"policy {name}: decision.dscp must be {n} uint8 codepoints in 0..63 (one per flow)")
-        return level, cap, (level_l, cap_l, queue_l, dscp_l)
+        return (level, cap, queue, dscp), (level_l, cap_l, queue_l, dscp_l)
 
     def _allocate(self, level: np.ndarray, cap: np.ndarray, level_l: list[int], moved: list[int]) -> None:
         """Rates for the new decision, reusing the levels no change touched
@@ -444,13 +454,19 @@ class FluidNetwork:
     def _usage(self) -> Usage:
         """The live flows' usage vectors as one CSR (cached until the live set changes)."""
         if self._csr is None:
-            ptr = np.fromiter(accumulate((a.size for a in self._links), initial=0), np.int64, len(self._links) + 1)
+            ptr = np.zeros(len(self._nnz) + 1, dtype=np.int64)
+            np.cumsum(self._nnz, out=ptr[1:])
             self._csr = Usage(ptr, np.concatenate(self._links), np.concatenate(self._weights))
         return self._csr
 
     def _schedule_completion(self) -> None:
         self._completion_gen += 1
-        times = [left / rate for left, rate in zip(self._remaining, self._rate) if rate > 0]
+        if len(self._rate) >= VECTOR_FROM:
+            rate = np.array(self._rate)
+            moving = (rate > 0).nonzero()[0]
+            times = (np.array(self._remaining)[moving] / rate[moving]).tolist()
+        else:
+            times = [left / rate for left, rate in zip(self._remaining, self._rate) if rate > 0]
         if not times:
             return
         self.queue.push(self.queue.now + min(times), Priority.COMPLETION, self._on_completion, self._completion_gen)
@@ -458,7 +474,7 @@ class FluidNetwork:
     # -- live-set bookkeeping -----------------------------------------------------
 
     _COLUMNS = ("_flows", "_callbacks", "_remaining", "_rate", "_size", "_arrival", "_stage", "_bneck", "_links",
-                "_weights", "_dead", "_level", "_cap", "_queue", "_dscp")
+                "_weights", "_nnz", "_dead", "_level", "_cap", "_queue", "_dscp")
 
     def _compact(self) -> None:
         """Drop finished flows from the lists (order kept)."""
@@ -466,12 +482,24 @@ class FluidNetwork:
         if not gone:
             return
         gone.sort(reverse=True)
+        u = self._csr
+        if u is not None and len(self._nnz) >= VECTOR_FROM:
+            # Many flows: cut the finished ones' entries out of the CSR in a
+            # few passes rather than rebuilding it from every flow's arrays.
+            keep = np.ones(len(self._nnz), dtype=bool)
+            keep[gone] = False
+            counts = np.array(self._nnz, dtype=np.int64)
+            entry_keep = np.repeat(keep, counts)
+            ptr = np.zeros(len(self._nnz) - len(gone) + 1, dtype=np.int64)
+            np.cumsum(counts[keep], out=ptr[1:])
+            self._csr = Usage(ptr, u.link[entry_keep], u.weight[entry_keep])
+        else:
+            self._csr = None
         for name in self._COLUMNS:
             column = getattr(self, name)
             for i in gone:
                 del column[i]
         gone.clear()
-        self._csr = None
         self._pos = None
 
     def _admit_pending(self) -> None:
@@ -492,13 +520,21 @@ class FluidNetwork:
         self._bneck.extend([p[4] for p in pending])
         self._links.extend([p[2] for p in pending])
         self._weights.extend([p[3] for p in pending])
+        self._nnz.extend([p[2].size for p in pending])
+        u = self._csr
+        if u is not None:  # append the new flows' entries
+            ends = u.ptr[-1] + np.cumsum([p[2].size for p in pending])
+            self._csr = Usage(
+                np.concatenate([u.ptr, ends]),
+                np.concatenate([u.link] + [p[2] for p in pending]),
+                np.concatenate([u.weight] + [p[3] for p in pending]),
+            )
         self._dead.extend([False] * k)
         self._level.extend([-1] * k)
         self._cap.extend([_INF] * k)
         self._queue.extend([-1] * k)
         self._dscp.extend([0] * k)
         pending.clear()
-        self._csr = None
         self._pos = None
 
 
