@@ -589,7 +589,7 @@ class EngineSnapshot(Snapshot):
         self.__dict__["_net"] = None
 
     def _engine(self) -> FluidNetwork:
-        net = self.__dict__["_net"]
+        net = self.__dict__.get("_net")  # (absent in a copy made by dataclasses.replace)
         if net is None:
             raise RuntimeError("an engine snapshot's columns can only be read first during decide()")
         return net
