@@ -78,9 +78,9 @@ class Usage:
         if NATIVE:
             util = np.empty(self.link.size)
             rc = _lib.lxf_entry_util(
-                self.num_flows, _arg("int64_t[]", self.ptr, np.int64), _arg("int64_t[]", self.link, np.int64),
-                _arg("double[]", self.weight, np.float64), _arg("double[]", rate, np.float64),
-                _arg("double[]", capacity, np.float64), capacity.size, _ffi.from_buffer("double[]", util),
+                self.num_flows, _arg(_INT64S, self.ptr, _I64), _arg(_INT64S, self.link, _I64),
+                _arg(_DOUBLES, self.weight, _F64), _arg(_DOUBLES, rate, _F64),
+                _arg(_DOUBLES, capacity, _F64), capacity.size, _ffi.from_buffer(_DOUBLES, util),
             )
             if rc == 0:
                 return util
@@ -248,10 +248,21 @@ NATIVE = _lib is not None
 _REL_BELOW, _REL_ABOVE = 1.0 - REL_EPS, 1.0 + REL_EPS  # as water_fill computes them
 
 
-def _arg(ffi_type: str, a: np.ndarray, dtype: type) -> object:
-    if a.dtype != dtype or not a.flags.c_contiguous:
+_F64, _I64 = np.dtype(np.float64), np.dtype(np.int64)
+_DOUBLES = _INT64S = None
+if _ffi is not None:
+    _DOUBLES, _INT64S = _ffi.typeof("double[]"), _ffi.typeof("int64_t[]")
+
+
+def _arg(ffi_type: object, a: np.ndarray, dtype: np.dtype) -> object:
+    """The array's buffer for C, converted first if its dtype is not ``dtype``
+    (from_buffer takes raw bytes) or it is not contiguous (from_buffer refuses)."""
+    if a.dtype is not dtype and a.dtype != dtype:
         a = np.ascontiguousarray(a, dtype=dtype)
-    return _ffi.from_buffer(ffi_type, a)
+    try:
+        return _ffi.from_buffer(ffi_type, a)
+    except ValueError:  # not C-contiguous
+        return _ffi.from_buffer(ffi_type, np.ascontiguousarray(a))
 
 
 def _allocate_native(
@@ -262,13 +273,13 @@ def _allocate_native(
     range: the caller goes on in NumPy, which raises for the latter)."""
     n = usage.num_flows
     rates = np.empty(n)
-    prev = _ffi.NULL if prev_rate is None else _arg("double[]", prev_rate, np.float64)
+    prev = _ffi.NULL if prev_rate is None else _arg(_DOUBLES, prev_rate, _F64)
     rc = _lib.lxf_allocate(
-        n, _arg("int64_t[]", usage.ptr, np.int64), _arg("int64_t[]", usage.link, np.int64),
-        _arg("double[]", usage.weight, np.float64), _arg("int64_t[]", level, np.int64),
-        _arg("double[]", cap, np.float64), _arg("double[]", capacity, np.float64), capacity.size,
+        n, _arg(_INT64S, usage.ptr, _I64), _arg(_INT64S, usage.link, _I64),
+        _arg(_DOUBLES, usage.weight, _F64), _arg(_INT64S, level, _I64),
+        _arg(_DOUBLES, cap, _F64), _arg(_DOUBLES, capacity, _F64), capacity.size,
         from_level is not None, 0 if from_level is None else int(from_level), prev,
-        _REL_BELOW, _REL_ABOVE, SATURATED_REL_EPS, _ffi.from_buffer("double[]", rates),
+        _REL_BELOW, _REL_ABOVE, SATURATED_REL_EPS, _ffi.from_buffer(_DOUBLES, rates),
     )
     return rates if rc == 0 else None
 
