@@ -143,6 +143,11 @@ class FlowPolicy(ABC):
     """
 
     name: ClassVar[str] = ""
+    # Whether ``decide`` reads ``Snapshot.link_load``. The network engine
+    # keeps the per-link moving average (an O(links) pass at every event) only
+    # for policies that do; a policy that says False and reads it anyway gets
+    # a clear error from the engine's snapshot, never stale numbers.
+    reads_link_load: ClassVar[bool] = True
     _dscp_map: DscpMap = BASELINE_DSCP_MAP
 
     def __init__(self, dscp: DscpMap | None = None) -> None:

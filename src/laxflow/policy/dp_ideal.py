@@ -40,6 +40,7 @@ class DeferAndPromoteIdeal(FlowPolicy):
     """Exact Defer-and-Promote on a fluid network."""
 
     name = "dp-ideal"
+    reads_link_load = False
 
     def __init__(self, dscp: DscpMap | None = None) -> None:
         super().__init__(dscp)

@@ -19,6 +19,7 @@ class EarliestDeadlineFirst(FlowPolicy):
     """Explicit-deadline flows by due time, then the rest fair-shared; called after every event."""
 
     name = "edf"
+    reads_link_load = False
 
     def decide(self, snap: Snapshot) -> Decision:
         n = len(snap.flows)

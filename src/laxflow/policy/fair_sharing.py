@@ -16,6 +16,7 @@ class FairSharing(FlowPolicy):
     """One level for all flows; called by the engine after every event."""
 
     name = "fs"
+    reads_link_load = False
 
     def decide(self, snap: Snapshot) -> Decision:
         return self.decision(np.zeros(len(snap.flows), dtype=np.int64))

@@ -22,6 +22,7 @@ class Karuna(FlowPolicy):
     """Minimal-rate deadline flows on top, SJF below."""
 
     name = "karuna"
+    reads_link_load = False
 
     def decide(self, snap: Snapshot) -> Decision:
         n = len(snap.flows)

@@ -54,7 +54,7 @@ from laxflow.policy.config import MfsConfig
 from laxflow.policy.dscp import DscpMap
 from laxflow.policy.flow import STAGE_CODES, Flow, Stage
 from laxflow.policy.inter_request import LoadTableBuilder, schedule_table
-from laxflow.policy.mfs_scalar import FEW_FLOWS, decide_few
+from laxflow.policy.mfs_scalar import FEW_FLOWS, bottleneck, decide_few
 from laxflow.policy.mlu import level_of, mlu, thresholds
 from laxflow.policy.red import red_order
 from laxflow.policy.rli import rli
@@ -97,6 +97,7 @@ class MfsPolicy(FlowPolicy):
         self._finished_bytes = np.zeros(0)  # explicit bytes of flows done since the last decision
         self._finished_links: set[int] = set()  # where _finished_bytes is not 0
         self._last_t: float | None = None
+        self._bneck_cache: dict[tuple[int, int], tuple] = {}  # see mfs_scalar.bottleneck
 
     # ------------------------------------------------------------ coordinator
 
@@ -230,19 +231,10 @@ class MfsPolicy(FlowPolicy):
         """Slots for newly seen flows, with their static facts filled in."""
         t = self.rmlq
         slots = np.fromiter((t.allocate(f) for f in new), np.int64, len(new))
-        # Bottleneck link of each path, all flows at once: min of capacity / weight.
-        counts = np.fromiter((f.links.size for f in new), np.int64, len(new))
-        links = np.concatenate([f.links for f in new])
-        weights = np.concatenate([f.weights for f in new])
-        per_link = snap.capacity[links] / weights
-        starts = np.r_[0, np.cumsum(counts)[:-1]]
-        best = np.minimum.reduceat(per_link, starts)
-        owner = np.repeat(np.arange(len(new)), counts)
-        hit = np.flatnonzero(per_link == best[owner])
-        first = hit[np.r_[True, owner[hit][1:] != owner[hit][:-1]]]  # first link attaining the min
-        t.bneck_link[slots] = links[first]
-        t.bneck_rate[slots] = best
-        t.bneck_weight[slots] = weights[first]
+        # Bottleneck link of each path (first link attaining the min of
+        # capacity / weight), per flow: cached per transfer shape.
+        for f, s in zip(new, slots.tolist()):
+            t.bneck_link[s], t.bneck_rate[s], t.bneck_weight[s] = bottleneck(self, f, snap.capacity)
         t.last_rem[slots] = np.fromiter((f.size for f in new), float, len(new))
         t.explicit[slots] = np.fromiter((f.has_explicit_deadline for f in new), bool, len(new))
         t.stage[slots] = np.fromiter((STAGE_CODES[f.stage] for f in new), np.int8, len(new))

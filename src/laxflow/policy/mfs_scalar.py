@@ -112,17 +112,37 @@ def decide_few(p: MfsPolicy, snap: Snapshot) -> Decision:
     )
 
 
+def bottleneck(p: MfsPolicy, f: Flow, capacity: np.ndarray) -> tuple[int, float, float]:
+    """The flow's bottleneck alone: (first link attaining the min of capacity /
+    weight, that min, the flow's weight there).
+
+    Read-only usage arrays (the serving simulator's transfer shapes, shared
+    by every flow of a shape) are looked up in ``p._bneck_cache`` by identity;
+    the entry keeps the arrays alive, so an id is never reused for others."""
+    links_a, weights_a = f.links, f.weights
+    frozen = not (links_a.flags.writeable or weights_a.flags.writeable)
+    if frozen:
+        hit = p._bneck_cache.get((id(links_a), id(weights_a)))
+        if hit is not None and hit[2] is capacity:
+            return hit[3]
+    links = links_a.tolist()
+    weights = weights_a.tolist()
+    cap = capacity[links_a].tolist()
+    per_link = [_ratio(c, w) for c, w in zip(cap, weights)]
+    best = min(per_link)
+    first = per_link.index(best)  # first link attaining the min
+    out = (links[first], best, weights[first])
+    if frozen:
+        if len(p._bneck_cache) >= 4096:  # bounded: many distinct frozen arrays is not the serving case
+            p._bneck_cache.clear()
+        p._bneck_cache[(id(links_a), id(weights_a))] = (links_a, weights_a, capacity, out)
+    return out
+
+
 def _admit_one(p: MfsPolicy, f: Flow, s: int, capacity: np.ndarray) -> None:
     """Static facts of a new flow (``MfsPolicy._admit`` for one flow)."""
     t = p.rmlq
-    links = f.links.tolist()
-    weights = f.weights.tolist()
-    per_link = [_ratio(float(capacity[link]), w) for link, w in zip(links, weights)]
-    best = min(per_link)
-    first = per_link.index(best)  # first link attaining the min
-    t.bneck_link[s] = links[first]
-    t.bneck_rate[s] = best
-    t.bneck_weight[s] = weights[first]
+    t.bneck_link[s], t.bneck_rate[s], t.bneck_weight[s] = bottleneck(p, f, capacity)
     t.last_rem[s] = f.size
     t.explicit[s] = f.has_explicit_deadline
     t.stage[s] = STAGE_CODES[f.stage]

@@ -25,6 +25,7 @@ class ShortestJobFirst(FlowPolicy):
     """Level = rank of (size, arrival); called by the engine after every event."""
 
     name = "sjf"
+    reads_link_load = False
 
     def decide(self, snap: Snapshot) -> Decision:
         return self.decision(sjf_levels(snap.size, snap.arrival))

@@ -9,13 +9,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from laxflow.sim.network import allocator_scalar
+from laxflow.sim.network import allocator, allocator_scalar
 from laxflow.sim.network.allocator import Usage, allocate
 
 
-@pytest.fixture(autouse=True, params=["scalar", "vectorized"])
+@pytest.fixture(autouse=True, params=["native", "scalar", "vectorized"])
 def path(request, monkeypatch):
-    """Run the test with every input forced onto the scalar path or onto the vectorized one."""
+    """Run the test with every input forced onto the C path, the scalar path or the vectorized one."""
+    if request.param == "native" and not allocator.NATIVE:
+        pytest.skip("the C allocation module is not built")
+    monkeypatch.setattr(allocator, "NATIVE", request.param == "native")
     monkeypatch.setattr(allocator_scalar, "FEW_ENTRIES", 10**6 if request.param == "scalar" else -1)
     return request.param
 

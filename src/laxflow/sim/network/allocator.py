@@ -36,6 +36,11 @@ from functools import cached_property
 
 import numpy as np
 
+try:  # the C path (allocate_native.c), built at install; NumPy alone when it is missing
+    from laxflow.sim.network._allocate_native import ffi as _ffi, lib as _lib
+except ImportError:  # pragma: no cover - an install without the build
+    _ffi = _lib = None
+
 # Shares within this relative distance are treated as equal, so links that
 # tie in exact arithmetic freeze in the same round despite rounding.
 REL_EPS = 1e-12
@@ -67,6 +72,19 @@ class Usage:
     def link_load(self, rate: np.ndarray, num_links: int) -> np.ndarray:
         """Bytes/s on each link when flow i runs at ``rate[i]``."""
         return np.bincount(self.link, weights=self.weight * np.repeat(rate, self.nnz), minlength=num_links)
+
+    def entry_utilization(self, rate: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+        """``link_load(rate)[link] / capacity[link]``: each entry's link's utilization (in C when built)."""
+        if NATIVE:
+            util = np.empty(self.link.size)
+            rc = _lib.lxf_entry_util(
+                self.num_flows, _arg(_INT64S, self.ptr, _I64), _arg(_INT64S, self.link, _I64),
+                _arg(_DOUBLES, self.weight, _F64), _arg(_DOUBLES, rate, _F64),
+                _arg(_DOUBLES, capacity, _F64), capacity.size, _ffi.from_buffer(_DOUBLES, util),
+            )
+            if rc == 0:
+                return util
+        return self.link_load(rate, capacity.size)[self.link] / capacity[self.link]
 
 
 def water_fill(
@@ -160,12 +178,17 @@ def allocate(
     ``from_level`` keep ``prev_rate`` (the caller guarantees those levels and
     their flows' caps are unchanged since ``prev_rate`` was computed, which
     makes their allocation identical) and only the rest is recomputed.
-    Small inputs go to the bit-identical scalar path
-    (:mod:`~laxflow.sim.network.allocator_scalar`).
+    With the C module built (``NATIVE``), all of it runs there, bit-identical
+    to the code below; otherwise small inputs go to the bit-identical scalar
+    path (:mod:`~laxflow.sim.network.allocator_scalar`), others to NumPy.
     """
     n = usage.num_flows
     if n == 0:
         return np.zeros(0)
+    if NATIVE:
+        rates = _allocate_native(capacity, usage, level, cap, from_level, prev_rate)
+        if rates is not None:
+            return rates
     if n <= 256:  # Python min/max: a NumPy reduction costs more on a short array
         levels = level.tolist()
         lowest, highest = min(levels), max(levels)
@@ -218,6 +241,47 @@ def allocate(
         rates[order[a:b]] = water_fill(residual, level_links, eweight[ea:eb], ocounts[a:b], ocap[a:b])
         _snap_saturated(residual, capacity, level_links)
     return rates
+
+
+# Whether allocate runs in C (tests switch it off to compare the paths).
+NATIVE = _lib is not None
+_REL_BELOW, _REL_ABOVE = 1.0 - REL_EPS, 1.0 + REL_EPS  # as water_fill computes them
+
+
+_F64, _I64 = np.dtype(np.float64), np.dtype(np.int64)
+_DOUBLES = _INT64S = None
+if _ffi is not None:
+    _DOUBLES, _INT64S = _ffi.typeof("double[]"), _ffi.typeof("int64_t[]")
+
+
+def _arg(ffi_type: object, a: np.ndarray, dtype: np.dtype) -> object:
+    """The array's buffer for C, converted first if its dtype is not ``dtype``
+    (from_buffer takes raw bytes) or it is not contiguous (from_buffer refuses)."""
+    if a.dtype is not dtype and a.dtype != dtype:
+        a = np.ascontiguousarray(a, dtype=dtype)
+    try:
+        return _ffi.from_buffer(ffi_type, a)
+    except ValueError:  # not C-contiguous
+        return _ffi.from_buffer(ffi_type, np.ascontiguousarray(a))
+
+
+def _allocate_native(
+    capacity: np.ndarray, usage: Usage, level: np.ndarray, cap: np.ndarray, from_level: int | None,
+    prev_rate: np.ndarray | None,
+) -> np.ndarray | None:
+    """``allocate`` in C (None if C could not get memory or a link is out of
+    range: the caller goes on in NumPy, which raises for the latter)."""
+    n = usage.num_flows
+    rates = np.empty(n)
+    prev = _ffi.NULL if prev_rate is None else _arg(_DOUBLES, prev_rate, _F64)
+    rc = _lib.lxf_allocate(
+        n, _arg(_INT64S, usage.ptr, _I64), _arg(_INT64S, usage.link, _I64),
+        _arg(_DOUBLES, usage.weight, _F64), _arg(_INT64S, level, _I64),
+        _arg(_DOUBLES, cap, _F64), _arg(_DOUBLES, capacity, _F64), capacity.size,
+        from_level is not None, 0 if from_level is None else int(from_level), prev,
+        _REL_BELOW, _REL_ABOVE, SATURATED_REL_EPS, _ffi.from_buffer(_DOUBLES, rates),
+    )
+    return rates if rc == 0 else None
 
 
 def _snap_saturated(residual: np.ndarray, capacity: np.ndarray, links: np.ndarray | None = None) -> None:

@@ -18,8 +18,12 @@ Events (all on the shared :class:`~laxflow.sim.events.EventQueue`):
   rates. Levels below the lowest one an event touched keep their rates, which
   is exact (see :func:`~laxflow.sim.network.allocator.allocate`).
 
-Live-flow state is kept in NumPy arrays in admission order, with the Flow
-objects alongside; flows that finish are dropped in one compaction before
+Live-flow state is kept in Python lists in admission order, with the Flow
+objects alongside (a serving run has 1-3 live flows at the median, where a
+NumPy call costs more than the arithmetic); NumPy takes over in the
+per-flow passes when many flows are live (``VECTOR_FROM``), doing the same
+float operations, and the rate allocation runs in C (see
+:mod:`~laxflow.sim.network.allocator`). Flows that finish are dropped before
 the next decision.
 
 ``Snapshot.link_load`` is an exponentially weighted moving average of each
@@ -32,6 +36,7 @@ engine's piecewise-constant rates.
 from __future__ import annotations
 
 import math
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -48,8 +53,12 @@ DONE_REL_EPS = 1e-9
 # ... and so is one whose last bytes would take less than this (relative to
 # now) to send: its finish time is not representable as later than now.
 DONE_TIME_EPS = 1e-12
+# From this many live flows the per-flow passes (bytes sent, completions) run
+# in NumPy; below it in Python floats (the same operations, so the same bits).
+VECTOR_FROM = 48
 _NUM_CODES = max(STAGE_CODES.values()) + 1  # bincount length over stage codes
 _STAGE_ITEMS = tuple(STAGE_OF_CODE.items())
+_INF = math.inf
 
 Callback = Callable[[Flow], None]
 
@@ -61,7 +70,8 @@ class FluidNetwork:
     one thread. The owner shares ``queue`` (it pushes its own events onto it)
     and either calls :meth:`run` or steps the queue itself. ``load_window``
     (seconds, default 10 ms: a few layers of a prefill) is the time constant
-    of ``Snapshot.link_load``.
+    of ``Snapshot.link_load``, which is kept when the policy reads it
+    (``FlowPolicy.reads_link_load``) or ``track_link_load`` is True.
     """
 
     def __init__(
@@ -70,6 +80,7 @@ class FluidNetwork:
         policy: FlowPolicy,
         queue: EventQueue | None = None,
         load_window: float = 0.01,
+        track_link_load: bool | None = None,
     ) -> None:
         if not load_window > 0:
             raise ValueError(f"load_window must be > 0 s (got {load_window!r})")
@@ -80,29 +91,42 @@ class FluidNetwork:
         self.capacity = topology.capacity
         self._capacity_list = self.capacity.tolist()
         self.bytes_delivered_by_stage: dict[Stage, float] = {s: 0.0 for s in Stage}
-        self.link_load = np.zeros(topology.num_links)
+        # The moving average is kept only when someone reads it: the policy
+        # (``reads_link_load``) or the owner (``track_link_load=True``).
+        self._track_load = policy.reads_link_load if track_link_load is None else bool(track_link_load)
+        self._link_load = np.zeros(topology.num_links)
         self._load_idle = True  # link_load and the utilization are all 0 (until the first rates)
         self.events = 0  # engine events handled (completions, timers, recomputes)
 
+        # Live flows, one entry per flow in admission order in every list.
         self._flows: list[Flow] = []
         self._callbacks: list[Callback | None] = []
-        self._remaining = np.zeros(0)
-        self._rate = np.zeros(0)
-        self._level = np.zeros(0, dtype=np.int64)  # -1: not decided yet
-        self._cap = np.zeros(0)
-        self._no_cap = np.zeros(0)  # the all-inf caps of decisions without caps, reused
-        self._queue = np.zeros(0, dtype=np.int64)  # the decision's queue (switch class) per flow
-        self._dscp = np.zeros(0, dtype=np.uint8)  # ... and its DSCP
-        self._size = np.zeros(0)
-        self._arrival = np.zeros(0)
-        self._stage = np.zeros(0, dtype=np.int8)
+        self._remaining: list[float] = []
+        self._rate: list[float] = []
+        self._size: list[float] = []
+        self._arrival: list[float] = []
+        self._stage: list[int] = []
         # Fastest rate each flow could get alone (min over its links of
-        # capacity / weight): capacities never change, so it is set once at
-        # admission rather than at every decision.
-        self._bneck = np.zeros(0)
-        self._dead = np.zeros(0, dtype=bool)
-        self._usage = Usage(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
-        self._pending: list[tuple[Flow, Callback | None, np.ndarray, np.ndarray]] = []
+        # capacity / weight): capacities never change, so it is set once.
+        self._bneck: list[float] = []
+        self._links: list[np.ndarray] = []  # merged usage vector per flow
+        self._weights: list[np.ndarray] = []
+        self._nnz: list[int] = []  # entries per flow
+        self._dead: list[bool] = []
+        self._gone: list[int] = []  # positions of dead flows, until the next compaction
+        # The last decision per flow (-1 / inf / -1 / 0 before the first).
+        self._level: list[int] = []
+        self._cap: list[float] = []
+        self._queue: list[int] = []
+        self._dscp: list[int] = []
+        self._csr: Usage | None = None  # the live usage vectors as one CSR (built when rates are needed)
+        self._no_cap: tuple[np.ndarray, list[float]] = (np.zeros(0), [])  # all-inf caps, reused
+        self._pending: list[tuple[Flow, Callback | None, np.ndarray, np.ndarray, float]] = []
+        # Merged usage of read-only (links, weights) arrays, by their ids: the
+        # serving simulator gives every flow of one transfer shape the same
+        # frozen arrays, so each shape is merged and checked once. The value
+        # holds the arrays themselves, so their ids cannot be reused.
+        self._usage_cache: dict[tuple[int, int], tuple] = {}
         self._removed_min_level: int | None = None  # lowest level a removal touched
         # Utilization of the links live flows use (all others are at 0), as
         # (link indices, values): the average's update touches only those.
@@ -116,6 +140,16 @@ class FluidNetwork:
         self._members: set[int] = set()  # id() of live and pending flows
 
     # -- owner API --------------------------------------------------------------
+
+    @property
+    def link_load(self) -> np.ndarray:
+        """Per-link utilization EWMA (see the module doc); the engine's own array, do not write."""
+        if not self._track_load:
+            raise RuntimeError(
+                f"link_load is not kept: policy {type(self.policy).__name__} does not read it "
+                "(pass track_link_load=True to FluidNetwork to keep it)"
+            )
+        return self._link_load
 
     @property
     def live(self) -> list[Flow]:
@@ -138,11 +172,11 @@ class FluidNetwork:
         now = self.queue.now
         if flow.finish is not None or id(flow) in self._members:
             raise ValueError(f"flow {flow.id!r} was already added")
-        links, weights = _merge_links(flow, self.topology.num_links)
+        links, weights, bneck = self._usage_of(flow)
         if flow.arrival < now:
             flow.arrival = now
         self._advance(now)
-        self._pending.append((flow, on_complete, links, weights))
+        self._pending.append((flow, on_complete, links, weights, bneck))
         self._members.add(id(flow))
         self._schedule_recompute()
 
@@ -151,21 +185,40 @@ class FluidNetwork:
         self._advance(self.queue.now)
         self._schedule_recompute()
 
-    def rate_of(self, flow: Flow) -> float:
-        """Current rate of ``flow`` in bytes/s (0 if not live or not yet allocated)."""
+    def _usage_of(self, flow: Flow) -> tuple[np.ndarray, np.ndarray, float]:
+        """The flow's merged usage vector and its bottleneck rate alone (min of capacity / weight)."""
+        if not (math.isfinite(flow.size) and flow.size > 0):
+            raise ValueError(f"flow {flow.id!r}: size must be finite and > 0 (got {flow.size!r})")
+        links, weights = flow.links, flow.weights
+        frozen = not (links.flags.writeable or weights.flags.writeable)
+        if frozen:
+            hit = self._usage_cache.get((id(links), id(weights)))
+            if hit is not None:
+                return hit[2], hit[3], hit[4]
+        merged, merged_w = _merge_links(flow, self.topology.num_links)
+        capacity = self._capacity_list
+        bneck = min([capacity[link] / w for link, w in zip(merged.tolist(), merged_w.tolist())])
+        if frozen:
+            if len(self._usage_cache) >= 4096:  # bounded: many distinct frozen arrays is not the serving case
+                self._usage_cache.clear()
+            self._usage_cache[(id(links), id(weights))] = (links, weights, merged, merged_w, bneck)
+        return merged, merged_w, bneck
+
+    def _position(self, flow: Flow) -> int | None:
         self._compact()
         if self._pos is None:
             self._pos = {id(f): i for i, f in enumerate(self._flows)}
-        i = self._pos.get(id(flow))
+        return self._pos.get(id(flow))
+
+    def rate_of(self, flow: Flow) -> float:
+        """Current rate of ``flow`` in bytes/s (0 if not live or not yet allocated)."""
+        i = self._position(flow)
         return 0.0 if i is None else float(self._rate[i])
 
     def remaining_of(self, flow: Flow) -> float:
         """Bytes ``flow`` still has to send at ``queue.now``."""
         self._advance(self.queue.now)
-        self._compact()
-        if self._pos is None:
-            self._pos = {id(f): i for i, f in enumerate(self._flows)}
-        i = self._pos.get(id(flow))
+        i = self._position(flow)
         if i is not None:
             return float(self._remaining[i])
         return float(flow.size) if id(flow) in self._members else 0.0  # pending: nothing sent yet
@@ -182,22 +235,41 @@ class FluidNetwork:
         if dt <= 0:
             return
         self._t = now
-        if self._rate.size:
-            sent = self._rate * dt
-            np.minimum(sent, self._remaining, out=sent)
-            self._remaining -= sent
+        n = len(self._rate)
+        if n >= VECTOR_FROM:
+            sent = np.array(self._rate) * dt
+            remaining = np.array(self._remaining)
+            np.minimum(sent, remaining, out=sent)
+            remaining -= sent
+            self._remaining = remaining.tolist()
             by_stage = np.bincount(self._stage, weights=sent, minlength=_NUM_CODES).tolist()
-            for code, stage in _STAGE_ITEMS:
-                self.bytes_delivered_by_stage[stage] += by_stage[code]
-        if self._load_idle:
-            return  # nothing ever loaded a link: the average stays 0
+            self._add_delivered(by_stage)
+        elif n:
+            # As the NumPy pass: sent = min(rate * dt, remaining) (np.minimum
+            # keeps the first when equal), summed per stage in flow order from 0.0.
+            by_stage = [0.0] * _NUM_CODES
+            remaining = self._remaining
+            for i, (rate, left, code) in enumerate(zip(self._rate, remaining, self._stage)):
+                sent = rate * dt
+                if not sent <= left:
+                    sent = left
+                remaining[i] = left - sent
+                by_stage[code] += sent
+            self._add_delivered(by_stage)
+        if self._load_idle or not self._track_load:
+            return  # nothing ever loaded a link (or nobody reads it): the average stays 0
         # load <- util + (load - util) * decay: where util is 0 that is
         # load * decay, the same float result, done in one pass in place.
         decay = math.exp(-dt / self.load_window)
-        load, links, util = self.link_load, self._util_links, self._util
+        load, links, util = self._link_load, self._util_links, self._util
         old = load[links]
         load *= decay
         load[links] = util + (old - util) * decay
+
+    def _add_delivered(self, by_stage: list[float]) -> None:
+        delivered = self.bytes_delivered_by_stage
+        for code, stage in _STAGE_ITEMS:
+            delivered[stage] += by_stage[code]
 
     def _schedule_recompute(self) -> None:
         now = self.queue.now
@@ -207,36 +279,50 @@ class FluidNetwork:
 
     # -- events ---------------------------------------------------------------
 
+    def _finished(self, now: float) -> list[int]:
+        """Positions of the live flows whose last bytes are in at ``now``."""
+        if len(self._rate) >= VECTOR_FROM:
+            remaining = np.array(self._remaining)
+            done = (remaining <= np.array(self._size) * DONE_REL_EPS) | (
+                remaining <= np.array(self._rate) * DONE_TIME_EPS * max(1.0, abs(now))
+            )
+            done &= ~np.array(self._dead, dtype=bool)
+            return done.nonzero()[0].tolist()
+        scale = max(1.0, abs(now))
+        return [
+            i
+            for i, (left, size, rate, dead) in enumerate(zip(self._remaining, self._size, self._rate, self._dead))
+            if not dead and (left <= size * DONE_REL_EPS or left <= rate * DONE_TIME_EPS * scale)
+        ]
+
     def _on_completion(self, gen: int) -> None:
         if gen != self._completion_gen:
             return  # a later recompute moved the next completion
         self.events += 1
         now = self.queue.now
         self._advance(now)
-        done = (self._remaining <= self._size * DONE_REL_EPS) | (
-            self._remaining <= self._rate * DONE_TIME_EPS * max(1.0, abs(now))
-        )
-        done &= ~self._dead
-        finished = done.nonzero()[0]  # (nonzero, not flatnonzero or any(): a tenth of the cost on small arrays)
-        if finished.size == 0:
+        finished = self._finished(now)
+        if not finished:
             self._schedule_completion()  # rounding left a sliver: go again
             return
         # Bytes still counted as remaining are delivered now.
-        last = self._remaining[finished]
-        by_stage = np.bincount(self._stage[finished], weights=last, minlength=_NUM_CODES).tolist()
-        for code, stage in _STAGE_ITEMS:
-            self.bytes_delivered_by_stage[stage] += by_stage[code]
-        self._remaining[finished] = 0.0
-        self._rate[finished] = 0.0
-        self._dead[finished] = True
-        low = min(self._level[finished].tolist())
+        by_stage = [0.0] * _NUM_CODES
+        remaining, rate, dead = self._remaining, self._rate, self._dead
+        for i in finished:
+            by_stage[self._stage[i]] += remaining[i]
+            remaining[i] = 0.0
+            rate[i] = 0.0
+            dead[i] = True
+        self._add_delivered(by_stage)
+        self._gone.extend(finished)
+        low = min([self._level[i] for i in finished])
         if low >= 0:
             self._removed_min_level = low if self._removed_min_level is None else min(self._removed_min_level, low)
         # (Link utilisation is refreshed by the recompute at this same time,
         # before any time passes.)
         # Callbacks may look at the network (live, rate_of), which compacts
-        # the arrays: take the flows out first.
-        done_flows = [(self._flows[i], self._callbacks[i]) for i in finished.tolist()]
+        # the lists: take the flows out first.
+        done_flows = [(self._flows[i], self._callbacks[i]) for i in finished]
         for flow, _ in done_flows:
             flow.finish = now
             self._members.discard(id(flow))
@@ -262,19 +348,40 @@ class FluidNetwork:
         self._admit_pending()
         n = len(self._flows)
         if n == 0:
-            self._rate = np.zeros(0)
             self._util_links, self._util = np.zeros(0, dtype=np.int64), np.zeros(0)
             self._removed_min_level = None
             self._completion_gen += 1
             return
-        decision = self.policy.decide(self._snapshot(now))
-        level, cap, queue, dscp = self._check(decision, n)
-        # Flows whose level or cap changed (new flows have level -1): they
-        # need new rates and their Flow objects new values.
-        moved = (self._level != level) | (self._cap != cap)
-        self._allocate(level, cap, moved)
-        self._write_back(level, cap, queue, dscp, moved | (self._queue != queue) | (self._dscp != dscp))
-        self._level, self._cap, self._queue, self._dscp = level, cap, queue, dscp
+        snap = EngineSnapshot.of(self, now)
+        decision = self.policy.decide(snap)
+        snap.close()
+        arrays, lists = self._check(decision, n)
+        level, cap, queue, dscp = arrays
+        level_l, cap_l, queue_l, dscp_l = lists
+        old_level, old_cap, old_queue, old_dscp = self._level, self._cap, self._queue, self._dscp
+        # Flows whose level or cap changed (new flows have level -1) need new
+        # rates; those and flows whose queue or DSCP changed need their Flow
+        # objects updated.
+        if n >= VECTOR_FROM:
+            moved_mask = (np.array(old_level) != level) | (np.array(old_cap) != cap)
+            moved = moved_mask.nonzero()[0].tolist()
+            changed = (moved_mask | (np.array(old_queue) != queue) | (np.array(old_dscp) != dscp)).nonzero()[0].tolist()
+        else:
+            moved = [i for i in range(n) if level_l[i] != old_level[i] or cap_l[i] != old_cap[i]]
+            changed = [
+                i for i in range(n)
+                if level_l[i] != old_level[i] or cap_l[i] != old_cap[i] or queue_l[i] != old_queue[i]
+                or dscp_l[i] != old_dscp[i]
+            ]
+        self._allocate(level, cap, level_l, moved)
+        flows = self._flows
+        for i in changed:
+            flow = flows[i]
+            flow.level = level_l[i]
+            flow.cap = cap_l[i]
+            flow.queue = queue_l[i]
+            flow.dscp = dscp_l[i]
+        self._level, self._cap, self._queue, self._dscp = level_l, cap_l, queue_l, dscp_l
         for t in decision.timers:
             if t > now and t not in self._timers and math.isfinite(t):
                 self._timers.add(t)
@@ -283,26 +390,9 @@ class FluidNetwork:
 
     # -- recompute pieces -------------------------------------------------------
 
-    def _snapshot(self, now: float) -> Snapshot:
-        snap = Snapshot(
-            now=now,
-            flows=list(self._flows),  # a copy: the engine edits its list in place
-            remaining=self._remaining.copy(),
-            capacity=self.capacity,
-            link_load=np.minimum(np.maximum(self.link_load, 0.0), 1.0),  # clip, at a third of np.clip's cost
-            load_window=self.load_window,
-        )
-        # Columns the engine already holds as arrays: fill the snapshot's
-        # caches so policies do not rebuild them flow by flow.
-        cache = snap.__dict__
-        cache["size"] = self._size.copy()
-        cache["arrival"] = self._arrival.copy()
-        cache["stage"] = self._stage.copy()
-        cache["bottleneck_rate"] = self._bneck.copy()
-        return snap
-
-    def _check(self, decision: Decision, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The decision's arrays, validated (one clear error naming the policy and field)."""
+    def _check(self, decision: Decision, n: int) -> tuple[tuple[np.ndarray, ...], tuple[list, list, list, list]]:
+        """The decision's level, cap, queue and DSCP as arrays and as lists,
+        validated (one clear error naming the policy and field)."""
         name = type(self.policy).__name__
         level = np.asarray(decision.level)
         if level.shape != (n,):
@@ -311,36 +401,38 @@ class FluidNetwork:
             if not np.all(np.isfinite(level)) or np.any(level != np.round(level)):
                 raise ValueError(f"policy {name}: decision.level must be integers")
         level = level.astype(np.int64)  # a copy: the engine keeps it
-        if (level < 0).nonzero()[0].size:
+        level_l = level.tolist()
+        if min(level_l) < 0:
             raise ValueError(f"policy {name}: decision.level must be >= 0")
         if decision.cap is None:
-            if self._no_cap.size != n:
-                self._no_cap = np.full(n, np.inf)
-                self._no_cap.flags.writeable = False  # shared by decisions until n changes
-            cap = self._no_cap
+            if self._no_cap[0].size != n:
+                no_cap = np.full(n, np.inf)
+                no_cap.flags.writeable = False  # shared by decisions until n changes
+                self._no_cap = (no_cap, [_INF] * n)
+            cap, cap_l = self._no_cap
         else:
             cap = np.asarray(decision.cap, dtype=np.float64).copy()
             if cap.shape != (n,):
                 raise ValueError(f"policy {name}: decision.cap has shape {cap.shape}, expected ({n},)")
-            if (~(cap >= 0)).nonzero()[0].size:  # also catches NaN
+            cap_l = cap.tolist()
+            if not all(c >= 0 for c in cap_l):  # also catches NaN
                 raise ValueError(f"policy {name}: decision.cap must be >= 0 (inf for none)")
         queue = np.asarray(decision.queue)
-        if queue.shape != (n,) or queue.dtype.kind not in "iu" or (queue < 0).nonzero()[0].size:
+        if queue.shape != (n,) or queue.dtype.kind not in "iu" or min(queue_l := queue.tolist()) < 0:
             raise ValueError(f"policy {name}: decision.queue must be {n} integers >= 0 (one per flow)")
         dscp = np.asarray(decision.dscp)
-        if dscp.shape != (n,) or dscp.dtype != np.uint8 or (dscp > 63).nonzero()[0].size:
+        if dscp.shape != (n,) or dscp.dtype != np.uint8 or max(dscp_l := dscp.tolist()) > 63:
             raise ValueError(f"policy {name}: decision.dscp must be {n} uint8 codepoints in 0..63 (one per flow)")
-        return level, cap, queue.astype(np.int64, copy=False), dscp
+        return (level, cap, queue, dscp), (level_l, cap_l, queue_l, dscp_l)
 
-    def _allocate(self, level: np.ndarray, cap: np.ndarray, changed: np.ndarray) -> None:
+    def _allocate(self, level: np.ndarray, cap: np.ndarray, level_l: list[int], moved: list[int]) -> None:
         """Rates for the new decision, reusing the levels no change touched
-        (``changed``: flows whose level or cap is not the last decision's)."""
+        (``moved``: positions whose level or cap is not the last decision's)."""
         old = self._level
         touched = []
-        which = changed.nonzero()[0]
-        if which.size:
-            touched.append(min(level[which].tolist()))
-            prev = [lv for lv in old[which].tolist() if lv >= 0]
+        if moved:
+            touched.append(min([level_l[i] for i in moved]))
+            prev = [old[i] for i in moved if old[i] >= 0]
             if prev:
                 touched.append(min(prev))
         if self._removed_min_level is not None:
@@ -348,100 +440,106 @@ class FluidNetwork:
         self._removed_min_level = None
         if not touched:
             return  # same flows, levels and caps: same rates
-        self._rate = allocate(self.capacity, self._usage, level, cap, from_level=min(touched), prev_rate=self._rate)
+        usage = self._usage()
+        rate = allocate(self.capacity, usage, level, cap, from_level=min(touched), prev_rate=np.array(self._rate))
+        self._rate = rate.tolist()
+        if not self._track_load:
+            return
         # Per entry (a link may repeat: the same value is then written twice).
-        links = self._usage.link
+        links = usage.link
         self._util_links = links
-        self._util = self._usage.link_load(self._rate, self.capacity.size)[links] / self.capacity[links]
+        self._util = usage.entry_utilization(rate, self.capacity)
         self._load_idle = False
 
-    def _write_back(self, level: np.ndarray, cap: np.ndarray, queue: np.ndarray, dscp: np.ndarray, changed: np.ndarray) -> None:
-        """Write levels, caps, queues and DSCPs into the Flow objects (only those that ``changed``)."""
-        changed = changed.nonzero()[0]
-        flows = self._flows
-        rows = zip(changed.tolist(), level[changed].tolist(), cap[changed].tolist(), queue[changed].tolist(), dscp[changed].tolist())
-        for i, lev, c, q, d in rows:
-            flow = flows[i]
-            flow.level = lev
-            flow.cap = c
-            flow.queue = q
-            flow.dscp = d
+    def _usage(self) -> Usage:
+        """The live flows' usage vectors as one CSR (cached until the live set changes)."""
+        if self._csr is None:
+            ptr = np.zeros(len(self._nnz) + 1, dtype=np.int64)
+            np.cumsum(self._nnz, out=ptr[1:])
+            self._csr = Usage(ptr, np.concatenate(self._links), np.concatenate(self._weights))
+        return self._csr
 
     def _schedule_completion(self) -> None:
         self._completion_gen += 1
-        moving = (self._rate > 0).nonzero()[0]
-        if not moving.size:
+        if len(self._rate) >= VECTOR_FROM:
+            rate = np.array(self._rate)
+            moving = (rate > 0).nonzero()[0]
+            times = (np.array(self._remaining)[moving] / rate[moving]).tolist()
+        else:
+            times = [left / rate for left, rate in zip(self._remaining, self._rate) if rate > 0]
+        if not times:
             return
-        dt = min((self._remaining[moving] / self._rate[moving]).tolist())
-        self.queue.push(self.queue.now + dt, Priority.COMPLETION, self._on_completion, self._completion_gen)
+        self.queue.push(self.queue.now + min(times), Priority.COMPLETION, self._on_completion, self._completion_gen)
 
     # -- live-set bookkeeping -----------------------------------------------------
 
+    _COLUMNS = ("_flows", "_callbacks", "_remaining", "_rate", "_size", "_arrival", "_stage", "_bneck", "_links",
+                "_weights", "_nnz", "_dead", "_level", "_cap", "_queue", "_dscp")
+
     def _compact(self) -> None:
-        """Drop finished flows from the arrays (order kept)."""
-        gone = self._dead.nonzero()[0]
-        if not gone.size:
+        """Drop finished flows from the lists (order kept)."""
+        gone = self._gone
+        if not gone:
             return
-        keep = ~self._dead
-        # Usually one or two flows leave: deleting them is cheaper than
-        # rebuilding the lists.
-        for i in gone[::-1].tolist():
-            del self._flows[i]
-            del self._callbacks[i]
-        for name in ("_remaining", "_rate", "_level", "_cap", "_queue", "_dscp", "_size", "_arrival", "_stage", "_bneck", "_dead"):
-            setattr(self, name, getattr(self, name)[keep])
-        u = self._usage
-        counts = u.nnz[keep]
-        entry_keep = np.repeat(keep, u.nnz)
-        self._usage = Usage(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), u.link[entry_keep], u.weight[entry_keep])
+        gone.sort(reverse=True)
+        u = self._csr
+        if u is not None and len(self._nnz) >= VECTOR_FROM:
+            # Many flows: cut the finished ones' entries out of the CSR in a
+            # few passes rather than rebuilding it from every flow's arrays.
+            keep = np.ones(len(self._nnz), dtype=bool)
+            keep[gone] = False
+            counts = np.array(self._nnz, dtype=np.int64)
+            entry_keep = np.repeat(keep, counts)
+            ptr = np.zeros(len(self._nnz) - len(gone) + 1, dtype=np.int64)
+            np.cumsum(counts[keep], out=ptr[1:])
+            self._csr = Usage(ptr, u.link[entry_keep], u.weight[entry_keep])
+        else:
+            self._csr = None
+        for name in self._COLUMNS:
+            column = getattr(self, name)
+            for i in gone:
+                del column[i]
+        gone.clear()
         self._pos = None
 
     def _admit_pending(self) -> None:
-        """Append the flows added since the last recompute to the live arrays.
-
-        Per-flow values are gathered in Python lists and appended with one
-        concatenate per array (a handful of flows arrive at a time)."""
+        """Append the flows added since the last recompute to the live lists."""
         pending = self._pending
         if not pending:
             return
+        k = len(pending)
         flows = [p[0] for p in pending]
-        k = len(flows)
         self._flows.extend(flows)
-        self._callbacks.extend(p[1] for p in pending)
-        size = np.array([f.size for f in flows], dtype=np.float64)
-        self._remaining = np.concatenate([self._remaining, size])
-        self._size = np.concatenate([self._size, size])
-        self._rate = np.concatenate([self._rate, np.zeros(k)])
-        self._level = np.concatenate([self._level, np.full(k, -1, dtype=np.int64)])
-        self._cap = np.concatenate([self._cap, np.full(k, np.inf)])
-        self._queue = np.concatenate([self._queue, np.full(k, -1, dtype=np.int64)])
-        self._dscp = np.concatenate([self._dscp, np.zeros(k, dtype=np.uint8)])
-        self._arrival = np.concatenate([self._arrival, np.array([f.arrival for f in flows], dtype=np.float64)])
-        self._stage = np.concatenate([self._stage, np.array([STAGE_CODES[f.stage] for f in flows], dtype=np.int8)])
-        self._dead = np.concatenate([self._dead, np.zeros(k, dtype=bool)])
-        # Bottleneck rate alone (min over links of capacity / weight; weights
-        # are > 0 after _merge_links) and the CSR pointers, in Python floats.
-        capacity = self._capacity_list
-        bneck, ptr, end = [], [], int(self._usage.ptr[-1])
-        for _, _, links, weights in pending:
-            bneck.append(min([capacity[link] / w for link, w in zip(links.tolist(), weights.tolist())]))
-            end += links.size
-            ptr.append(end)
-        self._bneck = np.concatenate([self._bneck, bneck])
-        u = self._usage
-        self._usage = Usage(
-            np.concatenate([u.ptr, ptr]).astype(np.int64, copy=False),
-            np.concatenate([u.link] + [p[2] for p in pending]),
-            np.concatenate([u.weight] + [p[3] for p in pending]),
-        )
+        self._callbacks.extend([p[1] for p in pending])
+        size = [float(f.size) for f in flows]
+        self._remaining.extend(size)
+        self._size.extend(size)
+        self._rate.extend([0.0] * k)
+        self._arrival.extend([float(f.arrival) for f in flows])
+        self._stage.extend([STAGE_CODES[f.stage] for f in flows])
+        self._bneck.extend([p[4] for p in pending])
+        self._links.extend([p[2] for p in pending])
+        self._weights.extend([p[3] for p in pending])
+        self._nnz.extend([p[2].size for p in pending])
+        u = self._csr
+        if u is not None:  # append the new flows' entries
+            ends = u.ptr[-1] + np.cumsum([p[2].size for p in pending])
+            self._csr = Usage(
+                np.concatenate([u.ptr, ends]),
+                np.concatenate([u.link] + [p[2] for p in pending]),
+                np.concatenate([u.weight] + [p[3] for p in pending]),
+            )
+        self._dead.extend([False] * k)
+        self._level.extend([-1] * k)
+        self._cap.extend([_INF] * k)
+        self._queue.extend([-1] * k)
+        self._dscp.extend([0] * k)
         pending.clear()
         self._pos = None
 
 
 def _merge_links(flow: Flow, num_links: int) -> tuple[np.ndarray, np.ndarray]:
     """The flow's usage vector with repeated links summed and zero weights dropped."""
-    if not (math.isfinite(flow.size) and flow.size > 0):
-        raise ValueError(f"flow {flow.id!r}: size must be finite and > 0 (got {flow.size!r})")
     links, weights = flow.links, flow.weights
     # Python min/max over the (short) lists: NumPy reductions cost more here.
     link_list, weight_list = links.tolist(), weights.tolist()
@@ -462,3 +560,61 @@ def _merge_links(flow: Flow, num_links: int) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"flow {flow.id!r}: usage vector has no positive weight")
         links, weights = links[keep], weights[keep]
     return links.astype(np.int64, copy=False), weights.astype(np.float64, copy=False)
+
+
+class EngineSnapshot(Snapshot):
+    """The engine's :class:`Snapshot`: each array column is copied from the
+    engine's live arrays the first time the policy reads it.
+
+    Built by :meth:`FluidNetwork._snapshot` for one ``decide`` call; the
+    columns are only valid during that call (the engine's arrays move on
+    after it), so reading one that was never read before afterwards raises
+    rather than returning later numbers. ``link_load`` raises if the engine
+    does not keep it (the policy said ``reads_link_load = False``).
+    """
+
+    @classmethod
+    def of(cls, net: FluidNetwork, now: float) -> "EngineSnapshot":
+        snap = cls.__new__(cls)
+        d = snap.__dict__
+        d["now"] = now
+        d["flows"] = list(net._flows)  # a copy: the engine edits its list in place
+        d["capacity"] = net.capacity
+        d["load_window"] = net.load_window
+        d["_net"] = net
+        return snap
+
+    def close(self) -> None:
+        """Called by the engine when ``decide`` returned."""
+        self.__dict__["_net"] = None
+
+    def _engine(self) -> FluidNetwork:
+        net = self.__dict__.get("_net")  # (absent in a copy made by dataclasses.replace)
+        if net is None:
+            raise RuntimeError("an engine snapshot's columns can only be read first during decide()")
+        return net
+
+    @cached_property
+    def remaining(self) -> np.ndarray:  # type: ignore[override]
+        return np.array(self._engine()._remaining, dtype=np.float64)
+
+    @cached_property
+    def link_load(self) -> np.ndarray:  # type: ignore[override]
+        # Clipped to [0, 1] (float dust in the utilization), at a third of np.clip's cost.
+        return np.minimum(np.maximum(self._engine().link_load, 0.0), 1.0)
+
+    @cached_property
+    def size(self) -> np.ndarray:
+        return np.array(self._engine()._size, dtype=np.float64)
+
+    @cached_property
+    def arrival(self) -> np.ndarray:
+        return np.array(self._engine()._arrival, dtype=np.float64)
+
+    @cached_property
+    def stage(self) -> np.ndarray:
+        return np.array(self._engine()._stage, dtype=np.int8)
+
+    @cached_property
+    def bottleneck_rate(self) -> np.ndarray:
+        return np.array(self._engine()._bneck, dtype=np.float64)

@@ -194,4 +194,9 @@ class Cluster:
             return Pattern(empty, np.zeros(0), 0.0, intra_bytes, float("inf"), 0)
         links, weights, total = self.topology.usage(net)
         bottleneck = float(np.min(self.topology.capacity[links] / weights))
-        return Pattern(links, weights * len(net), total, intra_bytes, bottleneck, len(net))
+        weights = weights * len(net)
+        # Read-only: every flow of this shape shares these arrays, and the
+        # network engine merges and checks a frozen pair once per run.
+        links.flags.writeable = False
+        weights.flags.writeable = False
+        return Pattern(links, weights, total, intra_bytes, bottleneck, len(net))

@@ -85,7 +85,9 @@ class ServingSimulator:
         )
         self.cluster = Cluster(self.cluster_config, self.runner.unit_gpus)
         self.queue = EventQueue()
-        self.network = FluidNetwork(self.cluster.topology, self.policy, self.queue)
+        # The "ttft" dispatch reads the measured link load whatever the policy reads.
+        self.network = FluidNetwork(self.cluster.topology, self.policy, self.queue,
+                                    track_link_load=True if config.router_dispatch == "ttft" else None)
         self.caches = PrefixCaches(len(self.cluster.prefill_units), config.cache_tokens_per_unit, config.kv_placement)
         self.router = GlobalRouter(
             len(self.cluster.prefill_units), len(self.cluster.decode_units), self.caches, config.router_overlap_weight

@@ -1,0 +1,313 @@
+/* The network engine's rate allocation in C: the same algorithm as
+ * laxflow/sim/network/allocator.py (strict priority across levels,
+ * weighted max-min by rounds of local-minimum freezing inside one level,
+ * saturation snapping), doing every float operation the NumPy code does in
+ * the same order, so the rates are bit-identical (tests compare the paths).
+ *
+ * Called through cffi (laxflow.sim.network._allocate_native, built by
+ * allocate_build.py at install) by allocator.allocate, on the caller's
+ * thread; it keeps no state between calls.  Compiled with
+ * -ffp-contract=off: a fused multiply-add would round differently.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* np.maximum / np.minimum on doubles: NaN from either operand propagates. */
+static inline double np_max(double a, double b) { return (a >= b || a != a) ? a : b; }
+static inline double np_min(double a, double b) { return (a <= b || a != a) ? a : b; }
+
+struct work {
+    const int64_t *start;   /* per flow: first entry */
+    const int64_t *count;   /* per flow: entries */
+    const int32_t *loc;     /* per entry: local link index */
+    const double *weight;   /* per entry */
+    double *residual;       /* per local link */
+    double *load;           /* per local link, scratch */
+    double *share;          /* per local link, scratch */
+    double *sum;            /* per local link, scratch */
+    char *blocked;          /* per local link, scratch */
+    int64_t *alive;         /* per flow, scratch */
+    double *best;           /* per flow, scratch */
+    char *freeze;           /* per flow, scratch */
+    double below, above;    /* 1 - REL_EPS, 1 + REL_EPS */
+};
+
+/* allocator.water_fill for the k flows ``flows`` (global indices, in order):
+ * writes rates[flows[i]], lowers residual. */
+static void water_fill(struct work *w, int64_t k, const int64_t *flows, const double *cap, double *rates)
+{
+    const int64_t *start = w->start, *count = w->count;
+    const int32_t *loc = w->loc;
+    const double *weight = w->weight;
+    double *residual = w->residual;
+    if (k == 0)
+        return;
+    if (k == 1) {
+        int64_t f = flows[0], a = start[f], b = a + count[f];
+        double share = residual[loc[a]] / weight[a];
+        for (int64_t e = a + 1; e < b; e++)
+            share = np_min(share, residual[loc[e]] / weight[e]);
+        double c = cap[f];
+        double m = (c < share) ? c : share;   /* Python min(share, c) */
+        double r = (m > 0.0) ? m : 0.0;       /* Python max(0.0, m) */
+        rates[f] = r;
+        for (int64_t e = a; e < b; e++)
+            residual[loc[e]] = np_max(residual[loc[e]] - weight[e] * r, 0.0);
+        return;
+    }
+    int64_t *alive = w->alive;
+    double *best = w->best, *load = w->load, *share = w->share, *sum = w->sum;
+    char *blocked = w->blocked, *freeze = w->freeze;
+    int capped = 0;
+    for (int64_t i = 0; i < k; i++) {
+        alive[i] = flows[i];
+        if (isfinite(cap[flows[i]]))
+            capped = 1;
+        int64_t f = flows[i];
+        for (int64_t e = start[f]; e < start[f] + count[f]; e++)
+            residual[loc[e]] = np_max(residual[loc[e]], 0.0);
+    }
+    int64_t m = k;
+    for (;;) {
+        for (int64_t i = 0; i < m; i++) {
+            int64_t f = alive[i];
+            for (int64_t e = start[f]; e < start[f] + count[f]; e++) {
+                load[loc[e]] = 0.0;
+                blocked[loc[e]] = 0;
+                sum[loc[e]] = 0.0;
+            }
+        }
+        for (int64_t i = 0; i < m; i++) {  /* np.bincount: in entry order, from 0.0 */
+            int64_t f = alive[i];
+            for (int64_t e = start[f]; e < start[f] + count[f]; e++)
+                load[loc[e]] += weight[e];
+        }
+        for (int64_t i = 0; i < m; i++) {
+            int64_t f = alive[i];
+            for (int64_t e = start[f]; e < start[f] + count[f]; e++)
+                share[loc[e]] = residual[loc[e]] / load[loc[e]];  /* load > 0: weights are > 0 */
+        }
+        for (int64_t i = 0; i < m; i++) {  /* np.minimum.reduceat, then the cap */
+            int64_t f = alive[i], a = start[f];
+            double b = share[loc[a]];
+            for (int64_t e = a + 1; e < a + count[f]; e++)
+                b = np_min(b, share[loc[e]]);
+            if (capped)
+                b = np_min(b, cap[f]);
+            best[i] = b;
+        }
+        for (int64_t i = 0; i < m; i++) {
+            int64_t f = alive[i];
+            for (int64_t e = start[f]; e < start[f] + count[f]; e++)
+                if (best[i] < share[loc[e]] * w->below)
+                    blocked[loc[e]] = 1;
+        }
+        int all = 1;
+        for (int64_t i = 0; i < m; i++) {
+            int64_t f = alive[i];
+            char fr = 0;
+            for (int64_t e = start[f]; e < start[f] + count[f]; e++)
+                if (!blocked[loc[e]]) {
+                    fr = 1;
+                    break;
+                }
+            if (capped && cap[f] <= best[i] * w->above)
+                fr = 1;
+            freeze[i] = fr;
+            if (!fr)
+                all = 0;
+        }
+        for (int64_t i = 0; i < m; i++) {  /* np.bincount of the frozen entries' w * best */
+            if (!freeze[i])
+                continue;
+            int64_t f = alive[i];
+            rates[f] = best[i];
+            for (int64_t e = start[f]; e < start[f] + count[f]; e++)
+                sum[loc[e]] += weight[e] * best[i];
+        }
+        for (int64_t i = 0; i < m; i++) {
+            if (!freeze[i])
+                continue;
+            int64_t f = alive[i];
+            for (int64_t e = start[f]; e < start[f] + count[f]; e++) {
+                int32_t l = loc[e];
+                if (blocked[l] != 2) {  /* once per link (blocked is not read again this round) */
+                    residual[l] = np_max(residual[l] - sum[l], 0.0);
+                    blocked[l] = 2;
+                }
+            }
+        }
+        if (all)
+            return;
+        int64_t j = 0;
+        for (int64_t i = 0; i < m; i++)
+            if (!freeze[i])
+                alive[j++] = alive[i];
+        m = j;
+    }
+}
+
+/* allocator.allocate: rates[n] of all flows.  from_level < 0 with
+ * has_from = 0: recompute every level; prev_rate may be NULL.  Returns 0, or
+ * -1 when out of memory or -2 for a link out of range (the caller then
+ * takes the NumPy path, which raises for the latter). */
+int lxf_allocate(int64_t n, const int64_t *ptr, const int64_t *link, const double *weight, const int64_t *level,
+                 const double *cap, const double *capacity, int64_t num_links, int has_from, int64_t from_level,
+                 const double *prev_rate, double rel_below, double rel_above, double sat_eps, double *rates)
+{
+    int64_t nnz = ptr[n];
+    int rc = -1;
+    int32_t *map = malloc(sizeof(int32_t) * (size_t)(num_links > 0 ? num_links : 1));
+    int32_t *loc = malloc(sizeof(int32_t) * (size_t)(nnz > 0 ? nnz : 1));
+    int64_t *used = malloc(sizeof(int64_t) * (size_t)(nnz > 0 ? nnz : 1));
+    double *dbl = malloc(sizeof(double) * (size_t)(5 * (nnz > 0 ? nnz : 1) + n + 1));
+    char *chr = malloc((size_t)(nnz + n + 1));
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)(3 * n + 1));
+    if (!map || !loc || !used || !dbl || !chr || !idx)
+        goto out;
+    memset(map, 0xff, sizeof(int32_t) * (size_t)num_links);
+    int32_t nloc = 0;
+    for (int64_t e = 0; e < nnz; e++) {
+        int64_t l = link[e];
+        if (l < 0 || l >= num_links) {  /* the NumPy path raises the IndexError */
+            rc = -2;
+            goto out;
+        }
+        if (map[l] < 0) {
+            map[l] = nloc;
+            used[nloc++] = l;
+        }
+        loc[e] = map[l];
+    }
+    double *residual = dbl, *limit = dbl + nnz, *load = dbl + 2 * nnz, *share = dbl + 3 * nnz, *sum = dbl + 4 * nnz;
+    double *best = dbl + 5 * nnz;
+    int64_t *order = idx, *alive = idx + n, *count = idx + 2 * n;
+    for (int32_t l = 0; l < nloc; l++) {
+        residual[l] = capacity[used[l]];
+        limit[l] = capacity[used[l]] * sat_eps;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        count[i] = ptr[i + 1] - ptr[i];
+        rates[i] = 0.0;
+    }
+    struct work w = {ptr, count, loc, weight, residual, load, share, sum, chr, alive, best, chr + nnz,
+                     rel_below, rel_above};
+    int64_t lowest = level[0], highest = level[0];
+    for (int64_t i = 1; i < n; i++) {
+        if (level[i] < lowest)
+            lowest = level[i];
+        if (level[i] > highest)
+            highest = level[i];
+    }
+    if (has_from && from_level <= lowest)
+        has_from = 0;
+    /* Stable order by level (np.argsort kind="stable"): bottom-up merge sort. */
+    for (int64_t i = 0; i < n; i++)
+        order[i] = i;
+    if (lowest != highest) {
+        int64_t *src = order, *dst = alive;
+        for (int64_t width = 1; width < n; width *= 2) {
+            for (int64_t lo = 0; lo < n; lo += 2 * width) {
+                int64_t mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
+                int64_t p = lo, q = mid, o = lo;
+                while (p < mid && q < hi)
+                    dst[o++] = level[src[q]] < level[src[p]] ? src[q++] : src[p++];
+                while (p < mid)
+                    dst[o++] = src[p++];
+                while (q < hi)
+                    dst[o++] = src[q++];
+            }
+            int64_t *t = src;
+            src = dst;
+            dst = t;
+        }
+        if (src != order)
+            memcpy(order, src, sizeof(int64_t) * (size_t)n);
+    }
+    int64_t first = 0;
+    if (has_from && prev_rate) {
+        for (int32_t l = 0; l < nloc; l++)
+            sum[l] = 0.0;
+        for (int64_t i = 0; i < n; i++) {  /* link_load of the kept levels, in entry order */
+            double r = level[i] < from_level ? prev_rate[i] : 0.0;
+            if (level[i] < from_level)
+                rates[i] = prev_rate[i];
+            for (int64_t e = ptr[i]; e < ptr[i + 1]; e++)
+                sum[loc[e]] += weight[e] * r;
+        }
+        for (int32_t l = 0; l < nloc; l++) {
+            residual[l] = residual[l] - sum[l];
+            if (residual[l] <= limit[l])
+                residual[l] = 0.0;
+        }
+        while (first < n && level[order[first]] < from_level)
+            first++;
+    }
+    int64_t a = first;
+    while (a < n) {
+        int64_t b = a + 1;
+        while (b < n && level[order[b]] == level[order[a]])
+            b++;
+        water_fill(&w, b - a, order + a, cap, rates);
+        for (int64_t i = a; i < b; i++) {  /* _snap_saturated on the level's links */
+            int64_t f = order[i];
+            for (int64_t e = ptr[f]; e < ptr[f + 1]; e++)
+                if (residual[loc[e]] <= limit[loc[e]])
+                    residual[loc[e]] = 0.0;
+        }
+        a = b;
+    }
+    rc = 0;
+out:
+    free(map);
+    free(loc);
+    free(used);
+    free(dbl);
+    free(chr);
+    free(idx);
+    return rc;
+}
+
+/* Usage.link_load(rate)[link] / capacity[link] for every entry: the
+ * utilization of each entry's link at these rates (the engine's link-load
+ * average).  Per link the sum of weight * rate in entry order from 0.0, as
+ * np.bincount adds.  Returns 0, -1 when out of memory, -2 for a link out of
+ * range (the caller then uses NumPy). */
+int lxf_entry_util(int64_t n, const int64_t *ptr, const int64_t *link, const double *weight, const double *rate,
+                   const double *capacity, int64_t num_links, double *util)
+{
+    int64_t nnz = ptr[n];
+    int rc = -1;
+    int32_t *map = malloc(sizeof(int32_t) * (size_t)(num_links > 0 ? num_links : 1));
+    double *sum = malloc(sizeof(double) * (size_t)(nnz > 0 ? nnz : 1));
+    int32_t *loc = malloc(sizeof(int32_t) * (size_t)(nnz > 0 ? nnz : 1));
+    if (!map || !sum || !loc)
+        goto out;
+    memset(map, 0xff, sizeof(int32_t) * (size_t)num_links);
+    int32_t nloc = 0;
+    for (int64_t e = 0; e < nnz; e++) {
+        int64_t l = link[e];
+        if (l < 0 || l >= num_links) {
+            rc = -2;
+            goto out;
+        }
+        if (map[l] < 0) {
+            map[l] = nloc;
+            sum[nloc++] = 0.0;
+        }
+        loc[e] = map[l];
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t e = ptr[i]; e < ptr[i + 1]; e++)
+            sum[loc[e]] += weight[e] * rate[i];
+    for (int64_t e = 0; e < nnz; e++)
+        util[e] = sum[loc[e]] / capacity[link[e]];
+    rc = 0;
+out:
+    free(map);
+    free(sum);
+    free(loc);
+    return rc;
+}
