@@ -45,6 +45,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from laxflow.integrations.prefill.base import Boundary, Preempt, PrefillScheduler, Task, yields_at
+from laxflow.policy.config import MfsConfig
+from laxflow.policy.mfs import MfsPolicy
 from laxflow.sim.serving.plan import LayerPlan
 
 if TYPE_CHECKING:
@@ -217,6 +219,22 @@ class PolicyHooks:
         if callable(got):
             got = got()
         return set(got) if got else set()
+
+
+class MfsPruning(MfsPolicy):
+    """``mfs`` with Algorithm 1's pruning on when it runs alone (``drop_budget`` 1 per run).
+
+    The simulator has no coordinator, and standalone ``mfs`` defaults to
+    ``drop_budget`` 0 (``MfsConfig``: alone it sees only live bytes), so
+    ``mfs+flowprefill`` never got a pruned set to act on. This policy is how
+    the coupling is measured in the simulator:
+    ``--policies laxflow.sim.serving.prefill_driver:MfsPruning``.
+    """
+
+    name = "mfs-prune"
+
+    def __init__(self, config: Any = None, **options: Any) -> None:
+        super().__init__(config if config is not None else MfsConfig.from_mapping({"drop_budget": 1, **options}))
 
 
 def chunked_plan(plan: LayerPlan, whole: float, chunks: Sequence[float]) -> tuple[LayerPlan, tuple[float, ...]]:
