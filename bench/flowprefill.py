@@ -4,7 +4,8 @@
     python bench/flowprefill.py slo-scale --model llama3-8b --rate 4 --seeds 3
 
 Each metric is searched per seed (laxflow.sim.serving.flowprefill_eval:
-geometric scan, then bisection to --tol), on the 1P1D preset
+geometric scan from --start, then bisection to --tol; a scheduler's later
+seeds start where its previous seed ended), on the 1P1D preset
 ``flowprefill-<model>`` (qwen-multislo, Table 2 SLOs). Prints one JSON
 object: per scheduler the per-seed values and their mean, the ratios of
 ``flowprefill`` over each baseline (goodput: flowprefill / baseline; SLO
@@ -58,11 +59,14 @@ def main(argv: list[str] | None = None) -> int:
         out["rate"] = a.rate
     for name in names:
         vals, probes = [], []
+        start = a.start or 1.0
         for seed in range(a.seeds):
             if a.metric == "goodput":
-                s = fe.goodput(a.model, name, seed, a.requests, a.warmup, a.start or 1.0, a.slo_scale, a.tol)
+                s = fe.goodput(a.model, name, seed, a.requests, a.warmup, start, a.slo_scale, a.tol)
             else:
-                s = fe.tightest_slo_scale(a.model, name, seed, a.requests, a.warmup, a.rate, a.start or 1.0, a.tol)
+                s = fe.tightest_slo_scale(a.model, name, seed, a.requests, a.warmup, a.rate, start, a.tol)
+            if s.value is not None:  # the next seed starts its search here: fewer probes, same crossing
+                start = s.value
             vals.append(None if s.value is None else round(s.value, 4))
             probes.append([[round(x, 4), round(y, 4)] for x, y in s.probes])
             print(f"{name} seed {seed}: {vals[-1]} ({len(s.probes)} probes)", file=sys.stderr)

@@ -8,9 +8,10 @@ of a ``flowprefill-<model>`` preset with one ``--prefill`` scheduler.
   Swept grids only bound it to a grid step, so :func:`boundary` searches the
   rate: it steps geometrically from ``start`` until attainment falls below
   90 % and then bisects between the last rate that held and the first that
-  did not, to a relative width ``tol``. The result is the first crossing
-  (a curve that dips and recovers counts its first dip), the rate the
-  paper's vertical line marks.
+  did not, to a relative width ``tol`` (from a start that already fails it
+  steps down instead). The result is the crossing nearest the start -- on a
+  curve that falls once, the rate the paper's vertical line marks; on one
+  that dips and recovers (seed noise near 90 %) the first dip seen.
 * Tightest SLO scale: at a fixed rate, every SLO of Table 2 is multiplied by
   the scale; attainment grows with it, so the same search from above finds
   the smallest scale with >= 90 %.
