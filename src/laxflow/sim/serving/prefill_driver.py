@@ -119,6 +119,8 @@ class PrefillDriver:
         """The batch computed its last layer: the task's completion event."""
         task = self.tasks.pop(id(batch))
         self.runs.pop(task.id, None)
+        if task in self.deferred:  # never resume (recompute) a task that is done
+            self.deferred.remove(task)
         if self.current is task:
             self.current = None
         if self._deferring is task:
@@ -143,8 +145,9 @@ class PrefillDriver:
                 self.scheduler.running = None
             elif task in self.scheduler.suspended:
                 self.scheduler.suspended.remove(task)
-            self.deferred.append(task)
-            self.deferrals += 1
+            if task not in self.deferred:  # the suspended-task path may have taken it already
+                self.deferred.append(task)
+                self.deferrals += 1
             self._apply(self.scheduler._round(self._now()))
             self._undefer_if_idle()
             return True
@@ -160,7 +163,9 @@ class PrefillDriver:
         if not pruned:
             return
         for task in list(self.scheduler.suspended):
-            if task is not self.next and all(r.id in pruned for r in task.requests):
+            # Not the one still executing toward its boundary (Preempt asked, not yet acknowledged):
+            # it is deferred there, once; taking it here too would resume (and recompute) it twice.
+            if task is not self.next and task is not self.current and all(r.id in pruned for r in task.requests):
                 self.scheduler.suspended.remove(task)
                 self.deferred.append(task)
                 self.deferrals += 1
