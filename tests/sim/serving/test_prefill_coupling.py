@@ -105,3 +105,30 @@ def test_network_aware_dispatch_avoids_a_loaded_nic():
     assert route.prefill == 1  # the load-only router would take unit 0 (tie, lowest index)
     with pytest.raises(UserError, match="router_dispatch"):
         create_config("llama3-8b", servers=2, router_dispatch="nope")
+
+
+def test_a_pruned_task_preempted_by_the_scheduler_before_its_boundary_is_deferred_once():
+    # Regression: deferral asked (a pruned), then a tight arrival makes the scheduler preempt a too,
+    # before a reaches its boundary. a was deferred twice and later resumed twice: recomputed, its
+    # requests finished twice (a fig12-conv run ended with "-32 requests unfinished").
+    pruned = Pruned()
+    drv, started, clock = _driver(pruned)
+    a = PrefillRequest("a", 0.0, 5.0, 5000)
+    drv.arrival(a)
+    drv.arrival(PrefillRequest("b", 0.0, 50.0, 300))
+    pruned.names = {"a"}
+    clock[0] = 0.1
+    drv.arrival(PrefillRequest("c", 0.1, 60.0, 100))  # a pruned: deferral asked
+    assert started[0].preempt_requested and drv._deferring is started[0].task
+    clock[0] = 0.15
+    drv.arrival(PrefillRequest("t", 0.15, 0.4, 50))  # tight: the scheduler preempts a as well
+    assert drv.boundary(started[0], int(Boundary.OPERATOR), 0.2)
+    assert drv.deferred == [started[0].task] and drv.deferrals == 1
+    for _ in range(10):  # finish everything else; a comes back exactly once, where it stopped
+        live = [s for s in started if drv.current is s.task]
+        if not live:
+            break
+        clock[0] += 0.5
+        drv.compute_done(live[0])
+    assert started[0].log == ["begin", "resume"]
+    assert sum(1 for s in started if s.task is started[0].task) == 1 and drv.deferred == []

@@ -113,3 +113,28 @@ def test_prefill_needs_one_attention_group():
     config = create_config("mixtral-8x7b", servers=2, prefill="flowprefill")
     with pytest.raises(UserError, match="attn_dp"):
         ServingSimulator(config, [create_request(0, 0.0, 100)], "fs")
+
+
+def test_a_suspended_batch_reports_the_layer_it_stopped_at_to_the_flow_policy():
+    # Layer progress from the scheduler drives MFS's RLI: a preempted batch stays at the layer it stopped
+    # in (``BatchRun.layer``, which every flow it issues or holds carries as ``current_layer``) and moves
+    # on only once it resumes.
+    from laxflow.sim.events import Priority
+    from laxflow.sim.serving.simulator import ServingSimulator
+
+    probe, _ = run(_one_unit("flowprefill"), _pair(16000, 100.0))
+    lt, fr = probe.batches[0].plan.compute, probe.batches[0].op_fractions
+    at = (3 + fr[0] / 2) * lt
+    sim = ServingSimulator(_one_unit("flowprefill"), _pair(16000, at), "mfs")
+    seen = []
+
+    def look():
+        long = sim.batches[0]
+        seen.append((long.layer, len(sim.batches)))
+
+    short_compute = 200 / 16000 * lt * sim.runner.num_layers  # short's compute is well under this
+    for t in (at + 1e-6, at + short_compute / 4):
+        sim.queue.push(t, Priority.TIMER, look)
+    res = sim.run()
+    assert seen[0][0] == seen[1][0] == 3 and seen[1][1] == 2  # suspended in layer 3 while short computes
+    assert res.batches[0].layer == sim.runner.num_layers - 1

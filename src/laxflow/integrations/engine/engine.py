@@ -10,6 +10,15 @@ to the pool in order. Deadlines and the scheduler's ``now`` are on
 
 With tensor parallelism, rank 0 runs a ``PrefillEngine`` whose pool is the
 leader and the other ranks run ``ExecutionPool.follow`` (see ``tp.py``).
+
+Network and compute together (``network=``, a second ``laxflow.hooks``
+client: ZeroMQ sockets are per thread, and ``hooks`` belongs to the pool's
+worker): the scheduler thread registers each arriving request with the
+daemon (its deadline on the daemon's wall clock), asks ``network.pruned()``
+on every event and, if the client has ``subscribe_pruned``, also gets the
+daemon's pruning advice as an event. Started tasks whose requests are all
+pruned are deferred (``PrefillScheduler.defer``): their compute goes to
+requests that can still meet their deadline.
 """
 
 from __future__ import annotations
@@ -65,10 +74,15 @@ class PrefillEngine:
         hooks: LayerHooks | None = None,
         granularity: Boundary | None = None,
         collective: Collective | None = None,
+        network: Any = None,
     ) -> None:
         """``granularity`` places the pool's checks (default: the scheduler's own); the
-        preemption bench sets it to compare operator and layer checks under one policy."""
+        preemption bench sets it to compare operator and layer checks under one policy.
+        ``network``: an object with ``pruned()`` (a ``HooksClient`` of its own, see the
+        module docstring), used on the scheduler thread only; None: no coupling."""
         self.scheduler = scheduler
+        self.network = network
+        self._pruned: set[str] = set()  # the last pruned set the daemon advised
         self.pool = ExecutionPool(
             model, scheduler.granularity if granularity is None else granularity, hooks, self._post, collective
         )
@@ -85,6 +99,9 @@ class PrefillEngine:
     def start(self) -> "PrefillEngine":
         self._worker.start()
         self._sched.start()
+        subscribe = getattr(self.network, "subscribe_pruned", None)
+        if callable(subscribe):  # advice arrives on the client's thread: only enqueue it
+            subscribe(lambda pruned: self._events.put(("pruned", set(pruned))))
         return self
 
     def __enter__(self) -> "PrefillEngine":
@@ -130,7 +147,10 @@ class PrefillEngine:
             try:
                 if event[0] == "stop":
                     return
-                if event[0] == "arrival":
+                if event[0] == "pruned":
+                    self._pruned = event[1]
+                elif event[0] == "arrival":
+                    self._register(event[1], now)
                     self._apply(self.scheduler.arrival(event[1], now))
                 elif event[0] == "preempted":
                     kind, progress = event[2]
@@ -142,8 +162,23 @@ class PrefillEngine:
                         self._results[request.id] = logits[row]
                         self._done[request.id].set()
                     self._apply(self.scheduler.completion(task, now))
+                self._defer(now)
             except Exception as exc:  # keep serving: the error is kept for the caller to see
                 self.errors.append(exc)
+
+    def _register(self, request: PrefillRequest, now: float) -> None:
+        """Tell the daemon the request's deadline (its clock is the wall clock)."""
+        register = getattr(self.network, "register_request", None)
+        if callable(register):
+            register(request.id, time.time() + (request.deadline - now), request.new_tokens)
+
+    def _defer(self, now: float) -> None:
+        """Ask the network which requests it gave up on; defer their tasks (no-op without ``network``)."""
+        if self.network is None:
+            return
+        polled = self.network.pruned()  # the client fails open: an empty set if the daemon is away
+        pruned = set(polled) | self._pruned if polled is not None else self._pruned
+        self._apply(self.scheduler.defer(pruned, now))
 
     def _apply(self, actions: list) -> None:
         for action in actions:

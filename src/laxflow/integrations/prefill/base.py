@@ -196,6 +196,9 @@ class PrefillScheduler(ABC):
         self.suspended: list[Task] = []  # Q_p: preempted tasks
         self.running: Task | None = None  # E: the task the executor runs (or will, once preemptions ack)
         self.preemptions: list[tuple[Task, Boundary]] = []  # acknowledged preemptions, in order
+        # Started tasks the network gave up on (``defer``): out of Q_p/E, resumed only when idle.
+        self.deferred: list[Task] = []
+        self.deferrals = 0  # tasks moved to ``deferred``, ever
 
     def arrival(self, request: Any, now: float) -> list[Action]:
         """A request reached this instance: queue it and run a scheduling round."""
@@ -208,10 +211,54 @@ class PrefillScheduler(ABC):
             self.running = None
         elif task in self.suspended:  # finished before reaching a boundary where it could yield
             self.suspended.remove(task)
+        elif task in self.deferred:  # deferred while running, finished before it could yield
+            self.deferred.remove(task)
         else:
             raise ValueError(f"completion of unknown task {task!r}")
         task.progress = 1.0
-        return self._round(now)
+        return self._undefer_if_idle(self._round(now), now)
+
+    def defer(self, pruned: set[str], now: float) -> list[Action]:
+        """Network and compute together: started tasks whose requests are ALL in ``pruned`` stop computing.
+
+        ``pruned`` holds request ids (``str(request.id)``) the network scheduler
+        (MFS, via the hooks' ``pruned()``) found cannot meet their deadline. A
+        suspended one leaves Q_p; the running one is preempted (if this
+        scheduler can preempt at all) and left out of E -- only while other
+        work is there to take the compute (a lone doomed task keeps going). Both wait in
+        ``deferred`` and come back, oldest first, only when nothing else waits,
+        runs or is suspended, so their compute goes to requests that can still
+        make it. Requests still in Q_w are never pruned (the network has not
+        seen their flows). Called by the engine's scheduler thread on every
+        event; the actions follow the usual ordering rules.
+        """
+        actions: list[Action] = []
+        if not pruned:
+            return actions
+        doomed = lambda t: all(str(r.id) in pruned for r in t.requests)  # noqa: E731
+        if not (self.waiting or any(not doomed(t) for t in self.suspended)
+                or (self.running is not None and not doomed(self.running))):
+            return self._undefer_if_idle(actions, now)  # nothing else could use the compute: keep going
+        moved = [t for t in self.suspended if doomed(t)]
+        for task in moved:
+            self.suspended.remove(task)
+            self.deferred.append(task)
+        run = self.running
+        if run is not None and doomed(run) and self.granularity != Boundary.NEVER:
+            actions.append(Preempt(run))
+            self.running = None
+            self.deferred.append(run)
+            moved.append(run)
+        self.deferrals += len(moved)
+        if moved:
+            actions += self._round(now)
+        return self._undefer_if_idle(actions, now)
+
+    def _undefer_if_idle(self, actions: list[Action], now: float) -> list[Action]:
+        if self.deferred and self.idle():
+            self.suspended.append(self.deferred.pop(0))
+            actions = actions + self._round(now)
+        return actions
 
     def preempted(self, task: Task, kind: Boundary, progress: float, now: float) -> None:
         """The executor suspended ``task`` at a ``kind`` boundary with ``progress`` done (the ack)."""

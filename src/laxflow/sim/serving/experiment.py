@@ -77,12 +77,13 @@ class Preset:
     slo_scale: float = 3.0
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    gpus_per_server: int | None = None  # None: the deployment's node (FlowPrefill's 1P1D: one unit per server)
 
     def config(self) -> ServingConfig:
         return ServingConfig(
             model=self.model,
             deployment=self.deployment,
-            cluster=ClusterConfig(servers=self.servers, topology=self.topology),
+            cluster=ClusterConfig(servers=self.servers, topology=self.topology, gpus_per_server=self.gpus_per_server),
             slo_scale=self.slo_scale,
             warmup=self.warmup,
         )
@@ -135,14 +136,17 @@ def _presets() -> dict[str, Preset]:
         Preset("fig13", "Fig. 13: DBRX, QwenA conversation: CCT and earliness breakdown", "dbrx",
                "qwen-conv", rates=rates_at("dbrx", "qwen-conv")),
     ]
-    # FlowPrefill §6 (its Tables 1-2): one 8-GPU A800 prefill server, the multi-SLO workload, SLO = Table 2
-    # x --slo-scale (1). The network policy hardly matters here (dense TP <= 4 inside a server: only P2D
-    # crosses the network); compare prefill schedulers with --prefill.
-    for model, dep in (("llama3-8b", "llama3-8b-tp1-a800"), ("qwen2.5-14b", "qwen2.5-14b"),
-                       ("llama3-70b", "llama3-70b")):
-        out.append(Preset(f"flowprefill-{model}", f"FlowPrefill Fig. 9: {model} on A800, qwen-multislo", model,
-                          "qwen-multislo", rates=(0.5, 1.0, 1.5, 2.0, 3.0, 4.0), servers=2, deployment=dep,
-                          policies=("fs",), requests=1000, warmup=200, slo_scale=1.0))
+    # FlowPrefill §6 (its Tables 1-2): DistServe 1P1D -- ONE prefill instance (Llama3-8B TP1, Qwen2.5-14B TP2,
+    # Llama3-70B TP4 on A800s) and one decode instance, so each "server" holds one unit; a cluster of 8
+    # units behind our load-aware router would hide FCFS's head-of-line blocking (a short request goes to
+    # an idle unit), which the paper's single instance cannot. The multi-SLO workload, SLO = Table 2 x
+    # --slo-scale (1). Rates are per prefill GPU (instance rate / GPUs). The network policy hardly matters
+    # here (only P2D crosses the network); compare prefill schedulers with --prefill.
+    for model, dep, gpus in (("llama3-8b", "llama3-8b-tp1-a800", 1), ("qwen2.5-14b", "qwen2.5-14b", 2),
+                             ("llama3-70b", "llama3-70b", 4)):
+        out.append(Preset(f"flowprefill-{model}", f"FlowPrefill Fig. 9: {model} on A800 (1P1D), qwen-multislo",
+                          model, "qwen-multislo", rates=(0.5, 1.0, 1.5, 2.0, 3.0, 4.0), servers=2, deployment=dep,
+                          policies=("fs",), requests=1000, warmup=200, slo_scale=1.0, gpus_per_server=gpus))
     for short, model in _MOE.items():
         out.append(Preset(f"fig10-{short}", f"Fig. 10: {model}, QwenA conversation", model, "qwen-conv",
                           rates=rates_at(model, "qwen-conv")))

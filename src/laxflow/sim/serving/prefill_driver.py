@@ -45,6 +45,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from laxflow.integrations.prefill.base import Boundary, Preempt, PrefillScheduler, Task, yields_at
+from laxflow.policy.config import MfsConfig
+from laxflow.policy.mfs import MfsPolicy
 from laxflow.sim.serving.plan import LayerPlan
 
 if TYPE_CHECKING:
@@ -117,6 +119,8 @@ class PrefillDriver:
         """The batch computed its last layer: the task's completion event."""
         task = self.tasks.pop(id(batch))
         self.runs.pop(task.id, None)
+        if task in self.deferred:  # never resume (recompute) a task that is done
+            self.deferred.remove(task)
         if self.current is task:
             self.current = None
         if self._deferring is task:
@@ -141,8 +145,9 @@ class PrefillDriver:
                 self.scheduler.running = None
             elif task in self.scheduler.suspended:
                 self.scheduler.suspended.remove(task)
-            self.deferred.append(task)
-            self.deferrals += 1
+            if task not in self.deferred:  # the suspended-task path may have taken it already
+                self.deferred.append(task)
+                self.deferrals += 1
             self._apply(self.scheduler._round(self._now()))
             self._undefer_if_idle()
             return True
@@ -158,7 +163,9 @@ class PrefillDriver:
         if not pruned:
             return
         for task in list(self.scheduler.suspended):
-            if task is not self.next and all(r.id in pruned for r in task.requests):
+            # Not the one still executing toward its boundary (Preempt asked, not yet acknowledged):
+            # it is deferred there, once; taking it here too would resume (and recompute) it twice.
+            if task is not self.next and task is not self.current and all(r.id in pruned for r in task.requests):
                 self.scheduler.suspended.remove(task)
                 self.deferred.append(task)
                 self.deferrals += 1
@@ -217,6 +224,22 @@ class PolicyHooks:
         if callable(got):
             got = got()
         return set(got) if got else set()
+
+
+class MfsPruning(MfsPolicy):
+    """``mfs`` with Algorithm 1's pruning on when it runs alone (``drop_budget`` 1 per run).
+
+    The simulator has no coordinator, and standalone ``mfs`` defaults to
+    ``drop_budget`` 0 (``MfsConfig``: alone it sees only live bytes), so
+    ``mfs+flowprefill`` never got a pruned set to act on. This policy is how
+    the coupling is measured in the simulator:
+    ``--policies laxflow.sim.serving.prefill_driver:MfsPruning``.
+    """
+
+    name = "mfs-prune"
+
+    def __init__(self, config: Any = None, **options: Any) -> None:
+        super().__init__(config if config is not None else MfsConfig.from_mapping({"drop_budget": 1, **options}))
 
 
 def chunked_plan(plan: LayerPlan, whole: float, chunks: Sequence[float]) -> tuple[LayerPlan, tuple[float, ...]]:
