@@ -91,3 +91,12 @@ def test_ports_file_window_is_per_port(tmp_path):
     f.write_text(json.dumps({"ports": [{"name": "eth0", "gbps": 1}, {"name": "eth0-rx", "gbps": 1, "window": 1e12}]}))
     tx, rx = load_ports_file(f)
     assert tx.window is None and rx.window == 1e12
+
+
+def test_spin_us_is_read_from_the_file_and_validated(tmp_path):
+    f = tmp_path / "d.json"
+    f.write_text(json.dumps({"node": "n1", "ports": [{"name": "eth0", "gbps": 1}], "spin_us": 0}))
+    assert load_config({"config": str(f)}).spin_us == 0
+    f.write_text(json.dumps({"node": "n1", "ports": [{"name": "eth0", "gbps": 1}], "spin_us": -1}))
+    with pytest.raises(UserError, match="spin_us: expected 0..1000000"):
+        load_config({"config": str(f)})

@@ -40,7 +40,6 @@ from laxflow.hooks import messages as hm
 from laxflow.protocol.shm import CommandKind, Gate, Segment, SegmentError
 
 log = logging.getLogger("laxflow.daemon")
-SPIN_S = 0.002  # s of yielding spin after the loop last moved something
 
 
 def create_segment(name: str, stale_ns: int) -> Segment:
@@ -110,9 +109,9 @@ class Daemon:
         # Adaptive wait. Right after work the next event is likely microseconds away (a layer's messages,
         # a completion after a permit): spin with sched_yield, which picks it up without a timer wake-up
         # (a 20 us sleep is ~60-80 us on Linux, milliseconds on a loaded box) yet gives the core to any
-        # runnable thread. Quiet for SPIN_S: sleep, doubling from poll_us up to 20x (an idle daemon costs
+        # runnable thread. Quiet for spin_us: sleep, doubling from poll_us up to 20x (an idle daemon costs
         # little CPU, and stays within one nap of the heartbeat).
-        spin_s, nap_max = SPIN_S, min(self._beat, 20 * poll)
+        spin_s, nap_max = self.config.spin_us * 1e-6, min(self._beat, 20 * poll)
         nap = poll
         stop = self._stop
         while not stop.is_set():

@@ -190,7 +190,12 @@ class ControlPlane:
                                  {"name": RX_PORT, "rate": rate, "counter": f"{stats}/rx_bytes", "window": 1e12}]}, f)
         conf = os.path.join(self.dir, "daemon.json")
         with open(conf, "w") as f:
-            json.dump({} if self.cfg.window_bytes is None else {"window_bytes": self.cfg.window_bytes}, f)
+            # Four "hosts" share this machine's cores: a daemon spinning after each event would take CPU
+            # from the job it schedules (a server's daemon has a core to itself and keeps the default).
+            conf_raw: dict[str, Any] = {"spin_us": 0}
+            if self.cfg.window_bytes is not None:
+                conf_raw["window_bytes"] = self.cfg.window_bytes
+            json.dump(conf_raw, f)
         for h in range(self.tb.config.hosts):
             self._start(h, [*lx, "daemon", "--config", conf, "--node", f"h{h}", "--coordinator", coord, "--shm", self.shm(h),
                             "--ports", ports, "--hooks", self.hooks(h), "--metrics-port", "0",
