@@ -3,28 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
-from unittest import mock
-
-from laxflow.cli import main
 
 ARGS = ["sim", "serve", "--workload", "qwen-trace", "--requests", "16", "--warmup", "4", "--jobs", "1", "--quiet",
         "--rate", "3"]
 
 
-def _cli(capsys, *args: str) -> tuple[int, str, str]:
-    with mock.patch.object(sys, "argv", ["laxflow", *args]):
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_product_of_schedulers_and_routers_with_decode_keys(capsys):
-    code, out, err = _cli(capsys, *ARGS, "--prefill", "fairbatching,sarathi", "--router", "pab,dplb",
+def test_product_of_schedulers_and_routers_with_decode_keys(laxflow_cli):
+    code, out, err = laxflow_cli(*ARGS, "--prefill", "fairbatching,sarathi", "--router", "pab,dplb",
                           "--instances", "2", "--json", "-")
     assert code == 0, err
     data = json.loads(out)
@@ -39,15 +24,15 @@ def test_product_of_schedulers_and_routers_with_decode_keys(capsys):
     assert "fairbatching+pab+fs" in err  # the table goes to stderr with --json -
 
 
-def test_disaggregated_sweep_goodput(capsys):
-    code, out, err = _cli(capsys, "sim", "sweep", "--workload", "burstgpt", "--requests", "12", "--warmup", "2",
+def test_disaggregated_sweep_goodput(laxflow_cli):
+    code, out, err = laxflow_cli("sim", "sweep", "--workload", "burstgpt", "--requests", "12", "--warmup", "2",
                           "--jobs", "1", "--quiet", "--rates", "1,2", "--prefill", "slidebatching",
                           "--router", "gorouting", "--instances", "1:1")
     assert code == 0, err
     assert "slidebatching+gorouting+fs" in out and "goodput" in out
 
 
-def test_bad_engine_flags_are_one_line(capsys):
+def test_bad_engine_flags_are_one_line(laxflow_cli):
     for extra, expect in (
         (["--router", "nope"], "--router: unknown 'nope'"),
         (["--pools", "nope"], "--pools: unknown 'nope'"),
@@ -55,41 +40,41 @@ def test_bad_engine_flags_are_one_line(capsys):
         (["--prefill", "fairbatching", "--instances", "2:0"], "--instances: expected N"),
         (["--prefill", "nope"], "--prefill: unknown 'nope'"),
     ):
-        code, _, err = _cli(capsys, *ARGS, *extra)
+        code, _, err = laxflow_cli(*ARGS, *extra)
         assert code != 0 and expect in err, (extra, err)
         assert len(err.strip().splitlines()) == 1
-    code, _, err = _cli(capsys, "sim", "serve", "--workload", "qwen-conv", "--prefill", "sarathi", "--quiet")
+    code, _, err = laxflow_cli("sim", "serve", "--workload", "qwen-conv", "--prefill", "sarathi", "--quiet")
     assert code != 0 and "has no TPOT SLO" in err
 
 
-def test_config_file_takes_engine_keys(capsys, tmp_path):
+def test_config_file_takes_engine_keys(laxflow_cli, tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('prefill = ["sjf"]\nrouter = "minload"\ninstances = "2"\n')
-    code, out, err = _cli(capsys, *ARGS, "--config", str(cfg), "--json", "-")
+    code, out, err = laxflow_cli(*ARGS, "--config", str(cfg), "--json", "-")
     assert code == 0, err
     (r,) = json.loads(out)["results"]
     assert (r["prefill"], r["router"]) == ("sjf", "minload")
 
 
-def test_requests_out_has_the_export_columns(capsys, tmp_path):
+def test_requests_out_has_the_export_columns(laxflow_cli, tmp_path):
     import csv
 
     from laxflow.sim.serving.export import REQUEST_COLUMNS
 
     path = tmp_path / "r.csv"
-    code, _, err = _cli(capsys, *ARGS, "--prefill", "sarathi", "--instances", "1:1", "--requests-out", str(path))
+    code, _, err = laxflow_cli(*ARGS, "--prefill", "sarathi", "--instances", "1:1", "--requests-out", str(path))
     assert code == 0, err
     rows = list(csv.DictReader(path.open()))
     assert len(rows) == 16 and list(rows[0]) == list(REQUEST_COLUMNS)
     assert {r["unit"] for r in rows} == {"0"} and {r["decode_unit"] for r in rows} == {"1"}
 
 
-def test_azure_trace_runs_with_its_slo(capsys, tmp_path):
+def test_azure_trace_runs_with_its_slo(laxflow_cli, tmp_path):
     trace = tmp_path / "azure.csv"
     lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
     lines += [f"{0.2 * i:.1f},{300 + 40 * i},{5 + i}" for i in range(12)]
     trace.write_text("\n".join(lines) + "\n")
-    code, out, err = _cli(capsys, "sim", "serve", "--trace", str(trace), "--trace-format", "azure", "--prefill",
+    code, out, err = laxflow_cli("sim", "serve", "--trace", str(trace), "--trace-format", "azure", "--prefill",
                           "fairbatching", "--warmup", "2", "--jobs", "1", "--quiet", "--json", "-")
     assert code == 0, err
     (r,) = json.loads(out)["results"]
