@@ -289,6 +289,8 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
                     kv_bytes=cfg.kv_bytes, interarrival_s=cfg.interarrival_ms / 1000)
         renv = env(rank, dscp[2] if kind == "gloo" else None) or dict(os.environ)
         renv["GLOO_SOCKET_IFNAME"] = "eth0"  # Gloo's connections on the fabric, not lo
+        # c10d warns on every connect that a namespace's address has no hostname: noise, not a fault
+        renv.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
         ranks.append(tb.popen_in(rank, [py, "-m", "laxflow.testbed.worker", "prefill", json.dumps(wcfg)],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=renv))
     cap = None
