@@ -182,9 +182,7 @@ class DaemonCore:
         if info.current_layer is None:
             # MFS's L_curr is the layer "being computed or waiting to be computed": a formed batch waits to
             # compute layer 0, so its reads count their RLI from there (the simulator's batches do the same).
-            info.current_layer = 0
-            for m in self._live_of(batch):
-                m.flow.current_layer = 0
+            self._set_layer(info, 0)
         for name in requests:
             self.request(name).batch = batch
             info.requests.add(name)
@@ -201,8 +199,12 @@ class DaemonCore:
         self.stats["layer_boundaries"] += 1
         if info.current_layer is not None and layer <= info.current_layer:
             return  # promotion is monotonic: a repeated or late boundary changes nothing
+        self._set_layer(info, layer)
+
+    def _set_layer(self, info: BatchInfo, layer: int) -> None:
+        """The batch's current layer, on it and on its live messages' flows; the policy decides again."""
         info.current_layer = layer
-        for m in self._live_of(batch):
+        for m in self._live_of(info.name):
             m.flow.current_layer = layer
         self._dirty = True
 

@@ -119,6 +119,16 @@ class ScenarioConfig:
         if self.tagger != "shim" and "on" in self.modes:
             raise UserError("scenario: mode on needs tagger shim (the permit's class reaches the wire through it)")
 
+    def low_load(self, warmup: int) -> "ScenarioConfig":
+        """This scenario at low load: ``LOW_LOAD_REQUESTS`` requests spaced so they never overlap.
+
+        The spacing is 5 x the sizes' TTFT bound (and never closer than the
+        scenario's own); its mean TTFT is the SLO's base, measured on the
+        testbed (:func:`low_load_ttft`) and predicted by the simulator model.
+        """
+        return replace(self, requests=LOW_LOAD_REQUESTS, warmup=warmup,
+                       interarrival_ms=max(self.interarrival_ms, 5000 * self.ideal_ttft_s()))
+
     def ideal_ttft_s(self) -> float:
         """TTFT on an idle fabric: first layer's reuse, every layer's compute and all_to_all, last KV write."""
         bps = parse_rate(self.rate)
@@ -248,9 +258,7 @@ def run_mode(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, slo: fl
 
 def low_load_ttft(tb: Testbed, cfg: ScenarioConfig) -> float:
     """Mean TTFT of ``LOW_LOAD_REQUESTS`` requests that never overlap (mode off): the SLO's base."""
-    spacing_ms = max(cfg.interarrival_ms, 5000 * cfg.ideal_ttft_s())  # the sizes' TTFT bound x 5: no overlap
-    low = replace(cfg, requests=LOW_LOAD_REQUESTS, warmup=1, interarrival_ms=spacing_ms)
-    return _run_job(tb, low, "off", False, None, math.inf)["ttft_mean"]
+    return _run_job(tb, cfg.low_load(warmup=1), "off", False, None, math.inf)["ttft_mean"]
 
 
 def collective_kind(cfg: ScenarioConfig) -> str:

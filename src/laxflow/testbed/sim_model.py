@@ -33,7 +33,6 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from dataclasses import replace
 from typing import Any
 
 from laxflow.policy.flow import Flow, Stage
@@ -42,7 +41,7 @@ from laxflow.sim.events import EventQueue, Priority
 from laxflow.sim.network.engine import FluidNetwork
 from laxflow.sim.network.topology import Topology
 from laxflow.testbed.fabric import parse_rate
-from laxflow.testbed.scenario import LOW_LOAD_REQUESTS, ScenarioConfig
+from laxflow.testbed.scenario import ScenarioConfig
 
 GOODPUT = 1448 / 1514  # TCP payload per Ethernet frame (timestamps on)
 HOSTS = 4
@@ -50,9 +49,7 @@ HOSTS = 4
 
 def low_load_ttft(cfg: ScenarioConfig) -> float:
     """The simulator's TTFT at low load (``fs``, requests far apart): the SLO base, as the testbed measures it."""
-    low = replace(cfg, requests=LOW_LOAD_REQUESTS, warmup=0, interarrival_ms=max(cfg.interarrival_ms,
-                                                                                5000 * cfg.ideal_ttft_s()))
-    return predict(low, "fs", slo=math.inf)["ttft_mean"]
+    return predict(cfg.low_load(warmup=0), "fs", slo=math.inf)["ttft_mean"]
 
 
 def predict(cfg: ScenarioConfig, policy: str, slo: float | None = None) -> dict[str, Any]:
