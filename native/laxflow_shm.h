@@ -64,6 +64,10 @@ extern "C" {
 #define LXF_EV_COMPLETION 2
 #define LXF_EV_LAYER_BOUNDARY 3
 
+/* lxf_event.layer of a LAYER_BOUNDARY that says "the request's prefill
+ * compute ended" (its stage-3 flows then promote on the period) */
+#define LXF_LAYER_COMPUTE_DONE 0xFFFFFFFF
+
 /* lxf_event.stage and lxf_tag_value.stage (DESIGN.md: the three stages) */
 #define LXF_STAGE_NONE 0
 #define LXF_STAGE_REUSE 1

@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
-from laxflow.protocol.shm import EventKind, Gate, Permit, Segment, SegmentError, TagValue
+from laxflow.protocol.shm import COMPUTE_DONE_LAYER, EventKind, Gate, Permit, Segment, SegmentError, TagValue
 
 DEFAULT_SHM_NAME = "/laxflow"
 
@@ -253,8 +253,6 @@ class PermitGate:
         maps the request to its batch (``batch_formed`` through the hooks).
         Called on the engine's thread.
         """
-        from laxflow.daemon.core import COMPUTE_DONE_LAYER
-
         with self._lock:
             seg = self._attach_locked()
             if seg is None:

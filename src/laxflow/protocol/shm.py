@@ -23,6 +23,8 @@ from laxflow.protocol._shm import ffi, lib
 
 LAYOUT_VERSION: int = lib.LXF_SHM_VERSION
 DEFAULT_NAME = "/laxflow"
+# The layer of a LAYER_BOUNDARY event meaning "the request's prefill compute ended".
+COMPUTE_DONE_LAYER: int = lib.LXF_LAYER_COMPUTE_DONE
 
 
 class EventKind(IntEnum):
