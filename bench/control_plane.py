@@ -21,6 +21,11 @@ Sections, one function each, each returning its keys (``--only NAME`` runs one):
   (late batches fail the check: each run prunes up to the budget of 1).
 * ``permit`` (:func:`bench_permit_latency`, node daemon): ``permit_p50_us``,
   ``permit_p99_us``: submit-to-permit latency at 10,000 messages/s.
+* ``idle`` (:func:`bench_permit_idle`, node daemon and the adapters'
+  :class:`PermitGate`): ``permit_idle_p50_us``, ``permit_idle_p99_us``:
+  submit-to-run latency of a message that follows ``--gap-ms`` of idleness
+  (a layer's compute), daemon with the testbed's ``spin_us`` 0;
+  ``permit_idle_spin_*`` the same with the default ``spin_us``.
 * ``events`` (:func:`bench_event_rate`, node daemon): ``events_per_s``: the
   largest event rate one daemon sustains.
 
@@ -159,7 +164,15 @@ def bench_event_rate(args: argparse.Namespace) -> dict:
     return run(args)
 
 
-SECTIONS = {"inter": bench_inter, "permit": bench_permit_latency, "events": bench_event_rate}
+def bench_permit_idle(args: argparse.Namespace) -> dict:
+    """Node daemon: submit-to-run latency through PermitGate after an idle gap (bench/_daemon_bench.py)."""
+    from _daemon_bench import bench_permit_idle as run
+
+    return run(args)
+
+
+SECTIONS = {"inter": bench_inter, "permit": bench_permit_latency, "idle": bench_permit_idle,
+            "events": bench_event_rate}
 
 
 def _machine() -> str:
@@ -179,6 +192,8 @@ def main() -> None:
     ap.add_argument("--only", choices=sorted(SECTIONS), action="append", help="run only these sections")
     ap.add_argument("--repeats", type=int, default=50, help="events timed in process (inter)")
     ap.add_argument("--e2e-repeats", type=int, default=20, help="events timed over sockets (inter)")
+    ap.add_argument("--gap-ms", type=float, default=20.0, help="idle time before each message (idle)")
+    ap.add_argument("--idle-messages", type=int, default=200, help="messages timed (idle)")
     ap.add_argument("--no-e2e", action="store_true", help="skip the socket measurement (inter)")
     args = ap.parse_args()
     out: dict = {}

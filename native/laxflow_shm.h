@@ -40,7 +40,7 @@ extern "C" {
 /* LAXFLOW_CDEF_BEGIN */
 
 #define LXF_SHM_MAGIC 0x4C58464C4F57534D
-#define LXF_SHM_VERSION 2
+#define LXF_SHM_VERSION 3
 
 #define LXF_EVENT_RING_SLOTS 65536
 #define LXF_CMD_RING_SLOTS 256
@@ -63,6 +63,10 @@ extern "C" {
 #define LXF_EV_SUBMIT 1
 #define LXF_EV_COMPLETION 2
 #define LXF_EV_LAYER_BOUNDARY 3
+
+/* lxf_event.layer of a LAYER_BOUNDARY that says "the request's prefill
+ * compute ended" (its stage-3 flows then promote on the period) */
+#define LXF_LAYER_COMPUTE_DONE 0xFFFFFFFF
 
 /* lxf_event.stage and lxf_tag_value.stage (DESIGN.md: the three stages) */
 #define LXF_STAGE_NONE 0
@@ -98,14 +102,16 @@ extern "C" {
 struct lxf_header {
     uint64_t magic;          /* LXF_SHM_MAGIC, stored last by the creator */
     uint32_t version;        /* LXF_SHM_VERSION; shims pass through on mismatch */
-    uint32_t flags;          /* reserved, 0 */
+    uint32_t permit_seq;     /* bumped (and futex-woken) by the daemon after it opens gates:
+                                adapters' permit waiters sleep on it (lxf_permit_wait) */
     uint64_t segment_bytes;  /* sizeof(struct lxf_segment) of the creator */
     uint64_t heartbeat_ns;   /* CLOCK_MONOTONIC ns of the daemon's last beat; 0 = never */
     uint64_t stale_ns;       /* beat older than this = daemon gone (0: LXF_DEFAULT_STALE_NS) */
     uint64_t next_msg_id;    /* message-id allocator, fetch_add by lxf_msg_id_alloc */
     uint64_t created_ns;     /* CLOCK_MONOTONIC ns at creation */
     uint32_t daemon_pid;     /* pid of the creating daemon */
-    uint32_t pad0;
+    uint32_t bell_armed;     /* 1 while the daemon sleeps until rung (lxf_bell_arm): the next event
+                                pusher that takes it back to 0 rings the bell (see lxf_bell_path) */
 };
 
 struct lxf_counters {
@@ -280,6 +286,34 @@ int lxf_tag_write(struct lxf_segment *seg, uint32_t pid, uint32_t kind, uint64_t
 int lxf_tag_read(const struct lxf_segment *seg, uint32_t pid, uint32_t kind, uint64_t handle, struct lxf_tag_value *out);
 int lxf_tag_remove(struct lxf_segment *seg, uint32_t pid, uint32_t kind, uint64_t handle);
 int lxf_tag_clear_pid(struct lxf_segment *seg, uint32_t pid);
+
+/* Doorbells, so that neither side polls.
+ *
+ * Producers -> daemon: the bell is a FIFO the daemon creates next to its
+ * segment (lxf_bell_path: a name unique to this daemon instance) and holds
+ * open for reading; before it blocks (poll on the FIFO and its sockets) it
+ * arms the bell, and the first event push that sees it armed disarms it and
+ * writes one byte.  A push never blocks on the bell (O_NONBLOCK; no reader:
+ * nothing is written) and costs one atomic load when the daemon is awake.
+ *
+ * Daemon -> adapters: after a step that opened gates the daemon bumps
+ * header.permit_seq and wakes its futex; a process waiting for a permit
+ * sleeps on that word (lxf_permit_wait) instead of polling the table. */
+#define LXF_BELL_PATH_MAX 96
+/* Writes the bell's path for this segment into out (LXF_BELL_PATH_MAX bytes). */
+void lxf_bell_path(const struct lxf_segment *seg, char *out);
+/* Daemon: create the FIFO (0600) and open it for reading, non-blocking; the fd or -1. */
+int lxf_bell_create(struct lxf_segment *seg);
+/* Daemon: arm the bell; 1 when armed (the event ring is empty), 0 when events
+ * are already waiting (not armed: drain them first). */
+int lxf_bell_arm(struct lxf_segment *seg);
+void lxf_bell_disarm(struct lxf_segment *seg);
+/* Daemon: after publishing permits, bump permit_seq and wake its waiters. */
+void lxf_permit_publish(struct lxf_segment *seg);
+uint32_t lxf_permit_seq(const struct lxf_segment *seg);
+/* Adapter: sleep until permit_seq differs from seq or timeout_ns passes;
+ * 1 when it changed (or was already different), 0 on timeout. */
+int lxf_permit_wait(struct lxf_segment *seg, uint32_t seq, uint64_t timeout_ns);
 
 /* LAXFLOW_CDEF_END */
 

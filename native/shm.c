@@ -5,7 +5,8 @@
  * on application threads and its progress thread) and into the cffi module
  * laxflow.protocol._shm (called by the daemon and by tests from Python).
  * Nothing here allocates after create/attach, takes a lock or logs, so the
- * shim may call it on its hot path.  Every shared word goes through __atomic
+ * shim may call it on its hot path; the one system call an event push may
+ * make is the doorbell's, once per daemon sleep (see laxflow_shm.h).  Every shared word goes through __atomic
  * builtins; the rings are Dmitry Vyukov's bounded queue (per-slot sequence
  * numbers), lock-free for any number of producers and one consumer.
  */
@@ -14,7 +15,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -255,12 +260,16 @@ static int ring_pop_batch(uint64_t *head, const uint64_t *tail, uint64_t *stall,
     return n;
 }
 
+static void bell_after_push(struct lxf_segment *seg);
+
 int lxf_event_push(struct lxf_segment *seg, const struct lxf_event *ev)
 {
     struct lxf_event_ring *r = &seg->events;
     if (ring_push(&r->tail, (uint64_t *)r->slots, sizeof(r->slots[0]) / 8, LXF_EVENT_RING_SLOTS,
-                  ev, sizeof(*ev)) == 0)
+                  ev, sizeof(*ev)) == 0) {
+        bell_after_push(seg);
         return 0;
+    }
     ADD_RLX(&seg->counters.events_dropped, 1);
     return -1;
 }
@@ -480,4 +489,89 @@ int lxf_tag_clear_pid(struct lxf_segment *seg, uint32_t pid)
             n++;
     }
     return n;
+}
+
+/* -------------------------------------------------------------- doorbells */
+
+void lxf_bell_path(const struct lxf_segment *seg, char *out)
+{
+    /* Unique to this daemon instance (pid and creation time), so a bell left
+     * by a dead daemon is never rung for its successor. */
+    snprintf(out, LXF_BELL_PATH_MAX, "/dev/shm/laxflow-bell.%u.%llu", seg->header.daemon_pid,
+             (unsigned long long)seg->header.created_ns);
+}
+
+int lxf_bell_create(struct lxf_segment *seg)
+{
+    char path[LXF_BELL_PATH_MAX];
+    lxf_bell_path(seg, path);
+    unlink(path);
+    if (mkfifo(path, 0600) != 0)
+        return -1;
+    chmod(path, 0600); /* mkfifo's mode is filtered by the umask */
+    /* O_RDWR: a FIFO with a writer of its own never reports hang-up, so the
+     * daemon's poll wakes only for bytes. */
+    return open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+}
+
+int lxf_bell_arm(struct lxf_segment *seg)
+{
+    __atomic_store_n(&seg->header.bell_armed, 1, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    /* Dekker with the pusher (push, fence, load armed): either it sees the
+     * bell armed and rings, or this sees its claim on the ring. */
+    if (__atomic_load_n(&seg->events.tail, __ATOMIC_SEQ_CST) != LOAD_ACQ(&seg->events.head)) {
+        __atomic_store_n(&seg->header.bell_armed, 0, __ATOMIC_SEQ_CST);
+        return 0;
+    }
+    return 1;
+}
+
+void lxf_bell_disarm(struct lxf_segment *seg)
+{
+    __atomic_store_n(&seg->header.bell_armed, 0, __ATOMIC_SEQ_CST);
+}
+
+static void bell_ring(struct lxf_segment *seg)
+{
+    /* Opened per ring, not cached: a ring happens once per daemon sleep, and
+     * an fd kept in a preloaded job could be closed and reused under us. */
+    char path[LXF_BELL_PATH_MAX];
+    lxf_bell_path(seg, path);
+    int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return; /* no daemon reading: it polls on its own timer */
+    char b = 1;
+    ssize_t rc = write(fd, &b, 1); /* full pipe: already rung */
+    (void)rc;
+    close(fd);
+}
+
+static void bell_after_push(struct lxf_segment *seg)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&seg->header.bell_armed, __ATOMIC_SEQ_CST) &&
+        __atomic_exchange_n(&seg->header.bell_armed, 0, __ATOMIC_SEQ_CST))
+        bell_ring(seg);
+}
+
+void lxf_permit_publish(struct lxf_segment *seg)
+{
+    __atomic_fetch_add(&seg->header.permit_seq, 1, __ATOMIC_SEQ_CST);
+    syscall(SYS_futex, &seg->header.permit_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+uint32_t lxf_permit_seq(const struct lxf_segment *seg)
+{
+    return LOAD_ACQ(&seg->header.permit_seq);
+}
+
+int lxf_permit_wait(struct lxf_segment *seg, uint32_t seq, uint64_t timeout_ns)
+{
+    if (LOAD_ACQ(&seg->header.permit_seq) != seq)
+        return 1;
+    struct timespec ts = {(time_t)(timeout_ns / 1000000000ULL), (long)(timeout_ns % 1000000000ULL)};
+    /* Shared (not FUTEX_PRIVATE): the word is in a mapping of several processes. */
+    syscall(SYS_futex, &seg->header.permit_seq, FUTEX_WAIT, seq, &ts, NULL, 0);
+    return LOAD_ACQ(&seg->header.permit_seq) != seq;
 }

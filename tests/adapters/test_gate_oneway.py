@@ -14,7 +14,7 @@ import pytest
 
 from laxflow.adapters.gate import GateConfig, PermitGate
 from laxflow.adapters.sockets import unacked_bytes, wait_drained
-from laxflow.daemon.core import COMPUTE_DONE_LAYER
+from laxflow.protocol.shm import COMPUTE_DONE_LAYER
 from laxflow.protocol.shm import EventKind, TagKind
 
 from segment_daemon import SegmentDaemon

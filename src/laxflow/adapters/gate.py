@@ -3,8 +3,9 @@
 One :class:`PermitGate` per serving process (per wrapped engine).  The
 caller's thread calls :meth:`PermitGate.submit`, which pushes a SUBMIT event
 for the message into the node daemon's shared-memory segment and returns a
-:class:`concurrent.futures.Future` at once.  A waiter thread polls the
-permit table; when the daemon opens the message's gate, a worker thread runs
+:class:`concurrent.futures.Future` at once.  A waiter thread reads the
+permit table each time the daemon publishes permits (it sleeps on the
+segment's permit futex in between); when the daemon opens the message's gate, a worker thread runs
 the transfer (``run(permit)``), pushes the COMPLETION event and resolves the
 future.  The caller never blocks on the daemon.
 
@@ -24,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
-from laxflow.protocol.shm import EventKind, Gate, Permit, Segment, SegmentError, TagValue
+from laxflow.protocol.shm import COMPUTE_DONE_LAYER, EventKind, Gate, Permit, Segment, SegmentError, TagValue
 
 DEFAULT_SHM_NAME = "/laxflow"
 
@@ -34,13 +35,14 @@ class GateConfig:
     """How an adapter talks to the node daemon.
 
     shm_name: the daemon's segment ('/name').
-    poll_s: how often the waiter thread reads the permits of waiting messages.
+    poll_s: the longest the waiter thread sleeps on the permit futex before
+        it reads the permits (and the daemon's heartbeat) again.
     workers: threads that run released transfers (each blocks in the library).
     reattach_s: how often to retry attaching when the segment was missing.
     """
 
     shm_name: str = DEFAULT_SHM_NAME
-    poll_s: float = 0.0002
+    poll_s: float = 0.005
     workers: int = 4
     reattach_s: float = 1.0
 
@@ -168,7 +170,13 @@ class PermitGate:
     # -------------------------------------------------------------- waiter
 
     def _wait_loop(self) -> None:
-        """Waiter thread: release messages whose gate opened, or all when stale."""
+        """Waiter thread: release messages whose gate opened, or all when stale.
+
+        Between passes it sleeps on the segment's permit futex, which the
+        daemon wakes after every step that opened gates, so a permit is
+        seen as soon as it is written; ``poll_s`` only bounds the sleep (the
+        heartbeat check, a daemon of an older layout).
+        """
         while True:
             released: list[tuple[_Waiting, Permit | None]] = []
             with self._lock:
@@ -177,6 +185,7 @@ class PermitGate:
                 if self._closed and not self._waiting:
                     return
                 seg = self._attach_locked() if not self._closed else None
+                seq = seg.permit_seq() if seg is not None else 0  # read before the permits: no lost wake-up
                 for msg_id, item in list(self._waiting.items()):
                     if seg is None or item.generation != self._generation:
                         released.append((item, None))
@@ -188,9 +197,13 @@ class PermitGate:
                         released.append((item, permit))
                         self.stats["released"] += 1
                     del self._waiting[msg_id]
+                pending = bool(self._waiting)
             for item, permit in released:
                 self._dispatch(item, permit)
-            time.sleep(self.config.poll_s)
+            if pending and seg is not None:
+                seg.wait_permits(seq, self.config.poll_s)  # outside the lock: submits go on meanwhile
+            elif pending:
+                time.sleep(self.config.poll_s)
 
     def _dispatch(self, item: _Waiting, permit: Permit | None) -> None:
         self._pool.submit(self._run, item, permit)
@@ -240,8 +253,6 @@ class PermitGate:
         maps the request to its batch (``batch_formed`` through the hooks).
         Called on the engine's thread.
         """
-        from laxflow.daemon.core import COMPUTE_DONE_LAYER
-
         with self._lock:
             seg = self._attach_locked()
             if seg is None:

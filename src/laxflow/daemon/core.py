@@ -43,10 +43,8 @@ from laxflow.policy.base import Snapshot
 from laxflow.policy.config import MfsConfig
 from laxflow.policy.flow import STAGE_OF_CODE, Flow, Stage
 from laxflow.policy.mfs import MfsPolicy
+from laxflow.protocol.shm import COMPUTE_DONE_LAYER  # a LAYER_BOUNDARY meaning "prefill compute ended"
 
-# LAYER_BOUNDARY with this layer means "the request's prefill compute ended"
-# (stage-3 flows then promote on the period instead of layer boundaries).
-COMPUTE_DONE_LAYER = 0xFFFFFFFF
 EV_SUBMIT, EV_COMPLETION, EV_LAYER_BOUNDARY = 1, 2, 3
 GATE_OPEN = 1
 

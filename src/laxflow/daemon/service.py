@@ -11,8 +11,15 @@ caller's, :meth:`Daemon.run`) that, each iteration:
 5. steps the core and writes its permits (gate, level, DSCP) into the permit
    table, clears finished messages' slots, answers permit waits, publishes
    pruning advice and sends batch reports to the coordinator;
-6. when there was nothing to do: spins (yielding the CPU) for 2 ms after
-   the last work, then sleeps, backing off from ``poll_us`` to 20x.
+6. when there was nothing to do: spins (yielding the CPU) for ``spin_us``
+   after the last work, then blocks in one poll on the doorbell FIFO (rung
+   by the first event pushed while the daemon sleeps, see
+   ``native/laxflow_shm.h``), the hooks and coordinator sockets, until the
+   next timer (heartbeat, the port counters while messages are live, the
+   policy's timer).
+
+After a step that opened gates it wakes the adapters that sleep on the
+permit table (a futex in the segment), so neither side polls.
 
 :meth:`Daemon.stop` (SIGTERM/SIGINT, from the signal handler) ends the loop;
 :meth:`Daemon.shutdown` then opens every gate, tells every attached shim to
@@ -23,7 +30,9 @@ restarted daemon replaces.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import os
 import threading
 import time
@@ -52,10 +61,13 @@ def create_segment(name: str, stale_ns: int) -> Segment:
         except SegmentError:
             raise UserError(str(first)) from None
         live = old.live()
+        stale_bell = old.bell_path
         old.close(unlink=False)
         if live:
             raise UserError(f"--shm {name}: another daemon is running on this segment (heartbeat is fresh)") from None
         log.info("replacing segment %s left by a daemon that stopped", name)
+        with contextlib.suppress(OSError):
+            os.unlink(stale_bell)
         Segment.unlink_name(name)
         try:
             return Segment.create(name, stale_ns)
@@ -91,6 +103,17 @@ class Daemon:
             self.segment.close(unlink=True)
             raise
         self._counters = [(i, p.counter) for i, p in enumerate(config.core.ports) if p.counter]
+        self._core_timer: float | None = None
+        self._bell: int | None = None
+        try:
+            self._bell = self.segment.open_bell()
+        except SegmentError as exc:
+            log.warning("%s; the loop polls instead", exc)
+        self._poller = zmq.Poller()
+        for sock in [self.hooks.socket] + (self.uplink.link.sockets if self.uplink is not None else []):
+            self._poller.register(sock, zmq.POLLIN)
+        if self._bell is not None:
+            self._poller.register(self._bell, zmq.POLLIN)
         self.segment.heartbeat()
         log.info("daemon %s: segment %s, hooks %s, %s", config.node, config.shm, config.hooks,
                  f"coordinator {config.coordinator}" if config.coordinator else "no coordinator: scheduling locally")
@@ -106,13 +129,12 @@ class Daemon:
         poll = self.config.poll_us * 1e-6
         self._beat = self.config.stale_ms * 1e-3 / 4
         self._next_beat = self._next_counter = self._next_refresh = self._last_busy = 0.0
-        # Adaptive wait. Right after work the next event is likely microseconds away (a layer's messages,
-        # a completion after a permit): spin with sched_yield, which picks it up without a timer wake-up
-        # (a 20 us sleep is ~60-80 us on Linux, milliseconds on a loaded box) yet gives the core to any
-        # runnable thread. Quiet for spin_us: sleep, doubling from poll_us up to 20x (an idle daemon costs
-        # little CPU, and stays within one nap of the heartbeat).
-        spin_s, nap_max = self.config.spin_us * 1e-6, min(self._beat, 20 * poll)
-        nap = poll
+        # Right after work the next event is likely microseconds away (a layer's messages, a completion
+        # after a permit): spin with sched_yield for spin_us, which picks it up without a wake-up yet gives
+        # the core to any runnable thread. Then block until something arrives: the doorbell (an event
+        # pushed into the ring), a hooks call, a coordinator message, or the next timer -- no polling, so
+        # an idle daemon takes no CPU and a message after a quiet gap is seen at once.
+        spin_s = self.config.spin_us * 1e-6
         stop = self._stop
         while not stop.is_set():
             try:
@@ -124,12 +146,42 @@ class Daemon:
             now = time.monotonic()
             if busy:
                 self._last_busy = now
-                nap = poll
             elif now - self._last_busy < spin_s:
                 os.sched_yield()
             else:
-                time.sleep(nap)
-                nap = min(2 * nap, nap_max)
+                self._sleep(now, poll)
+
+    def _sleep(self, now: float, poll: float) -> None:
+        """Block until an input arrives or the next timer is due (the loop thread, when idle)."""
+        if self._bell is None:
+            time.sleep(poll)  # no doorbell (could not create it): the old polling nap
+            return
+        due = self._next_beat
+        if self.core.messages:
+            due = min(due, self._next_counter) if self._counters else due  # link load while traffic flows
+            if self._core_timer is not None:
+                due = min(due, self._core_timer)
+        if self.hooks.has_waiting:
+            due = min(due, now + poll)  # permit waits time out
+        if self.uplink is not None:
+            due = min(due, self.uplink.next_due)
+        if due <= now:
+            return  # a timer is due: iterate now
+        timeout_ms = math.ceil((due - now) * 1e3)  # zmq counts whole ms; never round a wait down to a spin
+        if not self.segment.arm_bell():
+            return  # events came in meanwhile
+        try:
+            if self._poller.poll(timeout_ms):
+                self._drain_bell()
+        finally:
+            self.segment.disarm_bell()
+
+    def _drain_bell(self) -> None:
+        try:
+            while os.read(self._bell, 4096):
+                pass
+        except BlockingIOError:
+            pass
 
     def _iteration(self, now: float) -> bool:
         """One pass of the loop; True if it moved anything (events, calls or permits)."""
@@ -149,8 +201,11 @@ class Daemon:
             self._read_counters(now)
             self._next_counter = now + self.config.counter_interval_s
         out = core.step(time.monotonic())
+        self._core_timer = out.next_timer
         for p in out.permits:
             seg.set_permit(p.msg_id, Gate.OPEN, min(p.level, 255), p.dscp)
+        if out.permits:
+            seg.publish_permits()  # wake the adapters sleeping on the permit table
         for msg_id in out.cleared:
             seg.clear_permit(msg_id)
         if hooks.has_waiting:
@@ -179,6 +234,9 @@ class Daemon:
     # ------------------------------------------------------------ helpers
 
     def _close_sockets(self) -> None:
+        if getattr(self, "_bell", None) is not None:
+            os.close(self._bell)
+            self._bell = None
         for part in (getattr(self, "hooks", None), getattr(self, "uplink", None)):
             if part is not None:
                 part.close()

@@ -65,6 +65,11 @@ class Uplink:
             elif self._batches.pop(r.batch, None) is not None:
                 self.link.send(m.BatchDeparture(self.node, r.batch))
 
+    @property
+    def next_due(self) -> float:
+        """When :meth:`tick` next has a heartbeat to send (the loop sleeps no longer)."""
+        return self._next_beat
+
     def tick(self, now: float) -> None:
         if now >= self._next_beat:
             self._next_beat = now + self.heartbeat_s

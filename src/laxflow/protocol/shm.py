@@ -12,6 +12,7 @@ the same code on the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from enum import IntEnum
@@ -22,6 +23,8 @@ from laxflow.protocol._shm import ffi, lib
 
 LAYOUT_VERSION: int = lib.LXF_SHM_VERSION
 DEFAULT_NAME = "/laxflow"
+# The layer of a LAYER_BOUNDARY event meaning "the request's prefill compute ended".
+COMPUTE_DONE_LAYER: int = lib.LXF_LAYER_COMPUTE_DONE
 
 
 class EventKind(IntEnum):
@@ -200,8 +203,12 @@ class Segment:
         if self._seg is None:
             return
         self._buf_view = None
+        bell = self.bell_path if self.owner else None
         lib.lxf_segment_detach(self._seg)
         self._seg = None
+        if bell is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(bell)  # pushers find no reader and skip the ring; a successor makes its own
         if self.owner if unlink is None else unlink:
             lib.lxf_segment_unlink(self.name.encode())
 
@@ -333,6 +340,42 @@ class Segment:
 
     def clear_permit(self, msg_id: int) -> None:
         lib.lxf_permit_clear(self._seg, msg_id)
+
+    def publish_permits(self) -> None:
+        """Daemon, after a step that opened gates: wake the processes sleeping in :meth:`wait_permits`."""
+        lib.lxf_permit_publish(self._seg)
+
+    def permit_seq(self) -> int:
+        """The permit sequence to pass to :meth:`wait_permits`: read it *before* checking the permits."""
+        return int(lib.lxf_permit_seq(self._seg))
+
+    def wait_permits(self, seq: int, timeout_s: float) -> bool:
+        """Sleep (GIL released) until the daemon publishes permits after ``seq``; False on timeout."""
+        return bool(lib.lxf_permit_wait(self._seg, seq, max(0, int(timeout_s * 1e9))))
+
+    # --------------------------------------------------------------- doorbell
+
+    @property
+    def bell_path(self) -> str:
+        """The FIFO event pushers ring when the daemon sleeps (unique to this daemon instance)."""
+        buf = ffi.new("char[]", lib.LXF_BELL_PATH_MAX)
+        lib.lxf_bell_path(self._seg, buf)
+        return ffi.string(buf).decode()
+
+    def open_bell(self) -> int:
+        """Daemon: create the doorbell FIFO and open it (non-blocking); returns its fd for poll()."""
+        fd = lib.lxf_bell_create(self._seg)
+        if fd < 0:
+            raise SegmentError(f"cannot create doorbell {self.bell_path!r}: {os.strerror(ffi.errno)}")
+        return fd
+
+    def arm_bell(self) -> bool:
+        """Daemon, before it blocks: True when armed (no event waits), False when events came first."""
+        return bool(lib.lxf_bell_arm(self._seg))
+
+    def disarm_bell(self) -> None:
+        """Daemon, once awake again (pushers then skip the bell)."""
+        lib.lxf_bell_disarm(self._seg)
 
     # ------------------------------------------------------------ flow tags
 
