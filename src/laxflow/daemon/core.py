@@ -46,6 +46,7 @@ from laxflow.policy.mfs import MfsPolicy
 from laxflow.protocol.shm import COMPUTE_DONE_LAYER  # a LAYER_BOUNDARY meaning "prefill compute ended"
 
 EV_SUBMIT, EV_COMPLETION, EV_LAYER_BOUNDARY = 1, 2, 3
+_EVENT_FIELDS = ("kind", "pid", "msg_id", "request_id", "bytes", "t_ns", "stage", "layer", "handle")
 GATE_OPEN = 1
 
 
@@ -128,9 +129,11 @@ class DaemonCore:
         """Apply a batch of ring events (``EVENT_DTYPE`` records), oldest first."""
         if not len(events):
             return
-        cols = [events[name].tolist() for name in ("kind", "pid", "msg_id", "request_id", "bytes", "t_ns", "stage",
-                                                    "layer", "handle")]
-        for row in zip(*cols):
+        if events.dtype.names == _EVENT_FIELDS:
+            rows = events.tolist()  # one call: the tuples come in _event's argument order
+        else:
+            rows = zip(*[events[name].tolist() for name in _EVENT_FIELDS])
+        for row in rows:
             try:
                 self._event(*row)
             except (UserError, ValueError, OverflowError):
