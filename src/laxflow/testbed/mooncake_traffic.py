@@ -30,7 +30,7 @@ namespace, started by :mod:`laxflow.testbed.scenario`):
   ``register_request``), the permit's DSCP on the initiator's connections
   (``IP_TOS`` + socket flow tag for the shim) and the read's segment;
   ``static`` -- the wrapper's ``static_dscp`` per stage, no daemon; ``off``
-  -- nothing marked, every segment is the DSCP 0 one.
+  -- the same with DSCP 0 everywhere (one segment).
 """
 
 from __future__ import annotations
@@ -160,7 +160,10 @@ def prefill(cfg: dict[str, Any]) -> None:
     dscp = {int(k): v for k, v in cfg["dscp"].items()}
     daemon = cfg.get("daemon")
     hooks = _Hooks(daemon["hooks"]) if daemon else None
-    static = {1: dscp[1], 3: dscp[3]} if cfg["mode"] == "static" else {}
+    # Without a daemon the stages' classes are static (off: DSCP 0, marked as such): the wrapper then
+    # knows its connections in every mode, so a write completes when decode has acknowledged its bytes
+    # in off too, as in static and on (unmarked, it would complete once its bytes are in the socket).
+    static = {1: dscp[1], 3: dscp[3]}
     shm = daemon["shm"] if daemon else f"/{cfg['name']}-mc-no-daemon-{os.getpid()}"
 
     def on_deadline(request: int, deadline: float) -> None:
@@ -270,15 +273,20 @@ def prefill(cfg: dict[str, Any]) -> None:
     bad_writes = sum(1 for f in writes if f.result() != 0)
     ttft = [finished[1000 + r] - arrivals[r] for r in range(len(arrivals))]
     used: dict[str, int] = {}
+    spans: dict[str, list[float]] = {}  # per stage: Mooncake's own time, and (writes) the wait for the acks
     for r in engine.records:
         if r.request < 999_000:
             key = f"s{r.stage}:{r.dscp}"
             used[key] = used.get(key, 0) + 1
+            spans.setdefault(f"s{r.stage}_mooncake", []).append(r.moved - r.permitted)
+            if r.op == "write":
+                spans.setdefault("s3_acked_after", []).append(r.done - r.moved)
     if gloo:
         used.update(a2a.used)
     print(json.dumps({"rank": rank, "cct": cct, "ttft": ttft, "permit_dscp": used if daemon else {},
                       "reads_verified": reads_ok, "reads_bad": reads_bad, "writes_failed": bad_writes,
-                      "mooncake_stats": dict(engine.stats), "gate_stats": dict(engine.gate.stats)}), flush=True)
+                      "mooncake_stats": dict(engine.stats),
+                      "transfer_ms": {k: round(1000 * sum(v) / len(v), 2) for k, v in spans.items()}, "gate_stats": dict(engine.gate.stats)}), flush=True)
     engine.close()
     if hooks:
         hooks.close()

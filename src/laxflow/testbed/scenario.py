@@ -38,10 +38,11 @@ Modes, run back to back on the same fabric and workload (``modes``):
 Stage 2 is a Gloo all_to_all (torch.distributed over eth0; ``on``: gated and
 marked by :class:`laxflow.adapters.gloo.GlooCollectives`) when torch is
 installed (``collective="auto"``/``"gloo"``), else the workers' own TCP
-exchange tagged stage 2 (``"tcp"``). Stages 1/3 use the PermitGate + socket
-flow tag path, not the Mooncake wrapper (same gate; Mooncake's TCP transport
-needs its metadata service in each namespace): the wrapper is tested on its
-own in tests/adapters.
+exchange tagged stage 2 (``"tcp"``). Stages 1/3 (``transport``): ``tcp``
+(default) the workers' own exchange through the PermitGate + socket flow tag
+path above; ``mooncake`` real Mooncake transfers (P2P handshake, TCP
+transport, no metadata service) through :mod:`laxflow.adapters.mooncake`,
+see :mod:`laxflow.testbed.mooncake_traffic`.
 
 TTFT SLO: ``slo_factor`` (default 3, the paper's) x the TTFT measured under
 low load: before the modes, ``LOW_LOAD_REQUESTS`` requests run alone on the
@@ -372,7 +373,7 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
         result["bytes_verified"] = {
             "reads": sum(o["reads_verified"] for o in outs), "reads_bad": sum(o["reads_bad"] for o in outs),
             "writes": written["verified"], "writes_bad": written["bad"] + sum(o["writes_failed"] for o in outs)}
-        result["mooncake_stats"] = [o["mooncake_stats"] for o in outs]
+        result["mooncake_stats"] = [dict(o["mooncake_stats"], transfer_ms=o["transfer_ms"]) for o in outs]
     if mode == "on":
         used: dict[str, int] = {}
         for o in outs:
