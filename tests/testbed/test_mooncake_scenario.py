@@ -65,3 +65,54 @@ def test_mooncake_transport_end_to_end() -> None:
 def test_bad_transport_is_one_clear_error() -> None:
     with pytest.raises(UserError, match="transport must be tcp or mooncake"):
         ScenarioConfig(transport="rdma")
+
+
+def test_bad_static_dscp_is_one_clear_error() -> None:
+    from laxflow.adapters.mooncake_config import MooncakeAdapterConfig
+
+    with pytest.raises(UserError, match="static_dscp"):
+        MooncakeAdapterConfig(static_dscp={1: 64})
+
+
+@mooncake
+def test_read_goes_to_the_segment_of_its_class(tmp_path) -> None:
+    """Loopback, no root: two targets serve different bytes, each in its own class (the KV store's
+    per-class segments); a read with static class 36 is sent to the 36 segment, and that segment's
+    accepted connection, which sends the read's bytes, carries DSCP 36."""
+    import ctypes
+    import socket
+
+    from laxflow.adapters.gate import GateConfig
+    from laxflow.adapters.mooncake import TransferEngine
+    from laxflow.adapters.mooncake_config import MooncakeAdapterConfig
+    from laxflow.adapters.sockets import tcp_sockets
+    from laxflow.testbed.mooncake_traffic import _engine, _listeners_to_class
+
+    size = 1 << 17
+    bufs = {d: ctypes.create_string_buffer(bytes([d]) * size, size) for d in (0, 36)}
+    targets, ports = {}, {}
+    for d, buf in bufs.items():
+        eng, listeners = _listeners_to_class(lambda: _engine("127.0.0.1"), d)
+        assert eng.register_memory(ctypes.addressof(buf), size) == 0
+        targets[d] = (eng, ctypes.addressof(buf))
+        ports[d] = {s.local[1] for s in listeners}
+    wrapper = TransferEngine(config=MooncakeAdapterConfig(
+        gate=GateConfig(shm_name=f"/lxfmcseg-{os.getpid()}"), static_dscp={1: 36}))
+    try:
+        assert wrapper.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+        dst = ctypes.create_string_buffer(size)
+        assert wrapper.register_memory(ctypes.addressof(dst), size) == 0
+        names = {d: f"127.0.0.1:{eng.get_rpc_port()}" for d, (eng, _) in targets.items()}
+        # both targets' buffers sit at different addresses: read the same offset of the 36 one's
+        fut = wrapper.submit("read", names[0], [ctypes.addressof(dst)], [targets[36][1]], [size], request=7,
+                             stage=1, segments=names)
+        assert fut.result(timeout=30) == 0
+        assert dst.raw == bytes([36]) * size
+        served = [s for s in tcp_sockets() if s.state == "ESTABLISHED" and s.local[1] in ports[36]]
+        assert served, "no connection accepted by the 36 segment"
+        for s in served:
+            with socket.socket(fileno=os.dup(s.fd)) as k:
+                assert k.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) >> 2 == 36
+        assert [r.dscp for r in wrapper.records] == [36]
+    finally:
+        wrapper.close()

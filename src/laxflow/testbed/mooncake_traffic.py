@@ -39,6 +39,7 @@ import ctypes
 import json
 import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -64,19 +65,26 @@ def _engine(address: str) -> Any:
     return engine
 
 
+def _listeners_to_class(make: Any, dscp: int) -> tuple[Any, list]:
+    """``make()`` a Mooncake engine and put its new listening sockets (TcpTransport's data port, the
+    handshake port) in class ``dscp``: every connection they accept later inherits it."""
+    before = set(socket_inodes())
+    engine = make()
+    listeners = [s for s in tcp_sockets() if s.inode not in before and s.state == "LISTEN"]
+    for s in listeners:
+        set_dscp(s.fd, s.inode, dscp)
+    return engine, listeners
+
+
 def kvstore(cfg: dict[str, Any]) -> None:
     size = cfg["layers"] * cfg["reuse_bytes"]
     buf = ctypes.create_string_buffer(_pattern("kv", size), size)
     base = ctypes.addressof(buf)
     engines, segments = [], {}
     for dscp in cfg["segment_dscps"]:
-        before = set(socket_inodes())
-        engine = _engine(cfg["address"])
+        engine, _ = _listeners_to_class(lambda: _engine(cfg["address"]), dscp)
         if engine.register_memory(base, size) != 0:
             raise SystemExit("mooncake: register_memory failed")
-        for s in tcp_sockets():  # its TcpTransport and handshake listeners: accepted connections inherit
-            if s.inode not in before and s.state == "LISTEN":
-                set_dscp(s.fd, s.inode, dscp)
         engines.append(engine)
         segments[str(dscp)] = f"{cfg['address']}:{engine.get_rpc_port()}"
     print(json.dumps({"segments": segments, "base": base}), flush=True)
@@ -303,7 +311,7 @@ def quiet(env: dict[str, str] | None) -> dict[str, str]:
     return dict(os.environ if env is None else env, GLOG_minloglevel="3")
 
 
-def start_servers(tb: Any, cfg: Any, mode: str, dscp: dict[int, int], env: Any, host_cfg: Any) -> tuple[list, dict]:
+def start_servers(tb: Any, cfg: Any, mode: str, dscp: dict[int, int], env: Any) -> tuple[list, dict]:
     """Start the KV store (h2) and decode (h3) targets; their processes and what the ranks' configs need.
 
     Called by :func:`laxflow.testbed.scenario._run_job` in the scenario's main thread.
@@ -318,8 +326,6 @@ def start_servers(tb: Any, cfg: Any, mode: str, dscp: dict[int, int], env: Any, 
         dscps |= {dm.dscp(level) for level in range(9)}
     sizes = {"layers": cfg.layers, "reuse_bytes": cfg.reuse_bytes, "kv_bytes": cfg.kv_bytes,
              "requests": cfg.requests + cfg.warmup}
-    import subprocess
-
     kv = tb.popen_in(2, [py, "-m", "laxflow.testbed.worker", "mc_kvstore",
                          json.dumps(dict(sizes, address=tb.address(2), segment_dscps=sorted(dscps)))],
                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=quiet(None))

@@ -293,7 +293,7 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
     if cfg.transport == "mooncake":  # stages 1 and 3 through the Mooncake wrapper (mooncake_traffic)
         from laxflow.testbed import mooncake_traffic
 
-        servers, mc = mooncake_traffic.start_servers(tb, cfg, mode, dscp, lambda h: env(h, ack_dscp(mode)), host_cfg)
+        servers, mc = mooncake_traffic.start_servers(tb, cfg, mode, dscp, lambda h: env(h, ack_dscp(mode)))
         common.update(mc)
     else:
         servers = [
