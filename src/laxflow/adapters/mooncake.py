@@ -70,12 +70,12 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from itertools import count
-from typing import Any
+from typing import Any, Mapping
 
 from laxflow.adapters.gate import PermitGate
 from laxflow.adapters.mooncake_config import MooncakeAdapterConfig
 from laxflow.adapters.sockets import TcpSocket, set_dscp, socket_inodes, tcp_sockets, unacked_bytes
-from laxflow.protocol.shm import Permit, Stage, TagKind, TagValue
+from laxflow.protocol.shm import Gate, Permit, Stage, TagKind, TagValue
 
 _READ, _WRITE = "read", "write"
 RESCAN_S = 1.0  # at most this long before a peer's connections are looked up again
@@ -191,6 +191,8 @@ class TransferEngine:
         stage: int | None = None,
         layer: int = 0,
         deadline: float | None = None,
+        handle: int = 0,
+        segments: Mapping[int, str] | None = None,
     ) -> Future:
         """One message of ``op`` ('read' or 'write'); the Future gives 0 or Mooncake's error.
 
@@ -198,6 +200,16 @@ class TransferEngine:
         ``request_key``).  ``stage`` defaults to reuse (1) for reads and p2d (3)
         for writes.  ``deadline``: the request's TTFT deadline, in the units of
         the hooks API's ``register_request`` (handed to ``on_deadline``).
+        ``handle``: the message's handle for the daemon (which port it is
+        counted on, bound through the hooks API's ``bind``; 0: the process's
+        default port), e.g. a one-sided read counted on the host's receive port.
+        ``segments``: DSCP -> target segment serving the same memory in that
+        class; the transfer goes to the one of its permit's DSCP (else to
+        ``target_hostname``).  A READ's bytes are sent by the target's sockets,
+        which the initiator cannot mark: a target that serves one segment per
+        class (its listening socket's class, inherited by every connection it
+        accepts) lets the initiator pick the class per transfer, one-sided,
+        as an RDMA READ's class is the responder QP's.
         """
         if op not in (_READ, _WRITE):
             raise ValueError(f"op: expected 'read' or 'write', got {op!r}")
@@ -216,10 +228,16 @@ class TransferEngine:
         nbytes = int(sum(lengths))
 
         def run(permit: Permit | None) -> int:
-            return self._execute(op, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint,
+            if permit is None and int(stage) in self.config.static_dscp:
+                dscp = self.config.static_dscp[int(stage)]
+                permit = Permit(0, Gate.OPEN, 63 - dscp, dscp)  # static class: a higher DSCP is more urgent
+            target = target_hostname
+            if segments and permit is not None:
+                target = segments.get(permit.dscp, target_hostname)
+            return self._execute(op, target, buffers, peer_buffer_addresses, lengths, transport_hint,
                                  permit, request, int(stage), layer, nbytes)
 
-        return self._gate.submit(run, request, int(stage), layer, nbytes)
+        return self._gate.submit(run, request, int(stage), layer, nbytes, handle=handle)
 
     # --------------------------------------------------- Mooncake's calls
 

@@ -84,6 +84,10 @@ class MooncakeAdapterConfig:
     raise_wait_s: before a connection moves to a more urgent class, wait at
       most this long for its earlier bytes to be acknowledged (packets of one
       connection in two strict-priority queues arrive out of order).
+    static_dscp: stage -> DSCP for transfers that run without a permit (no
+      daemon, or failing open): marked as a permit of that class would be
+      (``laxflow run --dscp`` per stage; the testbed's ``static`` mode).
+      Stages not named stay unmarked.
     """
 
     gate: GateConfig = field(default_factory=GateConfig)
@@ -94,8 +98,12 @@ class MooncakeAdapterConfig:
     on_deadline: Callable[[int, float], None] | None = None
     drain_timeout_s: float = 5.0
     raise_wait_s: float = 0.2
+    static_dscp: Mapping[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for stage, dscp in self.static_dscp.items():
+            if stage not in (0, 1, 2, 3) or not 0 <= dscp <= 63:
+                raise UserError(f"static_dscp: expected stage 0..3 -> DSCP 0..63, got {stage!r} -> {dscp!r}")
         for name in ("drain_timeout_s", "raise_wait_s"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and 0 <= value < float("inf")):

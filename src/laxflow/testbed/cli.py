@@ -169,6 +169,9 @@ def run_command(
                                                help="Daemons' permit window in bytes (default: one BDP)."),
     collective: str = typer.Option("auto", "--collective",
                                    help="Stage 2: gloo (torch.distributed), tcp (own exchange), auto (gloo if torch)."),
+    transport: str = typer.Option("tcp", "--transport",
+                                  help="Stages 1 and 3: tcp (the workers' own exchange) or mooncake (Mooncake "
+                                       "TransferEngine through laxflow's adapter)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Run a synthetic disaggregated prefill on a 4-host fabric: one class (off), static per-stage classes
@@ -182,7 +185,8 @@ def run_command(
     result = run_contention(ScenarioConfig(
         name=name, requests=requests, warmup=warmup, rate=rate, tagger=tagger, layers=layers, compute_ms=compute_ms,
         a2a_bytes=a2a_bytes, reuse_bytes=reuse_bytes, kv_bytes=kv_bytes, interarrival_ms=interarrival_ms,
-        slo_factor=slo_factor, modes=tuple(m.strip() for m in modes.split(",") if m.strip()), window_bytes=window_bytes, collective=collective))
+        slo_factor=slo_factor, modes=tuple(m.strip() for m in modes.split(",") if m.strip()), window_bytes=window_bytes, collective=collective,
+        transport=transport))
     if as_json:
         typer.echo(json.dumps(result, indent=1))
         return

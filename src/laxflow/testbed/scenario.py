@@ -38,10 +38,11 @@ Modes, run back to back on the same fabric and workload (``modes``):
 Stage 2 is a Gloo all_to_all (torch.distributed over eth0; ``on``: gated and
 marked by :class:`laxflow.adapters.gloo.GlooCollectives`) when torch is
 installed (``collective="auto"``/``"gloo"``), else the workers' own TCP
-exchange tagged stage 2 (``"tcp"``). Stages 1/3 use the PermitGate + socket
-flow tag path, not the Mooncake wrapper (same gate; Mooncake's TCP transport
-needs its metadata service in each namespace): the wrapper is tested on its
-own in tests/adapters.
+exchange tagged stage 2 (``"tcp"``). Stages 1/3 (``transport``): ``tcp``
+(default) the workers' own exchange through the PermitGate + socket flow tag
+path above; ``mooncake`` real Mooncake transfers (P2P handshake, TCP
+transport, no metadata service) through :mod:`laxflow.adapters.mooncake`,
+see :mod:`laxflow.testbed.mooncake_traffic`.
 
 TTFT SLO: ``slo_factor`` (default 3, the paper's) x the TTFT measured under
 low load: before the modes, ``LOW_LOAD_REQUESTS`` requests run alone on the
@@ -96,6 +97,7 @@ class ScenarioConfig:
     modes: tuple[str, ...] = ("off", "static", "on")
     window_bytes: int | None = None  # the daemons' permit window (None: their default, one BDP)
     collective: str = "auto"  # stage 2: gloo (torch installed), tcp (the workers' own exchange), auto
+    transport: str = "tcp"  # stages 1 and 3: the workers' own TCP exchange, or Mooncake (mooncake_traffic)
 
     def __post_init__(self) -> None:
         parse_rate(self.rate)
@@ -114,6 +116,11 @@ class ScenarioConfig:
                             f"got {','.join(self.modes)!r}")
         if self.collective not in ("auto", "gloo", "tcp"):
             raise UserError(f"scenario: collective must be auto, gloo or tcp, got {self.collective!r}")
+        if self.transport not in ("tcp", "mooncake"):
+            raise UserError(f"scenario: transport must be tcp or mooncake, got {self.transport!r}")
+        if self.transport == "mooncake" and importlib.util.find_spec("mooncake") is None:
+            raise UserError("scenario: transport mooncake needs mooncake-transfer-engine-non-cuda "
+                            "(pip install 'laxflow[mooncake]')")
         if self.window_bytes is not None and self.window_bytes < 0:
             raise UserError(f"scenario: window_bytes must be >= 0, got {self.window_bytes}")
         if self.tagger != "shim" and "on" in self.modes:
@@ -283,10 +290,16 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
     def env(h: int, static: int | None) -> dict[str, str] | None:
         return _worker_env(cfg, static if mode != "off" else None, cp.shm(h) if cp else None)
 
-    servers = [
-        tb.popen_in(2, [py, "-m", "laxflow.testbed.worker", "kvstore", json.dumps(host_cfg(2))], env=env(2, dscp[1])),
-        tb.popen_in(3, [py, "-m", "laxflow.testbed.worker", "decode", json.dumps(host_cfg(3))], env=env(3, ack_dscp(mode))),
-    ]
+    if cfg.transport == "mooncake":  # stages 1 and 3 through the Mooncake wrapper (mooncake_traffic)
+        from laxflow.testbed import mooncake_traffic
+
+        servers, mc = mooncake_traffic.start_servers(tb, cfg, mode, dscp, lambda h: env(h, ack_dscp(mode)))
+        common.update(mc)
+    else:
+        servers = [
+            tb.popen_in(2, [py, "-m", "laxflow.testbed.worker", "kvstore", json.dumps(host_cfg(2))], env=env(2, dscp[1])),
+            tb.popen_in(3, [py, "-m", "laxflow.testbed.worker", "decode", json.dumps(host_cfg(3))], env=env(3, ack_dscp(mode))),
+        ]
     total = cfg.requests + cfg.warmup
     span = total * cfg.interarrival_ms / 1000 + cfg.ideal_ttft_s() * 4
     ranks = []
@@ -299,7 +312,12 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
         renv["GLOO_SOCKET_IFNAME"] = "eth0"  # Gloo's connections on the fabric, not lo
         # c10d warns on every connect that a namespace's address has no hostname: noise, not a fault
         renv.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-        ranks.append(tb.popen_in(rank, [py, "-m", "laxflow.testbed.worker", "prefill", json.dumps(wcfg)],
+        if cfg.transport == "mooncake":
+            renv = mooncake_traffic.quiet(renv)
+        if cfg.transport == "mooncake":
+            wcfg["address"] = tb.address(rank)
+        role = "mc_prefill" if cfg.transport == "mooncake" else "prefill"
+        ranks.append(tb.popen_in(rank, [py, "-m", "laxflow.testbed.worker", role, json.dumps(wcfg)],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=renv))
     cap = None
     try:
@@ -325,6 +343,10 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
             p.stdin.write(f"{start!r}\n")
             p.stdin.flush()
         outs = [json.loads(p.communicate(timeout=span * 10 + 60)[0]) for p in ranks]
+        if cfg.transport == "mooncake":
+            from laxflow.testbed.mooncake_traffic import verify_writes
+
+            written = verify_writes(servers[1])
     except (ValueError, subprocess.TimeoutExpired, UserError) as exc:
         for p in ranks:
             p.kill()
@@ -346,6 +368,12 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
                               "slo_attainment": sum(t <= slo for t in ttft) / len(ttft),
                               "cct_p99": sorted(cct)[min(len(cct) - 1, int(0.99 * len(cct)))], "collective": kind,
                               "ttft_per_request": [round(t, 4) for t in ttft]}
+    if cfg.transport == "mooncake":
+        result["transport"] = "mooncake"
+        result["bytes_verified"] = {
+            "reads": sum(o["reads_verified"] for o in outs), "reads_bad": sum(o["reads_bad"] for o in outs),
+            "writes": written["verified"], "writes_bad": written["bad"] + sum(o["writes_failed"] for o in outs)}
+        result["mooncake_stats"] = [dict(o["mooncake_stats"], transfer_ms=o["transfer_ms"]) for o in outs]
     if mode == "on":
         used: dict[str, int] = {}
         for o in outs:
