@@ -31,6 +31,7 @@ import sys
 from dataclasses import asdict, replace
 from typing import Any
 
+from laxflow.errors import UserError
 from laxflow.testbed.scenario import MODES, ScenarioConfig
 from laxflow.testbed.sim_model import ModelParams, low_load_ttft, predict
 
@@ -80,7 +81,7 @@ def one_run(cfg: ScenarioConfig) -> dict[str, Any]:
         pred["ttft_per_request"] = [round(t, 4) for t in pred["ttft_per_request"]]
         out["params"][mode] = params_json(p)
         out["predicted"][mode] = pred
-        keep = ("cct_mean", "ttft_mean", "slo_attainment", "cct_p99", "compute_ms_real", "permit_wait_ms_prefill",
+        keep = ("cct_mean", "ttft_mean", "slo_attainment", "cct_median", "cct_p99", "compute_ms_real", "permit_wait_ms_prefill",
                 "permit_dscp_prefill", "dscp_seen", "ttft_per_request")
         out["measured"][mode] = {k: measured[mode][k] for k in keep if k in measured[mode]}
         out["rel_error"][mode] = {k: measured[mode][k] / pred[k] - 1 for k in METRICS}
@@ -117,7 +118,14 @@ def main() -> None:
         out["why_not_measured"] = "--sim-only" if args.sim_only else "the testbed needs root"
         out["predicted"] = {m: predict(cfg, m) for m in cfg.modes}
     else:
-        out["runs"] = [one_run(cfg) for _ in range(args.repeat)]
+        out["runs"], out["failed_runs"] = [], []
+        for _ in range(args.repeat):
+            try:
+                out["runs"].append(one_run(cfg))
+            except UserError as exc:  # a run that did not finish is reported, the others still count
+                out["failed_runs"].append(str(exc))
+        if not out["runs"]:
+            raise SystemExit(f"testbed_fidelity: no run finished: {out['failed_runs']}")
         out["summary"] = summarize(out["runs"], cfg.modes)
     if args.json:
         json.dump(out, sys.stdout)

@@ -11,11 +11,20 @@ models, piece by piece, as the testbed physically does it:
   engine's policy is :class:`WireClasses`: strict priority by each flow's
   switch traffic class (its DSCP through the fabric's map, as the HTB trees
   do), max-min fair inside a class (TCP flows sharing one FIFO).
-- **Connections**: each TCP connection is a FIFO (:class:`_Conn`): one
-  message at a time, in order. A message that finds its connection idle
-  first pays the stage's measured host overhead (``ModelParams.overhead_s``:
-  thread wake-ups, system calls, an idle connection's first round trips);
-  one queued behind another follows it back to back.
+- **Connections** (:class:`_Conn`): a worker's ``sendall`` returns after
+  the measured ``sendall_s`` (the socket buffer takes the message; a sent
+  message then reports COMPLETION to its daemon); a message in another
+  class than the connection's previous one first waits for those bytes to
+  be delivered (the shim's ``wait_drained``). Each connection's bytes go in
+  order, one message at a time (:class:`_Fifo`); connections in one class
+  share a link max-min fair (the testbed's TCP is BBR, which paces near the
+  link rate; two 2-8 MB writers into one switch port, measured once on
+  this fabric, moved their bytes at 99.5-100.2 % of goodput together).
+  A message that finds its connection idle pays the stage's measured
+  overhead (``ModelParams.overhead_s``): a start delay if positive; if
+  negative (measured here: the HTB buckets let an idle path's first tens
+  of KB through faster than the line rate) that many seconds of its bytes
+  arrive at once, when its links carry nothing else.
 - **Processes**: per prefill rank, requests in arrival order: all the
   request's reads asked at once (served in order on the rank's kvstore
   connection), layer j computes once its read is in for the measured real
@@ -36,9 +45,14 @@ models, piece by piece, as the testbed physically does it:
   latency late and a permit reaches the worker half a latency after the
   grant; the latency per stage is measured (``ModelParams.permit_s``).
 
-Not modelled: the coordinator's RED order (the daemons decide without one),
-TCP's own dynamics beyond the per-message overhead (slow start inside a
-message, ACK clocking, socket-buffer completion), the hooks round trips.
+Not modelled (the fidelity report's reasons): buffers -- the fluid
+network has none, so a switch port whose senders pause idles at once, while
+the testbed's port drains its queue (pfifo, 1000 packets); variability --
+the model is deterministic (every layer and request alike), the testbed's
+CCT has a tail (p99 ~4x the mean on the loaded box) that queues at high
+load; the coordinator's RED order (the daemons decide without one); the
+hooks' ZeroMQ round trips; TCP inside a message (cwnd, pacing) beyond the
+measured overhead.
 """
 
 from __future__ import annotations
@@ -224,6 +238,7 @@ class _Model:
         ttft = [max(self.done[(0, i)], self.done[(1, i)]) - a for i, a in enumerate(self.arrivals)][w:]
         cct = [c for req, c in self.cct if req >= w]
         out: dict[str, Any] = {"cct_mean": statistics.fmean(cct), "ttft_mean": statistics.fmean(ttft),
+                               "cct_median": statistics.median(cct),
                                "slo_attainment": sum(t <= self.slo for t in ttft) / len(ttft), "slo_s": self.slo,
                                "compute_s": self.compute, "ttft_per_request": ttft}
         if self.daemons:
@@ -379,9 +394,7 @@ class _Fifo:
 
     Connections share a link max-min fair (the engine, inside one class):
     the testbed's TCP is BBR, which paces each flow near the link rate, so
-    flows converging on one queue interleave rather than wait for each other
-    (measured in the calibration's notes: two writers into one port share it
-    to within 3 %).
+    flows converging on one queue interleave rather than wait for each other.
     """
 
     def __init__(self, m: _Model) -> None:
