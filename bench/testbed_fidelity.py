@@ -59,8 +59,9 @@ def mode_params(base: ModelParams, mode: str, measured: dict[str, Any]) -> Model
     return p
 
 
-def one_run(cfg: ScenarioConfig) -> dict[str, Any]:
-    from laxflow.testbed.calibrate import calibrate
+def one_run(cfg: ScenarioConfig, reps: int | None = None) -> dict[str, Any]:
+    """One fabric: measured low-load TTFT, calibration (``reps`` probes per stage; None: its default), the modes."""
+    from laxflow.testbed.calibrate import REPS, calibrate
     from laxflow.testbed.fabric import FabricConfig, Testbed
     from laxflow.testbed.scenario import low_load_ttft as measured_low_load
     from laxflow.testbed.scenario import run_mode
@@ -69,7 +70,7 @@ def one_run(cfg: ScenarioConfig) -> dict[str, Any]:
     with Testbed(FabricConfig(hosts=4, rate=cfg.rate, name=cfg.name)) as tb:
         low = measured_low_load(tb, cfg)
         slo = cfg.slo_factor * low
-        base, calib = calibrate(tb, cfg)
+        base, calib = calibrate(tb, cfg, reps or REPS)
         measured = {mode: run_mode(tb, cfg, mode, capture=True, slo=slo) for mode in cfg.modes}
     out: dict[str, Any] = {"loadavg_start": load, "loadavg_end": os.getloadavg(), "slo_s": slo,
                            "calibration": calib, "low_load_ttft": {"measured": low}}

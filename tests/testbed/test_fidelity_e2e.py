@@ -29,21 +29,19 @@ def _bench():
 
 
 @root_only
-def test_fidelity_run_measures_calibrates_and_predicts(monkeypatch: pytest.MonkeyPatch) -> None:
-    import laxflow.testbed.calibrate as calibrate
-
-    monkeypatch.setattr(calibrate, "REPS", 3)
+def test_fidelity_run_measures_calibrates_and_predicts() -> None:
     name = f"fd{os.getpid() % 100000}"
     cfg = ScenarioConfig(name=name, requests=2, warmup=1, collective="tcp", modes=("off", "on"))
-    run = _bench().one_run(cfg)
+    run = _bench().one_run(cfg, reps=3)
     assert not [ns for ns in existing_namespaces() if ns.startswith(f"{name}-")]  # torn down
     calib = run["calibration"]
     assert calib["reps"] == 3 and set(calib["alone_ms"]) == {"1", "2", "3"}
     assert calib["sleep_ms"]["min"] >= cfg.compute_ms  # time.sleep never returns early
     for mode in ("off", "on"):
         params = run["params"][mode]
-        assert all(v >= 0 for v in params["overhead_ms"].values())
-        assert params["compute_ms"] == pytest.approx(run["measured"][mode]["compute_ms_real"])
+        for k, v in params["overhead_ms"].items():  # signed: alone time minus its bytes at goodput
+            assert v == pytest.approx(calib["alone_ms"][k]["median"] - calib["bytes_at_goodput_ms"][k], abs=0.01)
+        assert params["compute_ms"] == pytest.approx(run["measured"][mode]["compute_ms_real"], abs=1e-3)
         assert set(params["sources"]) == {"overhead_s", "compute_s", "permit_s", "sendall_s"}
         for k in ("cct_mean", "ttft_mean"):
             assert run["rel_error"][mode][k] == pytest.approx(run["measured"][mode][k] / run["predicted"][mode][k] - 1)
