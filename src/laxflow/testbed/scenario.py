@@ -367,7 +367,11 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
     result: dict[str, Any] = {"cct_mean": statistics.fmean(cct), "ttft_mean": statistics.fmean(ttft),
                               "slo_attainment": sum(t <= slo for t in ttft) / len(ttft),
                               "cct_p99": sorted(cct)[min(len(cct) - 1, int(0.99 * len(cct)))], "collective": kind,
+                              "cct_median": statistics.median(cct),
                               "ttft_per_request": [round(t, 4) for t in ttft]}
+    if all("compute_s" in o for o in outs):
+        # the compute sleeps' real mean length (both ranks, warm-up included)
+        result["compute_ms_real"] = 1000 * statistics.fmean(o["compute_s"] for o in outs)
     if cfg.transport == "mooncake":
         result["transport"] = "mooncake"
         result["bytes_verified"] = {

@@ -1,168 +1,559 @@
 """The contention scenario in the simulator: the testbed's prediction.
 
-Mirrors :mod:`laxflow.testbed.worker` on the simulator's fluid network
-(:class:`laxflow.sim.network.engine.FluidNetwork`) with the same policy
-objects the daemons run (``fs`` for one class, ``mfs`` for laxflow on). Same
-hosts, sizes, compute sleeps, arrivals and TTFT SLO as a
-:class:`laxflow.testbed.scenario.ScenarioConfig`:
+Mirrors :mod:`laxflow.testbed.worker` and the testbed's daemons, called by
+``bench/testbed_fidelity.py`` (and the tests) on the main thread. What it
+models, piece by piece, as the testbed physically does it:
 
-- links: each host's egress (``hN-up``, the host HTB at line rate) and the
-  switch port toward it (``hN-down``), capacity = line rate x TCP goodput
-  (1448 payload bytes per 1514-byte frame);
-- per prefill rank, requests in arrival order, one at a time: the stage-1
-  reads of the request's layers, asked for at once and served one after
-  another on the rank's KV connection (h2 -> rank), each with the RLI of the
-  layer the rank is at when it starts; layer j computes once its read is in
-  (a delay), then the all_to_all (rank -> peer, both directions; the layer
-  ends when both are in); each layer's stage-3 write rank -> h3 is sent as
-  the layer ends, behind the earlier ones on the rank's one connection;
-- SLO: ``slo_factor`` x the low-load TTFT (the testbed's measured one when
-  given, else the simulator's own); the first ``warmup`` requests are left
-  out, as on the testbed;
-- CCT = from a rank's all_to_all start to both directions in; TTFT = the
-  request's last stage-3 write done (the later rank) - arrival.
+- **The wire**: the simulator's fluid network
+  (:class:`laxflow.sim.network.engine.FluidNetwork`), links ``hN-up`` (the
+  host's HTB at line rate) and ``hN-down`` (the switch port toward it) at
+  line rate x TCP goodput (1448 payload bytes per 1514-byte frame). The
+  engine's policy is :class:`WireClasses`: strict priority by each flow's
+  switch traffic class (its DSCP through the fabric's map, as the HTB trees
+  do), max-min fair inside a class (TCP flows sharing one FIFO).
+- **Connections** (:class:`_Conn`): a worker's ``sendall`` returns after
+  the measured ``sendall_s`` (the socket buffer takes the message; a sent
+  message then reports COMPLETION to its daemon); a message in another
+  class than the connection's previous one first waits for those bytes to
+  be delivered (the shim's ``wait_drained``). Each connection's bytes go in
+  order, one message at a time (:class:`_Fifo`); connections in one class
+  share a link max-min fair (the testbed's TCP is BBR, which paces near the
+  link rate; two 2-8 MB writers into one switch port, measured once on
+  this fabric, moved their bytes at 99.5-100.2 % of goodput together).
+  A message that finds its connection idle pays the stage's measured
+  overhead (``ModelParams.overhead_s``): a start delay if positive; if
+  negative (measured here: the HTB buckets let an idle path's first tens
+  of KB through faster than the line rate) that many seconds of its bytes
+  arrive at once, when its links carry nothing else.
+- **Processes**: per prefill rank, requests in arrival order: all the
+  request's reads asked at once (served in order on the rank's kvstore
+  connection), layer j computes once its read is in for the measured real
+  sleep (``compute_s``), then the all_to_all (both directions; a rank's CCT
+  ends when its bytes are out and the peer's are in), then the layer's KV
+  write on the rank's decode connection. TTFT = the request's last write in
+  at decode (the later rank) - arrival.
+- **Classes by mode**: ``off`` all DSCP 0; ``static`` the stage's DSCP
+  (:func:`laxflow.testbed.scenario.stage_dscp`); ``on`` the permit's DSCP,
+  from one :class:`laxflow.daemon.core.DaemonCore` per host, the daemons'
+  own state machine (MFS policy, permit rule, ports ``eth0`` and
+  ``eth0-rx`` with the testbed's windows), fed as the testbed feeds it:
+  hooks calls (request, batch), messages submitted on the initiating host's
+  port, layer boundaries and completions, and each port's own byte counter
+  (wire bytes incl. headers and the reverse direction's ACKs) every
+  ``counter_interval_s``. Each daemon sees only its own ports' load, as on
+  the testbed. A submit and a completion reach the daemon half a permit
+  latency late and a permit reaches the worker half a latency after the
+  grant; the latency per stage is measured (``ModelParams.permit_s``).
 
-Not modelled (the differences the fidelity report discusses): TCP slow
-start / ACK clocking, the daemons' permit latency and window, Python and
-scheduler overheads on the host, and acknowledgement bytes.
-Called by ``bench/testbed_fidelity.py`` on the main thread.
+Not modelled (the fidelity report's reasons): buffers -- the fluid
+network has none, so a switch port whose senders pause idles at once, while
+the testbed's port drains its queue (pfifo, 1000 packets); variability --
+the model is deterministic (every layer and request alike), the testbed's
+CCT has a tail (p99 ~4x the mean on the loaded box) that queues at high
+load; the coordinator's RED order (the daemons decide without one); the
+hooks' ZeroMQ round trips; TCP inside a message (cwnd, pacing) beyond the
+measured overhead.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import statistics
 from collections import deque
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
 
+import numpy as np
+
+from laxflow.adapters.sockets import wait_drained
+from laxflow.daemon.config import DaemonConfig
+from laxflow.daemon.core import CoreConfig, DaemonCore
+from laxflow.daemon.ports import PortSpec
+from laxflow.policy.base import Decision, FlowPolicy, Snapshot
+from laxflow.policy.config import MfsConfig
+from laxflow.policy.dscp import default_dscp_map
 from laxflow.policy.flow import Flow, Stage
-from laxflow.policy.registry import create_policy
 from laxflow.sim.events import EventQueue, Priority
 from laxflow.sim.network.engine import FluidNetwork
 from laxflow.sim.network.topology import Topology
-from laxflow.testbed.fabric import parse_rate
-from laxflow.testbed.scenario import ScenarioConfig
+from laxflow.testbed.fabric import parse_rate, tc_of_dscp
+from laxflow.testbed.mfs_io import RX_PORT
+from laxflow.testbed.scenario import ScenarioConfig, stage_dscp
 
 GOODPUT = 1448 / 1514  # TCP payload per Ethernet frame (timestamps on)
-HOSTS = 4
+MSS, ACK_FRAME = 1448, 66  # a delayed ACK (one 66-byte frame per two segments) flows back per data stream
+HOSTS, KVSTORE, DECODE = 4, 2, 3
+KVRESP_BYTES, HDR_BYTES = 16, 24  # the workers' application headers (read response, KV write)
+# s: the longest a connection's class switch waits for its earlier bytes (the worker's wait_drained default)
+DRAIN_LIMIT = inspect.signature(wait_drained).parameters["timeout"].default
+RX_WINDOW = 1e12  # the testbed's eth0-rx: classifies, never holds (scenario.ControlPlane)
+COUNTER_INTERVAL = DaemonConfig.__dataclass_fields__["counter_interval_s"].default
+MODES = ("off", "static", "on")
+_TC = tc_of_dscp(default_dscp_map(8))
 
 
-def low_load_ttft(cfg: ScenarioConfig) -> float:
-    """The simulator's TTFT at low load (``fs``, requests far apart): the SLO base, as the testbed measures it."""
-    return predict(cfg.low_load(warmup=0), "fs", slo=math.inf)["ttft_mean"]
+@dataclass(frozen=True)
+class ModelParams:
+    """The model's measured inputs; ``sources`` says where each came from (in the bench's JSON).
 
-
-def predict(cfg: ScenarioConfig, policy: str, slo: float | None = None) -> dict[str, Any]:
-    """Run the scenario under ``policy``; returns cct_mean, ttft_mean, slo_attainment (seconds).
-
-    ``slo``: the TTFT SLO in seconds; None means ``slo_factor`` x the
-    simulator's own low-load TTFT. The first ``cfg.warmup`` requests run and
-    are left out, as on the testbed.
+    ``overhead_s``: per stage (1, 2, 3), a message alone on an idle path takes its bytes at goodput plus
+    this. Positive: host time before its bytes go (a start delay, paid when its connection is idle).
+    Negative: the fabric's burst (the HTB buckets let the first bytes of an idle path through at once):
+    that many seconds' worth of bytes are delivered at once when the message's links carry nothing else.
+    ``compute_s``: one layer's compute sleep as it really lasts (None: the scenario's nominal).
+    ``permit_s``: per stage, submit -> permit at the worker for a message the daemon does not hold.
+    ``sendall_s``: per stage, how long ``sendall`` takes to return (the socket buffer takes the message):
+    then the worker reports the message COMPLETE to its daemon (stage 1 completes when its bytes are in).
     """
-    if slo is None:
-        slo = cfg.slo_factor * low_load_ttft(cfg)
-    cap = parse_rate(cfg.rate) / 8 * GOODPUT
-    ids = [f"h{h}-{d}" for d in ("up", "down") for h in range(HOSTS)]
-    topo = Topology.from_links(ids, [cap] * len(ids))
-    q = EventQueue()
-    net = FluidNetwork(topo, create_policy(policy), q)
-    L, C = cfg.layers, cfg.compute_ms / 1000
-    arrivals = [i * cfg.interarrival_ms / 1000 for i in range(cfg.requests + cfg.warmup)]
-    up = lambda h: topo.index(f"h{h}-up")  # noqa: E731
-    down = lambda h: topo.index(f"h{h}-down")  # noqa: E731
-    cct: list[float] = []
-    done: dict[tuple[int, int], float] = {}
-    a2a: dict[tuple[int, int], dict[str, Any]] = {}
-    writer = {r: deque() for r in (0, 1)}
-    writer_busy = {0: False, 1: False}
 
-    def flow(fid: str, src: int, dst: int, size: float, stage: Stage, req: int, layer: int, current: int) -> Flow:
-        return Flow.on_path(fid, size, [up(src), down(dst)], stage=stage, request=f"r{req}",
-                            deadline=arrivals[req] + slo if math.isfinite(slo) else None, layer=layer,
-                            current_layer=current, downstream=(L - 1 - layer) * C if stage is not Stage.P2D else 0.0)
+    overhead_s: dict[int, float] = field(default_factory=lambda: {1: 0.0, 2: 0.0, 3: 0.0})
+    compute_s: float | None = None
+    permit_s: dict[int, float] = field(default_factory=lambda: {1: 0.0, 2: 0.0, 3: 0.0})
+    sendall_s: dict[int, float] = field(default_factory=lambda: {1: 0.0, 2: 0.0, 3: 0.0})
+    sources: dict[str, str] = field(default_factory=lambda: {"overhead_s": "none (0)", "compute_s": "nominal",
+                                                             "permit_s": "none (0)", "sendall_s": "none (0)"})
 
-    def start_request(rank: int, req: int) -> None:
-        st = {"in": [False] * L, "layer": 0, "computing": False}
+    def __post_init__(self) -> None:
+        for name in ("overhead_s", "permit_s", "sendall_s"):
+            d = getattr(self, name)
+            low = -math.inf if name == "overhead_s" else 0.0
+            if set(d) != {1, 2, 3} or not all(math.isfinite(v) and v >= low for v in d.values()):
+                raise ValueError(f"model params: {name} needs stages 1, 2, 3 with finite seconds"
+                                 f"{'' if name == 'overhead_s' else ' >= 0'}, got {d!r}")
+        if self.compute_s is not None and not (math.isfinite(self.compute_s) and self.compute_s >= 0):
+            raise ValueError(f"model params: compute_s must be >= 0 s, got {self.compute_s!r}")
 
-        def read(layer: int) -> None:
-            # the testbed's reads are asked for at once and served one after another on the rank's connection
-            f = flow(f"r{req}-k{rank}-{layer}", 2, rank, cfg.reuse_bytes, Stage.REUSE, req, layer, st["layer"])
-            net.add_flow(f, lambda _f: read_done(layer))
+    def with_permits(self, wait_ms: dict[str, float], source: str) -> "ModelParams":
+        """The permit latency per stage from measured submit -> permit waits (ms, keys "1", "2", "3").
 
-        def read_done(layer: int) -> None:
-            st["in"][layer] = True
-            if layer + 1 < L:
-                read(layer + 1)
-            maybe_compute()
+        Stage 1's reads (``eth0-rx`` never holds) and stage 2's all_to_all
+        (the top rank on ``eth0``) are not held by the daemon: their wait is
+        the latency. Stage 3 is held behind higher ranks on ``eth0``; the
+        model's daemon holds it itself, so its latency is stage 2's (the
+        same port and path).
+        """
+        lat = {1: wait_ms["1"] / 1000, 2: wait_ms["2"] / 1000, 3: wait_ms["2"] / 1000}
+        return replace(self, permit_s=lat, sources=dict(self.sources, permit_s=source))
 
-        def maybe_compute() -> None:
-            j = st["layer"]
-            if j < L and st["in"][j] and not st["computing"]:
-                st["computing"] = True
-                q.push(q.now + C, Priority.COMPUTE, compute_done, j)
 
-        def compute_done(j: int) -> None:
-            key = (req, j)
-            s = a2a.setdefault(key, {"start": {}, "sent": set(), "ranks": {}})
-            s["start"][rank] = q.now
-            s["ranks"][rank] = layer_done
-            f = flow(f"r{req}-a{rank}-{j}", rank, 1 - rank, cfg.a2a_bytes, Stage.COLLECTIVE, req, j, j)
-            net.add_flow(f, lambda _f: sent(key, rank))
+class WireClasses(FlowPolicy):
+    """The fabric's strict-priority queues: a flow's level is its switch traffic class (higher TC first).
 
-        def layer_done(j: int) -> None:
-            st["computing"] = False
-            st["layer"] = j + 1
-            writer[rank].append((req, j))
-            pump(rank)
-            if j + 1 < L:
-                maybe_compute()
-            elif req + 1 < len(arrivals):
-                q.push(max(q.now, arrivals[req + 1]), Priority.ARRIVAL, start_request, rank, req + 1)
+    Called by the fluid engine; a flow's class is fixed when its bytes start
+    (``Flow.state["tc"]``), as a message's DSCP is.
+    """
 
-        read(0)
+    name = "wire"
+    reads_link_load = False
 
-    def sent(key: tuple[int, int], rank: int) -> None:
-        # rank's bytes reached the peer: the peer's receive half is done
-        s = a2a[key]
-        s["sent"].add(rank)
-        for r in (0, 1):
-            if r in s["start"] and {0, 1} <= s["sent"] and r not in s.get("closed", set()):
-                s.setdefault("closed", set()).add(r)
-                cct.append(((key[0], r), q.now - s["start"][r]))
-                s["ranks"][r](key[1])
+    def decide(self, snap: Snapshot) -> Decision:
+        tcs = np.fromiter((f.state["tc"] for f in snap.flows), dtype=np.int64, count=len(snap.flows))
+        _, dense = np.unique(-tcs, return_inverse=True)
+        return self.decision(dense.astype(np.int64))
 
-    def pump(rank: int) -> None:
-        if writer_busy[rank] or not writer[rank]:
+
+class _Model:
+    """One run of the scenario in one mode; see the module doc. Single-threaded, driven by its event queue."""
+
+    def __init__(self, cfg: ScenarioConfig, mode: str, params: ModelParams, slo: float) -> None:
+        self.cfg, self.mode, self.params, self.slo = cfg, mode, params, slo
+        self.rate = parse_rate(cfg.rate) / 8
+        ids = [f"h{h}-{d}" for d in ("up", "down") for h in range(HOSTS)]
+        self.topo = Topology.from_links(ids, [self.rate * GOODPUT] * len(ids))
+        self.q = EventQueue()
+        self.net = FluidNetwork(self.topo, WireClasses(), self.q)
+        self.wire = [0.0] * len(ids)  # wire bytes of finished flows per link (counters)
+        self.live: list[tuple[Flow, int, int]] = []
+        self.flows = 0
+        self.compute = cfg.compute_ms / 1000 if params.compute_s is None else params.compute_s
+        total = cfg.requests + cfg.warmup
+        self.arrivals = [i * cfg.interarrival_ms / 1000 for i in range(total)]
+        self.daemons = [_Daemon(self, h) for h in range(HOSTS)] if mode == "on" else None
+        self.kv_conn = {r: _Conn(self, KVSTORE, r, 1) for r in (0, 1)}
+        self.dec_conn = {r: _Conn(self, r, DECODE, 3) for r in (0, 1)}
+        self.a2a_conn = {r: _Conn(self, r, 1 - r, 2) for r in (0, 1)}
+        self.cct: list[tuple[int, float]] = []
+        self.done: dict[tuple[int, int], float] = {}
+        self.a2a: dict[tuple[int, int], dict[str, Any]] = {}
+        self.waits: dict[int, list[float]] = {1: [], 2: [], 3: []}
+        self.permit_dscp: dict[str, int] = {}
+        self.finished = 0
+
+    def link(self, name: str) -> int:
+        return self.topo.index(name)
+
+    def counter(self, link: int) -> float:
+        """The link's cumulative wire bytes now (frames of data, and ACK frames of the reverse streams)."""
+        return self.wire[link] + sum(self._wire_bytes(f, link, f.size - self.net.remaining_of(f))
+                                     for f, _, _ in self.live if link in self._touches(f))
+
+    def _touches(self, f: Flow) -> tuple[int, ...]:
+        return f.state["fwd"] + f.state["rev"]
+
+    @staticmethod
+    def _wire_bytes(f: Flow, link: int, payload: float) -> float:
+        return payload / GOODPUT if link in f.state["fwd"] else payload / (2 * MSS) * ACK_FRAME
+
+    def static_dscp(self, stage: int) -> int:
+        return stage_dscp(self.mode)[stage]
+
+    def path_idle(self, src: int, dst: int) -> bool:
+        """Whether no flow uses the links a message src -> dst would (its bytes meet empty queues)."""
+        fwd = {self.link(f"h{src}-up"), self.link(f"h{dst}-down")}
+        return not any(fwd & set(f.state["fwd"]) for f, _, _ in self.live)
+
+    def start_flow(self, src: int, dst: int, nbytes: float, dscp: int, stage: int, on_done: Callable[[], None],
+                   instant: float = 0.0) -> None:
+        """Bytes src -> dst in class ``dscp``; ``instant`` of them are delivered at once (an idle path's burst)."""
+        fwd = (self.link(f"h{src}-up"), self.link(f"h{dst}-down"))
+        rev = (self.link(f"h{dst}-up"), self.link(f"h{src}-down"))
+        instant = min(max(instant, 0.0), nbytes - 1.0)
+        self.flows += 1
+        f = Flow.on_path(f"f{self.flows}", nbytes - instant, list(fwd),
+                         stage={1: Stage.REUSE, 2: Stage.COLLECTIVE, 3: Stage.P2D}[stage])
+        f.state.update(tc=_TC.get(dscp, 0), fwd=fwd, rev=rev)
+        for link in fwd + rev:  # the burst's bytes are on the wire (the counters) now
+            self.wire[link] += self._wire_bytes(f, link, instant)
+        entry = (f, src, dst)
+        self.live.append(entry)
+
+        def finished(_f: Flow) -> None:
+            self.live.remove(entry)
+            for link in fwd + rev:
+                self.wire[link] += self._wire_bytes(f, link, f.size)
+            on_done()
+
+        self.net.add_flow(f, finished)
+
+    def run(self) -> dict[str, Any]:
+        for rank in (0, 1):
+            self.q.push(self.arrivals[0], Priority.ARRIVAL, _Rank(self, rank).start, 0)
+        if self.daemons:
+            self.q.push(0.0, Priority.TIMER, self._tick)
+        self.q.run()
+        w, L = self.cfg.warmup, self.cfg.layers
+        if len(self.done) != 2 * len(self.arrivals):
+            raise RuntimeError(f"model ({self.mode}): {len(self.done)} of {2 * len(self.arrivals)} rank-requests ended")
+        ttft = [max(self.done[(0, i)], self.done[(1, i)]) - a for i, a in enumerate(self.arrivals)][w:]
+        cct = [c for req, c in self.cct if req >= w]
+        out: dict[str, Any] = {"cct_mean": statistics.fmean(cct), "ttft_mean": statistics.fmean(ttft),
+                               "cct_median": statistics.median(cct),
+                               "slo_attainment": sum(t <= self.slo for t in ttft) / len(ttft), "slo_s": self.slo,
+                               "compute_s": self.compute, "ttft_per_request": ttft}
+        if self.daemons:
+            out["permit_wait_ms_prefill"] = {str(s): 1000 * statistics.fmean(v) if v else 0.0
+                                             for s, v in self.waits.items()}
+            out["permit_dscp_prefill"] = dict(sorted(self.permit_dscp.items()))
+        assert len(cct) == 2 * L * (len(self.arrivals) - w)
+        return out
+
+    def _tick(self) -> None:
+        # the daemons' loop: every counter interval, each port's byte counter, then a step
+        for d in self.daemons or ():
+            d.sample()
+            d.step()
+        if self.finished < 2 * len(self.arrivals):
+            self.q.push(self.q.now + COUNTER_INTERVAL, Priority.TIMER, self._tick)
+
+
+class _Daemon:
+    """One host's daemon: the real DaemonCore, its inputs delayed as the ring and permit path delay them."""
+
+    def __init__(self, m: _Model, host: int) -> None:
+        self.m, self.host = m, host
+        ports = (PortSpec("eth0", m.rate, counter="tx_bytes"),
+                 PortSpec(RX_PORT, m.rate, counter="rx_bytes", window=RX_WINDOW))
+        self.core = DaemonCore(CoreConfig(ports=ports, mfs=MfsConfig.from_mapping({}),
+                                          window_bytes=m.cfg.window_bytes))
+        self.waiting: dict[int, tuple[int, float, Callable[[int], None]]] = {}
+        self.next_id = 1
+        self.timers: set[float] = set()
+        self.up, self.down = m.link(f"h{host}-up"), m.link(f"h{host}-down")
+
+    def sample(self) -> None:
+        now = self.m.q.now
+        self.core.port_counter("eth0", self.m.counter(self.up), now)
+        self.core.port_counter(RX_PORT, self.m.counter(self.down), now)
+
+    def step(self) -> None:
+        q = self.m.q
+        res = self.core.step(q.now)
+        for p in res.permits:
+            stage, t0, cb = self.waiting.pop(p.msg_id)
+            half = self.m.params.permit_s[stage] / 2
+            q.push(q.now + half, Priority.ARRIVAL, self._permitted, stage, t0, p.dscp, cb)
+        if res.next_timer is not None and res.next_timer > q.now and res.next_timer not in self.timers:
+            self.timers.add(res.next_timer)  # the policy's timer (stage-3 period), once per time
+            q.push(res.next_timer, Priority.TIMER, self.step)
+
+    def _permitted(self, stage: int, t0: float, dscp: int, cb: Callable[[int], None]) -> None:
+        self.m.waits[stage].append(self.m.q.now - t0)
+        key = f"s{stage}:{dscp}"
+        self.m.permit_dscp[key] = self.m.permit_dscp.get(key, 0) + 1
+        cb(dscp)
+
+    def later(self, stage: int, fn: Callable[..., None], *args: Any) -> None:
+        """``fn(*args)`` on the core half a permit latency from now (the shared-memory ring), then a step."""
+        def run() -> None:
+            fn(*args, self.m.q.now)
+            self.step()
+        self.m.q.push(self.m.q.now + self.m.params.permit_s[stage] / 2, Priority.ARRIVAL, run)
+
+    def now(self, fn: Callable[..., None], *args: Any) -> None:
+        """A hooks call (the worker waits for its answer): on the core at once."""
+        fn(*args, self.m.q.now)
+        self.step()
+
+    def submit(self, port: str, request: int, stage: int, layer: int, nbytes: int, cb: Callable[[int], None]) -> int:
+        msg = self.next_id
+        self.next_id += 1
+        self.waiting[msg] = (stage, self.m.q.now, cb)
+        st = {1: Stage.REUSE, 2: Stage.COLLECTIVE, 3: Stage.P2D}[stage]
+        self.later(stage, lambda now: self.core.submit(msg, str(request), st, layer, nbytes, now, port=port))
+        return msg
+
+    def complete(self, stage: int, msg: int) -> None:
+        self.later(stage, lambda now: self.core.complete(msg, now))
+
+
+class _Conn:
+    """One TCP connection src -> dst (see the module doc): the worker's ``sendall`` and the shim's class switch.
+
+    ``send`` is the worker's send of one message: its bytes go on the
+    connection's byte stream (:class:`_Fifo`) after the stage's
+    host overhead if the connection was idle, and ``on_sent`` (the worker's
+    COMPLETION to its daemon) runs ``sendall_s`` later. A message in another
+    class than the connection's previous one waits until the previous bytes
+    are delivered, ``DRAIN_LIMIT`` at most (:func:`laxflow.adapters.sockets.wait_drained`),
+    as the worker's ``_switch_class`` does; messages keep their order.
+    """
+
+    def __init__(self, m: _Model, src: int, dst: int, stage: int) -> None:
+        self.m, self.src, self.dst, self.stage = m, src, dst, stage
+        self.pending: deque[tuple[float, int, Callable[[], None], Callable[[], None] | None]] = deque()
+        self.in_flight = 0  # messages handed to the egress queue, not yet delivered
+        self.dscp: int | None = None
+        self.blocked = False  # the head waits for a drain
+        self.gen = 0
+        self.fifo = _Fifo(m)
+        self.ready = 0.0  # when the last message sent reaches the byte stream
+
+    def send(self, nbytes: float, dscp: int, on_done: Callable[[], None],
+             on_sent: Callable[[], None] | None = None) -> None:
+        self.pending.append((nbytes, dscp, on_done, on_sent))
+        if len(self.pending) == 1 and not self.blocked:
+            self._pump()
+
+    def _pump(self) -> None:
+        q = self.m.q
+        while self.pending and not self.blocked:
+            nbytes, dscp, on_done, on_sent = self.pending[0]
+            if self.dscp is not None and dscp != self.dscp and self.in_flight:
+                self.blocked = True  # wait_drained: until the earlier bytes are in, 20 ms at most
+                self.gen += 1
+                q.push(q.now + DRAIN_LIMIT, Priority.TIMER, self._unblock, self.gen)
+                return
+            self.pending.popleft()
+            self.dscp = dscp
+            idle = self.in_flight == 0
+            self.in_flight += 1
+            delay = max(0.0, self.m.params.overhead_s[self.stage]) if idle else 0.0
+
+            def delivered(on_done: Callable[[], None] = on_done) -> None:
+                self.in_flight -= 1
+                on_done()
+                if self.blocked and not self.in_flight:
+                    self._unblock(self.gen)
+
+            self.ready = max(q.now + delay, self.ready)  # in order behind an earlier message's overhead
+            q.push(self.ready, Priority.ARRIVAL, self.fifo.push,
+                   _Msg(self.src, self.dst, nbytes, dscp, self.stage, delivered, idle))
+            if on_sent is not None:
+                q.push(q.now + self.m.params.sendall_s[self.stage], Priority.ARRIVAL, on_sent)
+
+    def _unblock(self, gen: int) -> None:
+        if self.blocked and gen == self.gen:
+            self.blocked = False
+            self._pump()
+
+
+@dataclass
+class _Msg:
+    src: int
+    dst: int
+    nbytes: float
+    dscp: int
+    stage: int
+    delivered: Callable[[], None]
+    idle: bool  # its connection was idle when it was sent (an idle path may give it the fabric's burst)
+
+
+class _Fifo:
+    """A connection's byte stream: its messages in order, one at a time.
+
+    Connections share a link max-min fair (the engine, inside one class):
+    the testbed's TCP is BBR, which paces each flow near the link rate, so
+    flows converging on one queue interleave rather than wait for each other.
+    """
+
+    def __init__(self, m: _Model) -> None:
+        self.m = m
+        self.queue: deque[_Msg] = deque()
+        self.busy = False
+
+    def push(self, msg: _Msg) -> None:
+        self.queue.append(msg)
+        if not self.busy:
+            self._next()
+
+    def _next(self) -> None:
+        if not self.queue:
+            self.busy = False
             return
-        req, j = writer[rank].popleft()
-        writer_busy[rank] = True
+        self.busy = True
+        msg = self.queue.popleft()
+        m = self.m
+        off = m.params.overhead_s[msg.stage]
+        burst = -off * m.rate * GOODPUT if off < 0 and msg.idle and m.path_idle(msg.src, msg.dst) else 0.0
 
-        def written(_f: Flow) -> None:
-            writer_busy[rank] = False
-            if j == L - 1:
-                done[(rank, req)] = q.now
-            pump(rank)
+        def done() -> None:
+            msg.delivered()
+            self._next()
 
-        net.add_flow(flow(f"r{req}-w{rank}-{j}", rank, 3, cfg.kv_bytes + 24, Stage.P2D, req, j, j), written)
-
-    for rank in (0, 1):
-        q.push(arrivals[0], Priority.ARRIVAL, start_request, rank, 0)
-    q.run()
-    w = cfg.warmup
-    ttft = [max(done[(0, i)], done[(1, i)]) - a for i, a in enumerate(arrivals)][w:]
-    measured_cct = [c for (req, _rank), c in cct if req >= w]
-    return {"cct_mean": statistics.fmean(measured_cct), "ttft_mean": statistics.fmean(ttft),
-            "slo_attainment": sum(t <= slo for t in ttft) / len(ttft), "slo_s": slo}
+        m.start_flow(msg.src, msg.dst, msg.nbytes, msg.dscp, msg.stage, done, instant=burst)
 
 
-def predict_modes(cfg: ScenarioConfig, slo: float | None = None) -> dict[str, Any]:
-    """off (``fs``: one class) and on (``mfs``), plus the ratios, as ``testbed run`` reports them.
+class _Rank:
+    """One prefill rank's worker (:func:`laxflow.testbed.worker.prefill`)."""
 
-    ``slo``: the SLO the testbed measured (its low-load TTFT x factor), so
-    both sides judge the same deadline; None: the simulator's own.
+    def __init__(self, m: _Model, rank: int) -> None:
+        self.m, self.rank = m, rank
+        self.daemon = m.daemons[rank] if m.daemons else None
+        self.acked: dict[int, int] = {}
+
+    def start(self, req: int) -> None:
+        m, L, d = self.m, self.m.cfg.layers, self.daemon
+        rid, batch = 1000 + req, f"b{1000 + req}-r{self.rank}"
+        self.req, self.batch, self.layer = req, batch, 0
+        self.read_in = [False] * L
+        self.computing = False
+        if d is not None:
+            deadline = m.arrivals[req] + m.slo if math.isfinite(m.slo) else None
+            d.now(lambda now: d.core.register_request(str(rid), deadline, 1000, 1000))
+            d.now(lambda now: d.core.batch_formed(batch, [str(rid)], now, compute=L * m.cfg.compute_ms / 1000))
+        for layer in range(L):
+            if d is None:
+                self._ask(layer, m.static_dscp(1) if m.mode != "off" else 0, None)
+            else:
+                box: dict[str, int] = {}
+                box["msg"] = d.submit(RX_PORT, rid, 1, layer, m.cfg.reuse_bytes,
+                                      lambda dscp, j=layer, b=box: self._ask(j, dscp, b["msg"]))
+
+    def _ask(self, layer: int, dscp: int, msg: int | None) -> None:
+        def arrived() -> None:
+            if msg is not None:
+                self.daemon.complete(1, msg)
+            self.read_in[layer] = True
+            self._maybe_compute()
+
+        self.m.kv_conn[self.rank].send(self.m.cfg.reuse_bytes + KVRESP_BYTES, dscp, arrived)
+
+    def _maybe_compute(self) -> None:
+        j = self.layer
+        if j < self.m.cfg.layers and self.read_in[j] and not self.computing:
+            self.computing = True
+            if self.daemon is not None:
+                self.daemon.later(2, self.daemon.core.layer_begin, self.batch, j)
+            self.m.q.push(self.m.q.now + self.m.compute, Priority.COMPUTE, self._computed, j)
+
+    def _computed(self, j: int) -> None:
+        m, d, rid = self.m, self.daemon, 1000 + self.req
+        if d is not None and j == m.cfg.layers - 1:
+            d.later(2, d.core.compute_done, self.batch)
+        key = (self.req, j)
+        s = m.a2a.setdefault(key, {"start": {}, "in": set(), "closed": set(), "ranks": {}})
+        s["start"][self.rank], s["ranks"][self.rank] = m.q.now, self
+        if d is None:
+            self._a2a_send(key, m.static_dscp(2) if m.mode != "off" else 0, None)
+        else:
+            box: dict[str, int] = {}
+            box["msg"] = d.submit("eth0", rid, 2, j, m.cfg.a2a_bytes,
+                                  lambda dscp, b=box: self._a2a_send(key, dscp, b["msg"]))
+
+    def _a2a_send(self, key: tuple[int, int], dscp: int, msg: int | None) -> None:
+        def sent() -> None:
+            s = self.m.a2a[key]
+            s["in"].add(self.rank)  # this rank's bytes are at the peer
+            for r, rank in list(s["ranks"].items()):
+                if {0, 1} <= s["in"] and r not in s["closed"]:
+                    s["closed"].add(r)
+                    self.m.cct.append((key[0], self.m.q.now - s["start"][r]))
+                    rank._layer_done(key[1])
+
+        self.m.a2a_conn[self.rank].send(self.m.cfg.a2a_bytes, dscp, sent, self._completion(2, msg))
+
+    def _completion(self, stage: int, msg: int | None) -> Callable[[], None] | None:
+        """The worker's COMPLETION to its daemon once ``sendall`` returned (on), else nothing."""
+        if msg is None:
+            return None
+        return lambda: self.daemon.complete(stage, msg)
+
+    def _layer_done(self, j: int) -> None:
+        m, d, req = self.m, self.daemon, self.req
+        self.computing, self.layer = False, j + 1
+        nbytes = m.cfg.kv_bytes + HDR_BYTES
+        if d is None:
+            self._write(req, j, m.static_dscp(3) if m.mode != "off" else 0, None)
+        else:
+            box: dict[str, int] = {}
+            box["msg"] = d.submit("eth0", 1000 + req, 3, j, nbytes,
+                                  lambda dscp, b=box: self._write(req, j, dscp, b["msg"]))
+        if j + 1 < m.cfg.layers:
+            self._maybe_compute()
+        elif req + 1 < len(m.arrivals):
+            m.q.push(max(m.q.now, m.arrivals[req + 1]), Priority.ARRIVAL, self.start, req + 1)
+
+    def _write(self, req: int, j: int, dscp: int, msg: int | None) -> None:
+        def acked() -> None:
+            self.acked[req] = self.acked.get(req, 0) + 1
+            if self.acked[req] == self.m.cfg.layers:
+                self.m.done[(self.rank, req)] = self.m.q.now
+                self.m.finished += 1
+                if self.daemon is not None:
+                    self.daemon.now(self.daemon.core.request_done, str(1000 + req))
+
+        self.m.dec_conn[self.rank].send(self.m.cfg.kv_bytes + HDR_BYTES, dscp, acked, self._completion(3, msg))
+
+
+def predict(cfg: ScenarioConfig, mode: str, params: ModelParams | None = None, slo: float | None = None) -> dict[str, Any]:
+    """Run the scenario in ``mode`` (off, static, on); cct_mean, ttft_mean (s), slo_attainment, ...
+
+    ``slo``: the TTFT SLO (s); None: ``slo_factor`` x the model's own
+    low-load TTFT. The first ``cfg.warmup`` requests run and are left out.
     """
+    if mode not in MODES:
+        raise ValueError(f"model: mode must be one of {', '.join(MODES)}, got {mode!r}")
+    params = params or ModelParams()
     if slo is None:
-        slo = cfg.slo_factor * low_load_ttft(cfg)
-    off, on = predict(cfg, "fs", slo), predict(cfg, "mfs", slo)
-    return {"off": off, "on": on, "cct_ratio": off["cct_mean"] / on["cct_mean"],
-            "ttft_ratio": off["ttft_mean"] / on["ttft_mean"]}
+        slo = cfg.slo_factor * low_load_ttft(cfg, params)
+    return _Model(cfg, mode, params, slo).run()
+
+
+def low_load_ttft(cfg: ScenarioConfig, params: ModelParams | None = None) -> float:
+    """The model's TTFT at low load (off, requests far apart): the SLO base, as the testbed measures it."""
+    return predict(cfg.low_load(warmup=0), "off", params, slo=math.inf)["ttft_mean"]
+
+
+def predict_modes(cfg: ScenarioConfig, params: ModelParams | None = None, slo: float | None = None,
+                  modes: tuple[str, ...] = ("off", "on")) -> dict[str, Any]:
+    """Each mode, plus the ratios, as ``testbed run`` reports them (same SLO for all)."""
+    if slo is None:
+        slo = cfg.slo_factor * low_load_ttft(cfg, params)
+    out: dict[str, Any] = {mode: predict(cfg, mode, params, slo) for mode in modes}
+    out.update(cct_ratio=out["off"]["cct_mean"] / out["on"]["cct_mean"],
+               ttft_ratio=out["off"]["ttft_mean"] / out["on"]["ttft_mean"])
+    return out
+
+
+__all__ = ["GOODPUT", "ModelParams", "WireClasses", "low_load_ttft", "predict", "predict_modes"]

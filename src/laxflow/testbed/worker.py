@@ -305,6 +305,7 @@ def prefill(cfg: dict[str, Any]) -> None:
     athread.start()
     kv_lock = threading.Lock()
     cct: list[float] = []
+    compute: list[float] = []
     for req, arrival in enumerate(arrivals):
         time.sleep(max(0.0, arrival - time.time()))
         rid = 1000 + req
@@ -339,7 +340,9 @@ def prefill(cfg: dict[str, Any]) -> None:
             layer_in[layer].wait()
             if io is not None:  # layer progress through the shared-memory ring: no round trip per layer
                 io.gate.layer_boundary(rid, layer)
+            slept = time.perf_counter()
             time.sleep(cfg["compute_s"])
+            compute.append(time.perf_counter() - slept)  # the sleep's real length (the simulator model's input)
             if io is not None and layer == L - 1:
                 io.gate.layer_boundary(rid, None)
             t0 = time.time()
@@ -365,7 +368,8 @@ def prefill(cfg: dict[str, Any]) -> None:
         waits = {str(k): sum(v) / len(v) for k, v in io.waits.items()}
     else:
         waits = {}
-    print(json.dumps({"rank": rank, "cct": cct, "ttft": ttft, "permit_dscp": used, "permit_wait_s": waits}),
+    print(json.dumps({"rank": rank, "cct": cct, "ttft": ttft, "permit_dscp": used, "permit_wait_s": waits,
+                      "compute_s": sum(compute) / len(compute)}),
           flush=True)
     if io is not None:
         io.close()

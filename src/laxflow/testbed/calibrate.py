@@ -1,0 +1,172 @@
+"""Calibration of the testbed's simulator model, measured on the fabric.
+
+:func:`calibrate` is called by ``bench/testbed_fidelity.py`` (root, main
+thread) with a :class:`~laxflow.testbed.fabric.Testbed` that is up and idle,
+before the scenario's modes run. It measures what the fluid model cannot
+know from sizes and rates:
+
+- **per-message host overhead, per stage**: one message alone at the
+  scenario's size for that stage, on the path and with the protocol the
+  scenario uses, ``reps`` times with idle gaps: stage 1 a read (h0 asks the
+  scenario's own kvstore worker on h2, times request -> last byte in), stage
+  2 one direction of an all_to_all, h0 -> h1 (h1 acknowledges once it has
+  all the bytes), stage 3 a KV write h0 -> h3 to the
+  scenario's own decode worker (times first byte -> its acknowledgement).
+  The overhead is the median time minus the bytes at TCP goodput: thread
+  wake-ups, system calls, the first round trips of an idle connection, less
+  what the idle fabric lets through at once (it is negative here: HTB's
+  buckets let the first tens of KB of an idle path pass faster than the
+  line rate);
+- **sendall's duration, stages 2 and 3**: a sent message completes (the
+  worker reports COMPLETION to its daemon) when ``sendall`` returns, i.e.
+  when the socket buffer has taken it, long before its bytes are out;
+- **the compute sleep**: ``time.sleep(compute_s)`` in a host namespace,
+  ``reps`` times (the scenario's compute is that sleep; on a loaded box it
+  oversleeps).
+
+The permit latency is not measured here: it is the daemons' own submit ->
+permit wait of the "on" run (``permit_wait_ms_prefill``), which
+:func:`laxflow.testbed.sim_model.ModelParams.with_permits` takes.
+
+``python -m laxflow.testbed.calibrate sink|probe CONFIG_JSON`` are the two
+processes (inside host namespaces); nothing here needs a daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from laxflow.errors import UserError
+from laxflow.testbed.fabric import Testbed, parse_rate
+from laxflow.testbed.scenario import ScenarioConfig
+from laxflow.testbed.sim_model import GOODPUT, HDR_BYTES, KVRESP_BYTES, ModelParams
+from laxflow.testbed.worker import ACK, HDR, KVREQ, KVRESP, Tagger, _drain, _listen, _recv_exact
+
+PORTS = {"kv": 7301, "decode": 7302, "sink": 7303}
+REPS = 9
+GAP_S = 0.05  # idle between two probes: each message is alone and meets an idle connection, as a layer's does
+
+
+def sink(cfg: dict[str, Any]) -> None:
+    """Stage-2 receiver (h1): per ``HDR``, drains the bytes and acknowledges with ``ACK``."""
+    ls = _listen(cfg["port"])
+    conn, _ = ls.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        while True:
+            req, layer, size = HDR.unpack(_recv_exact(conn, HDR.size))
+            _drain(conn, size)
+            conn.sendall(ACK.pack(req, layer))
+    except (ConnectionError, OSError):
+        conn.close()
+
+
+def probe(cfg: dict[str, Any]) -> None:
+    """h0: ``reps`` rounds of one read, one all_to_all message and one KV write, each alone; then the sleeps."""
+    tag = Tagger("sockopt")  # DSCP 0: alone, the class changes nothing
+    kv = tag.connect((cfg["kvstore"], PORTS["kv"]), 0, 1)
+    a2a = tag.connect((cfg["peer"], PORTS["sink"]), 0, 2)
+    dec = tag.connect((cfg["decode"], PORTS["decode"]), 0, 3)
+    a2a_payload, kv_payload = bytes(cfg["a2a_bytes"]), bytes(cfg["kv_bytes"])
+    times: dict[str, list[float]] = {"1": [], "2": [], "3": []}
+    returned: dict[str, list[float]] = {"2": [], "3": []}  # how long sendall took
+    for rep in range(cfg["reps"]):
+        time.sleep(GAP_S)
+        t0 = time.perf_counter()
+        kv.sendall(KVREQ.pack(rep, 0, cfg["reuse_bytes"], -1))
+        _recv_exact(kv, KVRESP.size)
+        _drain(kv, cfg["reuse_bytes"])
+        times["1"].append(time.perf_counter() - t0)
+        time.sleep(GAP_S)
+        t0 = time.perf_counter()
+        a2a.sendall(HDR.pack(rep, 0, len(a2a_payload)) + a2a_payload)
+        t1 = time.perf_counter()
+        _recv_exact(a2a, ACK.size)
+        times["2"].append(time.perf_counter() - t0)
+        returned["2"].append(t1 - t0)
+        time.sleep(GAP_S)
+        t0 = time.perf_counter()
+        dec.sendall(HDR.pack(rep, 0, len(kv_payload)) + kv_payload)
+        t1 = time.perf_counter()
+        _recv_exact(dec, ACK.size)
+        times["3"].append(time.perf_counter() - t0)
+        returned["3"].append(t1 - t0)
+    sleeps = []
+    for _ in range(cfg["reps"]):
+        t0 = time.perf_counter()
+        time.sleep(cfg["compute_s"])
+        sleeps.append(time.perf_counter() - t0)
+    for sock in (kv, a2a, dec):
+        sock.close()
+    print(json.dumps({"times": times, "returned": returned, "sleeps": sleeps}), flush=True)
+
+
+def message_bytes(cfg: ScenarioConfig) -> dict[str, int]:
+    """Payload bytes on the wire per stage's message (application headers included), as the workers send them."""
+    return {"1": cfg.reuse_bytes + KVRESP_BYTES, "2": cfg.a2a_bytes + HDR_BYTES, "3": cfg.kv_bytes + HDR_BYTES}
+
+
+def calibrate(tb: Testbed, cfg: ScenarioConfig, reps: int = REPS) -> tuple[ModelParams, dict[str, Any]]:
+    """Measure on the idle fabric; returns the model's parameters and the raw measurements (for the JSON)."""
+    py = sys.executable
+    common = {"kv_port": PORTS["kv"], "decode_port": PORTS["decode"], "tagger": "sockopt",
+              "dscp": {"1": 0, "2": 0, "3": 0}, "ack_dscp": 0}
+    servers = [
+        tb.popen_in(2, [py, "-m", "laxflow.testbed.worker", "kvstore", json.dumps(common)]),
+        tb.popen_in(3, [py, "-m", "laxflow.testbed.worker", "decode", json.dumps(common)]),
+        tb.popen_in(1, [py, "-m", "laxflow.testbed.calibrate", "sink", json.dumps({"port": PORTS["sink"]})]),
+    ]
+    try:
+        pcfg = {"kvstore": tb.address(2), "peer": tb.address(1), "decode": tb.address(3), "reps": reps,
+                "a2a_bytes": cfg.a2a_bytes, "reuse_bytes": cfg.reuse_bytes, "kv_bytes": cfg.kv_bytes,
+                "compute_s": cfg.compute_ms / 1000}
+        p = tb.popen_in(0, [py, "-m", "laxflow.testbed.calibrate", "probe", json.dumps(pcfg)],
+                        stdout=subprocess.PIPE)
+        out, _ = p.communicate(timeout=120 + reps * 10)
+        if p.returncode != 0 or not out.strip():
+            raise UserError(f"testbed calibration: the probe on h0 failed (exit {p.returncode})")
+        raw = json.loads(out)
+    finally:
+        for s in servers:
+            s.kill()
+            s.wait()
+    goodput = parse_rate(cfg.rate) / 8 * GOODPUT
+    nbytes = message_bytes(cfg)
+    # signed: below 0 the idle fabric let the first bytes through faster than the line rate (HTB's buckets)
+    overhead = {int(k): statistics.median(v) - nbytes[k] / goodput for k, v in raw["times"].items()}
+    sendall = {1: 0.0, **{int(k): statistics.median(v) for k, v in raw["returned"].items()}}
+    params = ModelParams(
+        overhead_s=overhead, compute_s=statistics.fmean(raw["sleeps"]), sendall_s=sendall,
+        sources={"overhead_s": f"calibration: one message alone per stage on the idle fabric, median of {reps}, "
+                               "minus its bytes at line rate x 1448/1514",
+                 "compute_s": f"calibration: time.sleep(compute_s) in h0's namespace, mean of {reps}",
+                 "sendall_s": f"calibration: sendall's duration for the stage-2 and stage-3 message alone, median of "
+                              f"{reps} (stage 1: a read completes when its bytes are in)",
+                 "permit_s": "none (0) until the on run's measured waits are given"})
+    summary = {"reps": reps, "message_bytes": nbytes,
+               "alone_ms": {k: _spread(v) for k, v in raw["times"].items()},
+               "bytes_at_goodput_ms": {k: round(1000 * nbytes[k] / goodput, 3) for k in nbytes},
+               "sendall_ms": {k: _spread(v) for k, v in raw["returned"].items()},
+               "sleep_ms": _spread(raw["sleeps"])}
+    return params, summary
+
+
+def _spread(xs: list[float]) -> dict[str, float]:
+    ms = sorted(1000 * x for x in xs)
+    return {"median": round(statistics.median(ms), 3), "min": round(ms[0], 3), "max": round(ms[-1], 3)}
+
+
+def main() -> None:
+    role, cfg = sys.argv[1], json.loads(sys.argv[2])
+    {"sink": sink, "probe": probe}[role](cfg)
+
+
+if __name__ == "__main__":
+    main()
+

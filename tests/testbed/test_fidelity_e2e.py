@@ -1,0 +1,51 @@
+"""The fidelity bench end to end on a real fabric (root): calibration, the modes, the model's prediction.
+
+Short and bounded (2 measured requests, 3 calibration probes per stage);
+asserts what was measured and predicted is there and consistent, never
+how close the two are (that is the bench's report, not a test).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from laxflow.testbed.fabric import existing_namespaces
+from laxflow.testbed.scenario import ScenarioConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="testbed needs root (network namespaces and qdiscs)")
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("testbed_fidelity", ROOT / "bench" / "testbed_fidelity.py")
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@root_only
+def test_fidelity_run_measures_calibrates_and_predicts() -> None:
+    name = f"fd{os.getpid() % 100000}"
+    cfg = ScenarioConfig(name=name, requests=2, warmup=1, collective="tcp", modes=("off", "on"))
+    run = _bench().one_run(cfg, reps=3)
+    assert not [ns for ns in existing_namespaces() if ns.startswith(f"{name}-")]  # torn down
+    calib = run["calibration"]
+    assert calib["reps"] == 3 and set(calib["alone_ms"]) == {"1", "2", "3"}
+    assert calib["sleep_ms"]["min"] >= cfg.compute_ms  # time.sleep never returns early
+    for mode in ("off", "on"):
+        params = run["params"][mode]
+        for k, v in params["overhead_ms"].items():  # signed: alone time minus its bytes at goodput
+            assert v == pytest.approx(calib["alone_ms"][k]["median"] - calib["bytes_at_goodput_ms"][k], abs=0.01)
+        assert params["compute_ms"] == pytest.approx(run["measured"][mode]["compute_ms_real"], abs=1e-3)
+        assert set(params["sources"]) == {"overhead_s", "compute_s", "permit_s", "sendall_s"}
+        for k in ("cct_mean", "ttft_mean"):
+            assert run["rel_error"][mode][k] == pytest.approx(run["measured"][mode][k] / run["predicted"][mode][k] - 1)
+    on = run["params"]["on"]["permit_ms"]
+    measured_wait = run["measured"]["on"]["permit_wait_ms_prefill"]
+    assert on["1"] == pytest.approx(measured_wait["1"], abs=1e-3) and on["2"] == pytest.approx(measured_wait["2"], abs=1e-3)
+    assert run["predicted"]["on"]["permit_dscp_prefill"]  # the model's daemons gave permits
