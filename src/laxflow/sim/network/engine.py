@@ -44,7 +44,7 @@ import numpy as np
 from laxflow.policy.base import Decision, FlowPolicy, Snapshot
 from laxflow.policy.flow import STAGE_CODES, STAGE_OF_CODE, Flow, Stage
 from laxflow.sim.events import EventQueue, Priority
-from laxflow.sim.network.allocator import Usage, allocate
+from laxflow.sim.network.allocator import CapacityBuffer, Usage, allocate, allocate_lists
 from laxflow.sim.network.topology import Topology
 
 # A flow with at most this fraction of its bytes left is done: flows that end
@@ -59,6 +59,7 @@ VECTOR_FROM = 48
 _NUM_CODES = max(STAGE_CODES.values()) + 1  # bincount length over stage codes
 _STAGE_ITEMS = tuple(STAGE_OF_CODE.items())
 _INF = math.inf
+_I64 = np.dtype(np.int64)
 
 Callback = Callable[[Flow], None]
 
@@ -90,6 +91,7 @@ class FluidNetwork:
         self.load_window = float(load_window)
         self.capacity = topology.capacity
         self._capacity_list = self.capacity.tolist()
+        self._capacity_buf = CapacityBuffer(self.capacity)
         self.bytes_delivered_by_stage: dict[Stage, float] = {s: 0.0 for s in Stage}
         # The moving average is kept only when someone reads it: the policy
         # (``reads_link_load``) or the owner (``track_link_load=True``).
@@ -120,7 +122,6 @@ class FluidNetwork:
         self._queue: list[int] = []
         self._dscp: list[int] = []
         self._csr: Usage | None = None  # the live usage vectors as one CSR (built when rates are needed)
-        self._no_cap: tuple[np.ndarray, list[float]] = (np.zeros(0), [])  # all-inf caps, reused
         self._pending: list[tuple[Flow, Callback | None, np.ndarray, np.ndarray, float]] = []
         # Merged usage of read-only (links, weights) arrays, by their ids: the
         # serving simulator gives every flow of one transfer shape the same
@@ -355,14 +356,14 @@ class FluidNetwork:
         snap = EngineSnapshot.of(self, now)
         decision = self.policy.decide(snap)
         snap.close()
-        arrays, lists = self._check(decision, n)
-        level, cap, queue, dscp = arrays
-        level_l, cap_l, queue_l, dscp_l = lists
+        level_l, cap_l, queue_l, dscp_l = self._check(decision, n)
         old_level, old_cap, old_queue, old_dscp = self._level, self._cap, self._queue, self._dscp
         # Flows whose level or cap changed (new flows have level -1) need new
         # rates; those and flows whose queue or DSCP changed need their Flow
         # objects updated.
         if n >= VECTOR_FROM:
+            level, cap = np.array(level_l, dtype=np.int64), np.array(cap_l, dtype=np.float64)
+            queue, dscp = np.array(queue_l, dtype=np.int64), np.array(dscp_l, dtype=np.int64)
             moved_mask = (np.array(old_level) != level) | (np.array(old_cap) != cap)
             moved = moved_mask.nonzero()[0].tolist()
             changed = (moved_mask | (np.array(old_queue) != queue) | (np.array(old_dscp) != dscp)).nonzero()[0].tolist()
@@ -373,7 +374,7 @@ class FluidNetwork:
                 if level_l[i] != old_level[i] or cap_l[i] != old_cap[i] or queue_l[i] != old_queue[i]
                 or dscp_l[i] != old_dscp[i]
             ]
-        self._allocate(level, cap, level_l, moved)
+        self._allocate(level_l, cap_l, moved)
         flows = self._flows
         for i in changed:
             flow = flows[i]
@@ -390,42 +391,45 @@ class FluidNetwork:
 
     # -- recompute pieces -------------------------------------------------------
 
-    def _check(self, decision: Decision, n: int) -> tuple[tuple[np.ndarray, ...], tuple[list, list, list, list]]:
-        """The decision's level, cap, queue and DSCP as arrays and as lists,
-        validated (one clear error naming the policy and field)."""
+    def _check(self, decision: Decision, n: int) -> tuple[list, list, list, list]:
+        """The decision's level, cap, queue and DSCP as lists, validated (one
+        clear error naming the policy and field)."""
         name = type(self.policy).__name__
-        level = np.asarray(decision.level)
+        level = decision.level
+        if type(level) is not np.ndarray:
+            level = np.asarray(level)
         if level.shape != (n,):
             raise ValueError(f"policy {name}: decision.level has shape {level.shape}, expected ({n},)")
         if level.dtype.kind not in "iu":
             if not np.all(np.isfinite(level)) or np.any(level != np.round(level)):
                 raise ValueError(f"policy {name}: decision.level must be integers")
-        level = level.astype(np.int64)  # a copy: the engine keeps it
+        if level.dtype != _I64:
+            level = level.astype(np.int64)
         level_l = level.tolist()
         if min(level_l) < 0:
             raise ValueError(f"policy {name}: decision.level must be >= 0")
         if decision.cap is None:
-            if self._no_cap[0].size != n:
-                no_cap = np.full(n, np.inf)
-                no_cap.flags.writeable = False  # shared by decisions until n changes
-                self._no_cap = (no_cap, [_INF] * n)
-            cap, cap_l = self._no_cap
+            cap_l = [_INF] * n
         else:
-            cap = np.asarray(decision.cap, dtype=np.float64).copy()
+            cap = np.asarray(decision.cap, dtype=np.float64)
             if cap.shape != (n,):
                 raise ValueError(f"policy {name}: decision.cap has shape {cap.shape}, expected ({n},)")
             cap_l = cap.tolist()
             if not all(c >= 0 for c in cap_l):  # also catches NaN
                 raise ValueError(f"policy {name}: decision.cap must be >= 0 (inf for none)")
-        queue = np.asarray(decision.queue)
+        queue = decision.queue
+        if type(queue) is not np.ndarray:
+            queue = np.asarray(queue)
         if queue.shape != (n,) or queue.dtype.kind not in "iu" or min(queue_l := queue.tolist()) < 0:
             raise ValueError(f"policy {name}: decision.queue must be {n} integers >= 0 (one per flow)")
-        dscp = np.asarray(decision.dscp)
+        dscp = decision.dscp
+        if type(dscp) is not np.ndarray:
+            dscp = np.asarray(dscp)
         if dscp.shape != (n,) or dscp.dtype != np.uint8 or max(dscp_l := dscp.tolist()) > 63:
             raise ValueError(f"policy {name}: decision.dscp must be {n} uint8 codepoints in 0..63 (one per flow)")
-        return (level, cap, queue, dscp), (level_l, cap_l, queue_l, dscp_l)
+        return level_l, cap_l, queue_l, dscp_l
 
-    def _allocate(self, level: np.ndarray, cap: np.ndarray, level_l: list[int], moved: list[int]) -> None:
+    def _allocate(self, level_l: list[int], cap_l: list[float], moved: list[int]) -> None:
         """Rates for the new decision, reusing the levels no change touched
         (``moved``: positions whose level or cap is not the last decision's)."""
         old = self._level
@@ -440,15 +444,28 @@ class FluidNetwork:
         self._removed_min_level = None
         if not touched:
             return  # same flows, levels and caps: same rates
+        from_level = min(touched)
+        if len(level_l) == 1 and not self._track_load:
+            # One flow: what allocate computes (water_fill's one-flow case on
+            # the full capacities: the smallest capacity / weight, which is
+            # the bottleneck rate, then max(0, min(it, cap))), or its kept rate
+            # when its level is below every touched one.
+            if from_level <= level_l[0]:
+                share, c = self._bneck[0], cap_l[0]
+                m = c if c < share else share
+                self._rate = [m if m > 0.0 else 0.0]
+            return
         usage = self._usage()
-        rate = allocate(self.capacity, usage, level, cap, from_level=min(touched), prev_rate=np.array(self._rate))
-        self._rate = rate.tolist()
+        rate = allocate_lists(self._capacity_buf, usage, level_l, cap_l, from_level, self._rate)
+        if rate is None:  # no C module (or it refused): the same rates from NumPy
+            rate = allocate(self.capacity, usage, np.array(level_l, dtype=np.int64), np.array(cap_l, dtype=np.float64),
+                            from_level=from_level, prev_rate=np.array(self._rate)).tolist()
+        self._rate = rate
         if not self._track_load:
             return
         # Per entry (a link may repeat: the same value is then written twice).
-        links = usage.link
-        self._util_links = links
-        self._util = usage.entry_utilization(rate, self.capacity)
+        self._util_links = usage.link
+        self._util = usage.entry_utilization(np.array(rate), self.capacity)
         self._load_idle = False
 
     def _usage(self) -> Usage:
@@ -508,6 +525,28 @@ class FluidNetwork:
         if not pending:
             return
         k = len(pending)
+        if k == 1 and self._csr is None:  # the common case: one flow, appended column by column
+            flow, callback, links, weights, bneck = pending[0]
+            size = float(flow.size)
+            self._flows.append(flow)
+            self._callbacks.append(callback)
+            self._remaining.append(size)
+            self._size.append(size)
+            self._rate.append(0.0)
+            self._arrival.append(float(flow.arrival))
+            self._stage.append(STAGE_CODES[flow.stage])
+            self._bneck.append(bneck)
+            self._links.append(links)
+            self._weights.append(weights)
+            self._nnz.append(links.size)
+            self._dead.append(False)
+            self._level.append(-1)
+            self._cap.append(_INF)
+            self._queue.append(-1)
+            self._dscp.append(0)
+            pending.clear()
+            self._pos = None
+            return
         flows = [p[0] for p in pending]
         self._flows.extend(flows)
         self._callbacks.extend([p[1] for p in pending])
