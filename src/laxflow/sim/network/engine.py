@@ -55,7 +55,12 @@ DONE_REL_EPS = 1e-9
 DONE_TIME_EPS = 1e-12
 # From this many live flows the per-flow passes (bytes sent, completions) run
 # in NumPy; below it in Python floats (the same operations, so the same bits).
-VECTOR_FROM = 48
+VECTOR_FROM = 192
+# Up to this many live flows their CSR is looked up by their usage arrays
+# (the same few shapes recur); from _CSR_CUT_FROM on, finished flows are cut
+# out of the CSR rather than rebuilding it.
+_CSR_CACHE_UP_TO = 8
+_CSR_CUT_FROM = 48
 _NUM_CODES = max(STAGE_CODES.values()) + 1  # bincount length over stage codes
 _STAGE_ITEMS = tuple(STAGE_OF_CODE.items())
 _INF = math.inf
@@ -122,6 +127,7 @@ class FluidNetwork:
         self._queue: list[int] = []
         self._dscp: list[int] = []
         self._csr: Usage | None = None  # the live usage vectors as one CSR (built when rates are needed)
+        self._csr_cache: dict[tuple[int, ...], tuple] = {}  # CSR of a few flows' usage arrays, by their ids
         self._pending: list[tuple[Flow, Callback | None, np.ndarray, np.ndarray, float]] = []
         # Merged usage of read-only (links, weights) arrays, by their ids: the
         # serving simulator gives every flow of one transfer shape the same
@@ -346,6 +352,7 @@ class FluidNetwork:
         self.events += 1
         self._advance(now)
         self._compact()
+        kept = len(self._flows)  # flows that had a decision; those admitted now follow them
         self._admit_pending()
         n = len(self._flows)
         if n == 0:
@@ -361,7 +368,15 @@ class FluidNetwork:
         # Flows whose level or cap changed (new flows have level -1) need new
         # rates; those and flows whose queue or DSCP changed need their Flow
         # objects updated.
-        if n >= VECTOR_FROM:
+        if level_l[:kept] == old_level[:kept] and cap_l[:kept] == old_cap[:kept]:
+            # The usual case: no earlier flow moved (list equality is the same
+            # elementwise ==; caps are never NaN), only the new ones.
+            moved = list(range(kept, n))
+            if queue_l[:kept] == old_queue[:kept] and dscp_l[:kept] == old_dscp[:kept]:
+                changed = moved
+            else:
+                changed = [i for i in range(n) if i >= kept or queue_l[i] != old_queue[i] or dscp_l[i] != old_dscp[i]]
+        elif n >= VECTOR_FROM:
             level, cap = np.array(level_l, dtype=np.int64), np.array(cap_l, dtype=np.float64)
             queue, dscp = np.array(queue_l, dtype=np.int64), np.array(dscp_l, dtype=np.int64)
             moved_mask = (np.array(old_level) != level) | (np.array(old_cap) != cap)
@@ -471,9 +486,25 @@ class FluidNetwork:
     def _usage(self) -> Usage:
         """The live flows' usage vectors as one CSR (cached until the live set changes)."""
         if self._csr is None:
+            links, weights = self._links, self._weights
+            key = None
+            if len(links) <= _CSR_CACHE_UP_TO:
+                # A few flows: the same sets of transfer shapes come back (a
+                # unit's collective beside its P2D flows, layer after layer),
+                # so their CSR is kept by the usage arrays' ids. The entry
+                # holds the arrays, so the ids cannot be reused while it lives.
+                key = (*map(id, links), *map(id, weights))
+                hit = self._csr_cache.get(key)
+                if hit is not None:
+                    self._csr = hit[0]
+                    return hit[0]
             ptr = np.zeros(len(self._nnz) + 1, dtype=np.int64)
             np.cumsum(self._nnz, out=ptr[1:])
-            self._csr = Usage(ptr, np.concatenate(self._links), np.concatenate(self._weights))
+            self._csr = Usage(ptr, np.concatenate(links), np.concatenate(weights))
+            if key is not None:
+                if len(self._csr_cache) >= 4096:
+                    self._csr_cache.clear()
+                self._csr_cache[key] = (self._csr, list(links), list(weights))
         return self._csr
 
     def _schedule_completion(self) -> None:
@@ -500,7 +531,7 @@ class FluidNetwork:
             return
         gone.sort(reverse=True)
         u = self._csr
-        if u is not None and len(self._nnz) >= VECTOR_FROM:
+        if u is not None and len(self._nnz) >= _CSR_CUT_FROM:
             # Many flows: cut the finished ones' entries out of the CSR in a
             # few passes rather than rebuilding it from every flow's arrays.
             keep = np.ones(len(self._nnz), dtype=bool)
