@@ -298,17 +298,21 @@ def allocate_lists(
         return None
     n = len(level)
     rates = _ffi.new("double[]", n)
-    ptr, link, weight = usage.ptr, usage.link, usage.weight
-    if ptr.dtype != _I64 or link.dtype != _I64 or weight.dtype != _F64:
-        return None
-    try:
-        rc = _lib.lxf_allocate(
-            n, _ffi.from_buffer(_INT64S, ptr), _ffi.from_buffer(_INT64S, link), _ffi.from_buffer(_DOUBLES, weight),
-            level, cap, capacity.buffer, capacity.size, from_level is not None,
-            0 if from_level is None else from_level, prev_rate, _REL_BELOW, _REL_ABOVE, SATURATED_REL_EPS, rates,
-        )
-    except ValueError:  # a non-contiguous usage array (from_buffer refuses it)
-        return None
+    buffers = usage.__dict__.get("_c_buffers")
+    if buffers is None:  # made once per Usage (the engine keeps a few flows' Usage for reuse)
+        ptr, link, weight = usage.ptr, usage.link, usage.weight
+        if ptr.dtype != _I64 or link.dtype != _I64 or weight.dtype != _F64:
+            return None
+        try:
+            buffers = (_ffi.from_buffer(_INT64S, ptr), _ffi.from_buffer(_INT64S, link),
+                       _ffi.from_buffer(_DOUBLES, weight))
+        except ValueError:  # a non-contiguous usage array (from_buffer refuses it)
+            return None
+        usage.__dict__["_c_buffers"] = buffers
+    rc = _lib.lxf_allocate(
+        n, buffers[0], buffers[1], buffers[2], level, cap, capacity.buffer, capacity.size, from_level is not None,
+        0 if from_level is None else from_level, prev_rate, _REL_BELOW, _REL_ABOVE, SATURATED_REL_EPS, rates,
+    )
     return _ffi.unpack(rates, n) if rc == 0 else None
 
 

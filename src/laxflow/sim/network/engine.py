@@ -543,10 +543,16 @@ class FluidNetwork:
             self._csr = Usage(ptr, u.link[entry_keep], u.weight[entry_keep])
         else:
             self._csr = None
-        for name in self._COLUMNS:
-            column = getattr(self, name)
-            for i in gone:
-                del column[i]
+        if len(gone) == 1:  # the usual case, without the getattr per column
+            i = gone[0]
+            del self._flows[i], self._callbacks[i], self._remaining[i], self._rate[i], self._size[i]
+            del self._arrival[i], self._stage[i], self._bneck[i], self._links[i], self._weights[i], self._nnz[i]
+            del self._dead[i], self._level[i], self._cap[i], self._queue[i], self._dscp[i]
+        else:
+            for name in self._COLUMNS:
+                column = getattr(self, name)
+                for i in gone:
+                    del column[i]
         gone.clear()
         self._pos = None
 
@@ -556,7 +562,10 @@ class FluidNetwork:
         if not pending:
             return
         k = len(pending)
-        if k == 1 and self._csr is None:  # the common case: one flow, appended column by column
+        if k == 1 and (self._csr is None or len(self._nnz) < _CSR_CUT_FROM):
+            # The common case: one flow, appended column by column (a few
+            # flows' CSR is found again by _usage, not appended to).
+            self._csr = None
             flow, callback, links, weights, bneck = pending[0]
             size = float(flow.size)
             self._flows.append(flow)
