@@ -548,6 +548,18 @@ class FluidNetwork:
             del self._flows[i], self._callbacks[i], self._remaining[i], self._rate[i], self._size[i]
             del self._arrival[i], self._stage[i], self._bneck[i], self._links[i], self._weights[i], self._nnz[i]
             del self._dead[i], self._level[i], self._cap[i], self._queue[i], self._dscp[i]
+        elif gone[0] - gone[-1] == len(gone) - 1:
+            # One block (flows admitted together, such as a batch's P2D
+            # flows of one layer, often finish together): one slice per column.
+            a, b = gone[-1], gone[0] + 1
+            for name in self._COLUMNS:
+                del getattr(self, name)[a:b]
+        elif len(gone) > 8:  # many, scattered: each column rebuilt once
+            drop = set(gone)
+            keep = [i for i in range(len(self._flows)) if i not in drop]
+            for name in self._COLUMNS:
+                column = getattr(self, name)
+                setattr(self, name, [column[i] for i in keep])
         else:
             for name in self._COLUMNS:
                 column = getattr(self, name)
