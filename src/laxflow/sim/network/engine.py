@@ -182,15 +182,20 @@ class FluidNetwork:
         links, weights, bneck = self._usage_of(flow)
         if flow.arrival < now:
             flow.arrival = now
-        self._advance(now)
+        if now > self._t:
+            self._advance(now)
         self._pending.append((flow, on_complete, links, weights, bneck))
         self._members.add(id(flow))
-        self._schedule_recompute()
+        if self._recompute_at != now:
+            self._schedule_recompute()
 
     def reschedule(self) -> None:
         """Ask the policy again at ``queue.now`` (the owner changed request state)."""
-        self._advance(self.queue.now)
-        self._schedule_recompute()
+        now = self.queue.now
+        if now > self._t:
+            self._advance(now)
+        if self._recompute_at != now:
+            self._schedule_recompute()
 
     def _usage_of(self, flow: Flow) -> tuple[np.ndarray, np.ndarray, float]:
         """The flow's merged usage vector and its bottleneck rate alone (min of capacity / weight)."""
