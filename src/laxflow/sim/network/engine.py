@@ -36,6 +36,7 @@ engine's piecewise-constant rates.
 from __future__ import annotations
 
 import math
+from itertools import accumulate
 from functools import cached_property
 from typing import Callable
 
@@ -503,8 +504,7 @@ class FluidNetwork:
                 if hit is not None:
                     self._csr = hit[0]
                     return hit[0]
-            ptr = np.zeros(len(self._nnz) + 1, dtype=np.int64)
-            np.cumsum(self._nnz, out=ptr[1:])
+            ptr = np.array(list(accumulate(self._nnz, initial=0)), dtype=np.int64)
             self._csr = Usage(ptr, np.concatenate(links), np.concatenate(weights))
             if key is not None:
                 if len(self._csr_cache) >= 4096:
