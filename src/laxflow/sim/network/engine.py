@@ -536,7 +536,15 @@ class FluidNetwork:
             return
         gone.sort(reverse=True)
         u = self._csr
-        if u is not None and len(self._nnz) >= _CSR_CUT_FROM:
+        block = gone[0] - gone[-1] == len(gone) - 1  # one run of positions (gone has no repeats)
+        if u is not None and len(self._nnz) >= _CSR_CUT_FROM and block:
+            # Many flows, the finished ones side by side: cut their entries
+            # out of the CSR by slicing.
+            a, b = gone[-1], gone[0] + 1
+            ea, eb = int(u.ptr[a]), int(u.ptr[b])
+            self._csr = Usage(np.concatenate((u.ptr[:a], u.ptr[b:] - (eb - ea))),
+                              np.concatenate((u.link[:ea], u.link[eb:])), np.concatenate((u.weight[:ea], u.weight[eb:])))
+        elif u is not None and len(self._nnz) >= _CSR_CUT_FROM:
             # Many flows: cut the finished ones' entries out of the CSR in a
             # few passes rather than rebuilding it from every flow's arrays.
             keep = np.ones(len(self._nnz), dtype=bool)
@@ -553,7 +561,7 @@ class FluidNetwork:
             del self._flows[i], self._callbacks[i], self._remaining[i], self._rate[i], self._size[i]
             del self._arrival[i], self._stage[i], self._bneck[i], self._links[i], self._weights[i], self._nnz[i]
             del self._dead[i], self._level[i], self._cap[i], self._queue[i], self._dscp[i]
-        elif gone[0] - gone[-1] == len(gone) - 1:
+        elif block:
             # One block (flows admitted together, such as a batch's P2D
             # flows of one layer, often finish together): one slice per column.
             a, b = gone[-1], gone[0] + 1
@@ -579,11 +587,16 @@ class FluidNetwork:
         if not pending:
             return
         k = len(pending)
-        if k == 1 and (self._csr is None or len(self._nnz) < _CSR_CUT_FROM):
-            # The common case: one flow, appended column by column (a few
-            # flows' CSR is found again by _usage, not appended to).
-            self._csr = None
+        if k == 1:
+            # The common case: one flow, appended column by column. A few
+            # flows' CSR is found again by _usage; many flows' is appended to.
             flow, callback, links, weights, bneck = pending[0]
+            u = self._csr
+            if u is not None and len(self._nnz) >= _CSR_CUT_FROM:
+                self._csr = Usage(np.concatenate((u.ptr, (int(u.ptr[-1]) + links.size,))),
+                                  np.concatenate((u.link, links)), np.concatenate((u.weight, weights)))
+            else:
+                self._csr = None
             size = float(flow.size)
             self._flows.append(flow)
             self._callbacks.append(callback)
