@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from itertools import accumulate
+from operator import truediv
 from functools import cached_property
 from typing import Callable
 
@@ -518,10 +519,14 @@ class FluidNetwork:
             rate = np.array(self._rate)
             moving = (rate > 0).nonzero()[0]
             times = (np.array(self._remaining)[moving] / rate[moving]).tolist()
+            if not times:
+                return
+        elif self._rate and 0.0 not in self._rate:  # every flow moves (rates are >= 0): no filter needed
+            times = map(truediv, self._remaining, self._rate)
         else:
             times = [left / rate for left, rate in zip(self._remaining, self._rate) if rate > 0]
-        if not times:
-            return
+            if not times:
+                return
         self.queue.push(self.queue.now + min(times), Priority.COMPLETION, self._on_completion, self._completion_gen)
 
     # -- live-set bookkeeping -----------------------------------------------------
