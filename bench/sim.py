@@ -12,7 +12,8 @@ real but queues stay bounded. ``--rate`` gives an absolute rate instead. ``scali
 simulated duration), so a cost linear in requests shows up as wall time
 proportional to the server count. Timings are wall-clock seconds of
 ``ServingSimulator.run`` only (workload generation excluded); quote them
-with the machine they ran on.
+with the machine they ran on. ``paper_scale_cpu_s`` and each run's
+``cpu_s`` are its CPU seconds, which a loaded machine inflates less.
 
 ``calib_s`` is the wall time of a 10M-addition pure-Python loop on the same
 machine in the same run (the smaller of one before and one after the
@@ -39,11 +40,11 @@ def timed_run(servers: int, requests: int, warmup: int, rate: float, policy: str
     cfg = ServingConfig(model=model, cluster=ClusterConfig(servers=servers), warmup=warmup)
     spec = RunSpec(cfg, workload, rate, policy, requests, seed=0)
     reqs = build_workload(spec)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = ServingSimulator(cfg, reqs, policy).run()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     att = sum(1 for s in res.measured if s.ttft <= s.slo) / len(res.measured)
-    return {"servers": servers, "requests": len(reqs), "wall_s": wall, "events": res.network_events,
+    return {"servers": servers, "requests": len(reqs), "wall_s": wall, "cpu_s": cpu, "events": res.network_events,
             "batches": len(res.batches), "slo_attainment": att}
 
 
@@ -98,6 +99,7 @@ def main() -> None:
         "requests_per_s": round(paper["requests"] / paper["wall_s"], 2),
         "calib_s": round(calib, 3),
         "paper_over_calib": round(paper["wall_s"] / calib, 1),
+        "paper_scale_cpu_s": round(paper["cpu_s"], 3),
         **({"mfs_paper_scale_s": round(mfs["wall_s"], 3), "mfs_over_fs": round(mfs["wall_s"] / paper["wall_s"], 2)}
            if mfs else {}),
         "scaling": {str(s): round(r["wall_s"], 3) for s, r in runs.items()},

@@ -74,7 +74,10 @@ class EventQueue:
     def run(self, until: float = float("inf")) -> int:
         """Run events with time <= ``until``; return how many ran."""
         n = 0
-        while self._heap and self._heap[0][0] <= until:
-            self.step()
+        heap, pop = self._heap, heapq.heappop
+        while heap and heap[0][0] <= until:
+            time, _, _, handler, args = pop(heap)  # as step(), without its call per event
+            self.now = time
+            handler(*args)
             n += 1
         return n

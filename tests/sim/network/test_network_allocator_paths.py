@@ -94,3 +94,28 @@ def test_entry_utilization_in_c_equals_numpy(seed, monkeypatch):
     monkeypatch.setattr(allocator, "NATIVE", False)
     assert c.tolist() == usage.entry_utilization(rate, capacity).tolist()
     assert c.tolist() == (usage.link_load(rate, capacity.size)[usage.link] / capacity[usage.link]).tolist()
+
+
+@pytest.mark.skipif(not allocator.NATIVE, reason="the C allocation module is not built")
+@pytest.mark.parametrize("seed", range(60))
+def test_allocate_lists_equals_allocate(seed):
+    """The engine's list entry point (levels, caps and earlier rates as Python
+    lists, the CSR's C buffers made once) gives allocate's rates bit for bit,
+    on a second call with the same Usage too."""
+    capacity, usage, level, cap, prev, from_level = random_case(seed)
+    buf = allocator.CapacityBuffer(capacity)
+    for _ in range(2):
+        got = allocator.allocate_lists(buf, usage, level.tolist(), cap.tolist(), from_level, prev.tolist())
+        assert got == allocate(capacity, usage, level, cap, from_level=from_level, prev_rate=prev).tolist()
+        got = allocator.allocate_lists(buf, usage, level.tolist(), cap.tolist(), None, prev.tolist())
+        assert got == allocate(capacity, usage, level, cap).tolist()
+
+
+def test_allocate_lists_declines_what_it_cannot_pass(monkeypatch):
+    """A non-int64 CSR or no C module: None (the engine then calls allocate)."""
+    capacity, usage, level, cap, prev, _ = random_case(3)
+    buf = allocator.CapacityBuffer(capacity)
+    odd = Usage(usage.ptr.astype(np.int32), usage.link, usage.weight)
+    assert allocator.allocate_lists(buf, odd, level.tolist(), cap.tolist(), None, prev.tolist()) is None
+    monkeypatch.setattr(allocator, "NATIVE", False)
+    assert allocator.allocate_lists(buf, usage, level.tolist(), cap.tolist(), None, prev.tolist()) is None

@@ -34,8 +34,10 @@ class Mixed(FlowPolicy):
         return self.decision(level, cap=cap, timers=timers)
 
 
-def run(vector_from: int, native: bool, monkeypatch) -> tuple:
+def run(vector_from: int, native: bool, monkeypatch, csr: tuple[int, int] = (8, 48)) -> tuple:
     monkeypatch.setattr(engine, "VECTOR_FROM", vector_from)
+    monkeypatch.setattr(engine, "_CSR_CACHE_UP_TO", csr[0])
+    monkeypatch.setattr(engine, "_CSR_CUT_FROM", csr[1])
     monkeypatch.setattr(allocator, "NATIVE", native and allocator.NATIVE)
     rng = np.random.default_rng(3)
     topo = leaf_spine(64, 8, 1e9, oversubscription=2.0)
@@ -57,8 +59,55 @@ def run(vector_from: int, native: bool, monkeypatch) -> tuple:
             net.events)
 
 
-@pytest.mark.parametrize("vector_from,native", [(1, True), (10**9, False), (1, False)])
-def test_engine_paths_give_the_same_run(vector_from, native, monkeypatch):
+@pytest.mark.parametrize("vector_from,native,csr", [
+    (1, True, (8, 48)), (10**9, False, (8, 48)), (1, False, (8, 48)),
+    # CSR: never looked up and always cut / always looked up and never cut
+    (10**9, True, (0, 1)), (1, True, (10**9, 10**9)),
+])
+def test_engine_paths_give_the_same_run(vector_from, native, csr, monkeypatch):
     reference = run(10**9, True, monkeypatch)
     assert max(len(s[1]) for s in reference[1]) > 12  # some decisions see many flows
-    assert run(vector_from, native, monkeypatch) == reference
+    assert run(vector_from, native, monkeypatch, csr) == reference
+
+
+class Sparse(Mixed):
+    """Mixed without reading the link load: the engine then allocates one live
+    flow without the allocator (its bottleneck rate, capped, or its kept rate)."""
+
+    name = "test-sparse"
+    reads_link_load = False
+
+    def decide(self, snap: Snapshot) -> Decision:
+        seeds = [f.state["seed"] for f in snap.flows]
+        level = np.array([(s + int(snap.now * 1e4)) % 3 for s in seeds], dtype=np.int64)
+        cap = np.array([2e8 if s % 5 == 0 else np.inf for s in seeds])
+        self.seen.append((snap.now, snap.remaining.tolist()))
+        return self.decision(level, cap=cap)
+
+
+def run_sparse(track: bool) -> tuple:
+    rng = np.random.default_rng(11)
+    topo = leaf_spine(16, 4, 1e9, oversubscription=2.0)
+    policy = Sparse()
+    net = FluidNetwork(topo, policy, track_link_load=track)
+    flows = []
+    t = 0.0
+    for i in range(300):
+        t += float(rng.exponential(4e-5))  # about one flow alive at a time, sometimes a few
+        src = int(rng.integers(0, 16))
+        flow = Flow.on_path(f"f{i}", float(rng.exponential(2e4) + 100), topo.path(src, (src + 1 + i % 15) % 16),
+                            arrival=t, stage=STAGES[i % 3])
+        flow.state["seed"] = i
+        flows.append(flow)
+        net.queue.push(flow.arrival, Priority.ARRIVAL, net.add_flow, flow)
+    net.run()
+    return [f.finish for f in flows], policy.seen, dict(net.bytes_delivered_by_stage), net.events
+
+
+def test_one_live_flow_rates_equal_the_allocators():
+    """Keeping the link load (which sends every allocation to the allocator)
+    changes nothing: the one-flow shortcut gives the allocator's rates."""
+    fast = run_sparse(track=False)
+    assert sum(1 for s in fast[1] if len(s[1]) == 1) > 100  # the shortcut ran
+    assert sum(1 for s in fast[1] if len(s[1]) > 1) > 10
+    assert fast == run_sparse(track=True)

@@ -36,6 +36,8 @@ engine's piecewise-constant rates.
 from __future__ import annotations
 
 import math
+from itertools import accumulate
+from operator import truediv
 from functools import cached_property
 from typing import Callable
 
@@ -44,7 +46,7 @@ import numpy as np
 from laxflow.policy.base import Decision, FlowPolicy, Snapshot
 from laxflow.policy.flow import STAGE_CODES, STAGE_OF_CODE, Flow, Stage
 from laxflow.sim.events import EventQueue, Priority
-from laxflow.sim.network.allocator import Usage, allocate
+from laxflow.sim.network.allocator import CapacityBuffer, Usage, allocate, allocate_lists
 from laxflow.sim.network.topology import Topology
 
 # A flow with at most this fraction of its bytes left is done: flows that end
@@ -55,10 +57,16 @@ DONE_REL_EPS = 1e-9
 DONE_TIME_EPS = 1e-12
 # From this many live flows the per-flow passes (bytes sent, completions) run
 # in NumPy; below it in Python floats (the same operations, so the same bits).
-VECTOR_FROM = 48
+VECTOR_FROM = 192
+# Up to this many live flows their CSR is looked up by their usage arrays
+# (the same few shapes recur); from _CSR_CUT_FROM on, finished flows are cut
+# out of the CSR rather than rebuilding it.
+_CSR_CACHE_UP_TO = 8
+_CSR_CUT_FROM = 48
 _NUM_CODES = max(STAGE_CODES.values()) + 1  # bincount length over stage codes
 _STAGE_ITEMS = tuple(STAGE_OF_CODE.items())
 _INF = math.inf
+_I64 = np.dtype(np.int64)
 
 Callback = Callable[[Flow], None]
 
@@ -90,6 +98,7 @@ class FluidNetwork:
         self.load_window = float(load_window)
         self.capacity = topology.capacity
         self._capacity_list = self.capacity.tolist()
+        self._capacity_buf = CapacityBuffer(self.capacity)
         self.bytes_delivered_by_stage: dict[Stage, float] = {s: 0.0 for s in Stage}
         # The moving average is kept only when someone reads it: the policy
         # (``reads_link_load``) or the owner (``track_link_load=True``).
@@ -120,7 +129,7 @@ class FluidNetwork:
         self._queue: list[int] = []
         self._dscp: list[int] = []
         self._csr: Usage | None = None  # the live usage vectors as one CSR (built when rates are needed)
-        self._no_cap: tuple[np.ndarray, list[float]] = (np.zeros(0), [])  # all-inf caps, reused
+        self._csr_cache: dict[tuple[int, ...], tuple] = {}  # CSR of a few flows' usage arrays, by their ids
         self._pending: list[tuple[Flow, Callback | None, np.ndarray, np.ndarray, float]] = []
         # Merged usage of read-only (links, weights) arrays, by their ids: the
         # serving simulator gives every flow of one transfer shape the same
@@ -175,15 +184,20 @@ class FluidNetwork:
         links, weights, bneck = self._usage_of(flow)
         if flow.arrival < now:
             flow.arrival = now
-        self._advance(now)
+        if now > self._t:
+            self._advance(now)
         self._pending.append((flow, on_complete, links, weights, bneck))
         self._members.add(id(flow))
-        self._schedule_recompute()
+        if self._recompute_at != now:
+            self._schedule_recompute()
 
     def reschedule(self) -> None:
         """Ask the policy again at ``queue.now`` (the owner changed request state)."""
-        self._advance(self.queue.now)
-        self._schedule_recompute()
+        now = self.queue.now
+        if now > self._t:
+            self._advance(now)
+        if self._recompute_at != now:
+            self._schedule_recompute()
 
     def _usage_of(self, flow: Flow) -> tuple[np.ndarray, np.ndarray, float]:
         """The flow's merged usage vector and its bottleneck rate alone (min of capacity / weight)."""
@@ -345,6 +359,7 @@ class FluidNetwork:
         self.events += 1
         self._advance(now)
         self._compact()
+        kept = len(self._flows)  # flows that had a decision; those admitted now follow them
         self._admit_pending()
         n = len(self._flows)
         if n == 0:
@@ -355,14 +370,22 @@ class FluidNetwork:
         snap = EngineSnapshot.of(self, now)
         decision = self.policy.decide(snap)
         snap.close()
-        arrays, lists = self._check(decision, n)
-        level, cap, queue, dscp = arrays
-        level_l, cap_l, queue_l, dscp_l = lists
+        level_l, cap_l, queue_l, dscp_l = self._check(decision, n)
         old_level, old_cap, old_queue, old_dscp = self._level, self._cap, self._queue, self._dscp
         # Flows whose level or cap changed (new flows have level -1) need new
         # rates; those and flows whose queue or DSCP changed need their Flow
         # objects updated.
-        if n >= VECTOR_FROM:
+        if level_l[:kept] == old_level[:kept] and cap_l[:kept] == old_cap[:kept]:
+            # The usual case: no earlier flow moved (list equality is the same
+            # elementwise ==; caps are never NaN), only the new ones.
+            moved = list(range(kept, n))
+            if queue_l[:kept] == old_queue[:kept] and dscp_l[:kept] == old_dscp[:kept]:
+                changed = moved
+            else:
+                changed = [i for i in range(n) if i >= kept or queue_l[i] != old_queue[i] or dscp_l[i] != old_dscp[i]]
+        elif n >= VECTOR_FROM:
+            level, cap = np.array(level_l, dtype=np.int64), np.array(cap_l, dtype=np.float64)
+            queue, dscp = np.array(queue_l, dtype=np.int64), np.array(dscp_l, dtype=np.int64)
             moved_mask = (np.array(old_level) != level) | (np.array(old_cap) != cap)
             moved = moved_mask.nonzero()[0].tolist()
             changed = (moved_mask | (np.array(old_queue) != queue) | (np.array(old_dscp) != dscp)).nonzero()[0].tolist()
@@ -373,7 +396,7 @@ class FluidNetwork:
                 if level_l[i] != old_level[i] or cap_l[i] != old_cap[i] or queue_l[i] != old_queue[i]
                 or dscp_l[i] != old_dscp[i]
             ]
-        self._allocate(level, cap, level_l, moved)
+        self._allocate(level_l, cap_l, moved)
         flows = self._flows
         for i in changed:
             flow = flows[i]
@@ -390,42 +413,45 @@ class FluidNetwork:
 
     # -- recompute pieces -------------------------------------------------------
 
-    def _check(self, decision: Decision, n: int) -> tuple[tuple[np.ndarray, ...], tuple[list, list, list, list]]:
-        """The decision's level, cap, queue and DSCP as arrays and as lists,
-        validated (one clear error naming the policy and field)."""
+    def _check(self, decision: Decision, n: int) -> tuple[list, list, list, list]:
+        """The decision's level, cap, queue and DSCP as lists, validated (one
+        clear error naming the policy and field)."""
         name = type(self.policy).__name__
-        level = np.asarray(decision.level)
+        level = decision.level
+        if type(level) is not np.ndarray:
+            level = np.asarray(level)
         if level.shape != (n,):
             raise ValueError(f"policy {name}: decision.level has shape {level.shape}, expected ({n},)")
         if level.dtype.kind not in "iu":
             if not np.all(np.isfinite(level)) or np.any(level != np.round(level)):
                 raise ValueError(f"policy {name}: decision.level must be integers")
-        level = level.astype(np.int64)  # a copy: the engine keeps it
+        if level.dtype != _I64:
+            level = level.astype(np.int64)
         level_l = level.tolist()
         if min(level_l) < 0:
             raise ValueError(f"policy {name}: decision.level must be >= 0")
         if decision.cap is None:
-            if self._no_cap[0].size != n:
-                no_cap = np.full(n, np.inf)
-                no_cap.flags.writeable = False  # shared by decisions until n changes
-                self._no_cap = (no_cap, [_INF] * n)
-            cap, cap_l = self._no_cap
+            cap_l = [_INF] * n
         else:
-            cap = np.asarray(decision.cap, dtype=np.float64).copy()
+            cap = np.asarray(decision.cap, dtype=np.float64)
             if cap.shape != (n,):
                 raise ValueError(f"policy {name}: decision.cap has shape {cap.shape}, expected ({n},)")
             cap_l = cap.tolist()
             if not all(c >= 0 for c in cap_l):  # also catches NaN
                 raise ValueError(f"policy {name}: decision.cap must be >= 0 (inf for none)")
-        queue = np.asarray(decision.queue)
+        queue = decision.queue
+        if type(queue) is not np.ndarray:
+            queue = np.asarray(queue)
         if queue.shape != (n,) or queue.dtype.kind not in "iu" or min(queue_l := queue.tolist()) < 0:
             raise ValueError(f"policy {name}: decision.queue must be {n} integers >= 0 (one per flow)")
-        dscp = np.asarray(decision.dscp)
+        dscp = decision.dscp
+        if type(dscp) is not np.ndarray:
+            dscp = np.asarray(dscp)
         if dscp.shape != (n,) or dscp.dtype != np.uint8 or max(dscp_l := dscp.tolist()) > 63:
             raise ValueError(f"policy {name}: decision.dscp must be {n} uint8 codepoints in 0..63 (one per flow)")
-        return (level, cap, queue, dscp), (level_l, cap_l, queue_l, dscp_l)
+        return level_l, cap_l, queue_l, dscp_l
 
-    def _allocate(self, level: np.ndarray, cap: np.ndarray, level_l: list[int], moved: list[int]) -> None:
+    def _allocate(self, level_l: list[int], cap_l: list[float], moved: list[int]) -> None:
         """Rates for the new decision, reusing the levels no change touched
         (``moved``: positions whose level or cap is not the last decision's)."""
         old = self._level
@@ -440,23 +466,51 @@ class FluidNetwork:
         self._removed_min_level = None
         if not touched:
             return  # same flows, levels and caps: same rates
+        from_level = min(touched)
+        if len(level_l) == 1 and not self._track_load:
+            # One flow: what allocate computes (water_fill's one-flow case on
+            # the full capacities: the smallest capacity / weight, which is
+            # the bottleneck rate, then max(0, min(it, cap))), or its kept rate
+            # when its level is below every touched one.
+            if from_level <= level_l[0]:
+                share, c = self._bneck[0], cap_l[0]
+                m = c if c < share else share
+                self._rate = [m if m > 0.0 else 0.0]
+            return
         usage = self._usage()
-        rate = allocate(self.capacity, usage, level, cap, from_level=min(touched), prev_rate=np.array(self._rate))
-        self._rate = rate.tolist()
+        rate = allocate_lists(self._capacity_buf, usage, level_l, cap_l, from_level, self._rate)
+        if rate is None:  # no C module (or it refused): the same rates from NumPy
+            rate = allocate(self.capacity, usage, np.array(level_l, dtype=np.int64), np.array(cap_l, dtype=np.float64),
+                            from_level=from_level, prev_rate=np.array(self._rate)).tolist()
+        self._rate = rate
         if not self._track_load:
             return
         # Per entry (a link may repeat: the same value is then written twice).
-        links = usage.link
-        self._util_links = links
-        self._util = usage.entry_utilization(rate, self.capacity)
+        self._util_links = usage.link
+        self._util = usage.entry_utilization(np.array(rate), self.capacity)
         self._load_idle = False
 
     def _usage(self) -> Usage:
         """The live flows' usage vectors as one CSR (cached until the live set changes)."""
         if self._csr is None:
-            ptr = np.zeros(len(self._nnz) + 1, dtype=np.int64)
-            np.cumsum(self._nnz, out=ptr[1:])
-            self._csr = Usage(ptr, np.concatenate(self._links), np.concatenate(self._weights))
+            links, weights = self._links, self._weights
+            key = None
+            if len(links) <= _CSR_CACHE_UP_TO:
+                # A few flows: the same sets of transfer shapes come back (a
+                # unit's collective beside its P2D flows, layer after layer),
+                # so their CSR is kept by the usage arrays' ids. The entry
+                # holds the arrays, so the ids cannot be reused while it lives.
+                key = (*map(id, links), *map(id, weights))
+                hit = self._csr_cache.get(key)
+                if hit is not None:
+                    self._csr = hit[0]
+                    return hit[0]
+            ptr = np.array(list(accumulate(self._nnz, initial=0)), dtype=np.int64)
+            self._csr = Usage(ptr, np.concatenate(links), np.concatenate(weights))
+            if key is not None:
+                if len(self._csr_cache) >= 4096:
+                    self._csr_cache.clear()
+                self._csr_cache[key] = (self._csr, list(links), list(weights))
         return self._csr
 
     def _schedule_completion(self) -> None:
@@ -465,10 +519,14 @@ class FluidNetwork:
             rate = np.array(self._rate)
             moving = (rate > 0).nonzero()[0]
             times = (np.array(self._remaining)[moving] / rate[moving]).tolist()
+            if not times:
+                return
+        elif self._rate and 0.0 not in self._rate:  # every flow moves (rates are >= 0): no filter needed
+            times = map(truediv, self._remaining, self._rate)
         else:
             times = [left / rate for left, rate in zip(self._remaining, self._rate) if rate > 0]
-        if not times:
-            return
+            if not times:
+                return
         self.queue.push(self.queue.now + min(times), Priority.COMPLETION, self._on_completion, self._completion_gen)
 
     # -- live-set bookkeeping -----------------------------------------------------
@@ -483,7 +541,15 @@ class FluidNetwork:
             return
         gone.sort(reverse=True)
         u = self._csr
-        if u is not None and len(self._nnz) >= VECTOR_FROM:
+        block = gone[0] - gone[-1] == len(gone) - 1  # one run of positions (gone has no repeats)
+        if u is not None and len(self._nnz) >= _CSR_CUT_FROM and block:
+            # Many flows, the finished ones side by side: cut their entries
+            # out of the CSR by slicing.
+            a, b = gone[-1], gone[0] + 1
+            ea, eb = int(u.ptr[a]), int(u.ptr[b])
+            self._csr = Usage(np.concatenate((u.ptr[:a], u.ptr[b:] - (eb - ea))),
+                              np.concatenate((u.link[:ea], u.link[eb:])), np.concatenate((u.weight[:ea], u.weight[eb:])))
+        elif u is not None and len(self._nnz) >= _CSR_CUT_FROM:
             # Many flows: cut the finished ones' entries out of the CSR in a
             # few passes rather than rebuilding it from every flow's arrays.
             keep = np.ones(len(self._nnz), dtype=bool)
@@ -495,10 +561,28 @@ class FluidNetwork:
             self._csr = Usage(ptr, u.link[entry_keep], u.weight[entry_keep])
         else:
             self._csr = None
-        for name in self._COLUMNS:
-            column = getattr(self, name)
-            for i in gone:
-                del column[i]
+        if len(gone) == 1:  # the usual case, without the getattr per column
+            i = gone[0]
+            del self._flows[i], self._callbacks[i], self._remaining[i], self._rate[i], self._size[i]
+            del self._arrival[i], self._stage[i], self._bneck[i], self._links[i], self._weights[i], self._nnz[i]
+            del self._dead[i], self._level[i], self._cap[i], self._queue[i], self._dscp[i]
+        elif block:
+            # One block (flows admitted together, such as a batch's P2D
+            # flows of one layer, often finish together): one slice per column.
+            a, b = gone[-1], gone[0] + 1
+            for name in self._COLUMNS:
+                del getattr(self, name)[a:b]
+        elif len(gone) > 8:  # many, scattered: each column rebuilt once
+            drop = set(gone)
+            keep = [i for i in range(len(self._flows)) if i not in drop]
+            for name in self._COLUMNS:
+                column = getattr(self, name)
+                setattr(self, name, [column[i] for i in keep])
+        else:
+            for name in self._COLUMNS:
+                column = getattr(self, name)
+                for i in gone:
+                    del column[i]
         gone.clear()
         self._pos = None
 
@@ -508,6 +592,36 @@ class FluidNetwork:
         if not pending:
             return
         k = len(pending)
+        if k == 1:
+            # The common case: one flow, appended column by column. A few
+            # flows' CSR is found again by _usage; many flows' is appended to.
+            flow, callback, links, weights, bneck = pending[0]
+            u = self._csr
+            if u is not None and len(self._nnz) >= _CSR_CUT_FROM:
+                self._csr = Usage(np.concatenate((u.ptr, (int(u.ptr[-1]) + links.size,))),
+                                  np.concatenate((u.link, links)), np.concatenate((u.weight, weights)))
+            else:
+                self._csr = None
+            size = float(flow.size)
+            self._flows.append(flow)
+            self._callbacks.append(callback)
+            self._remaining.append(size)
+            self._size.append(size)
+            self._rate.append(0.0)
+            self._arrival.append(float(flow.arrival))
+            self._stage.append(STAGE_CODES[flow.stage])
+            self._bneck.append(bneck)
+            self._links.append(links)
+            self._weights.append(weights)
+            self._nnz.append(links.size)
+            self._dead.append(False)
+            self._level.append(-1)
+            self._cap.append(_INF)
+            self._queue.append(-1)
+            self._dscp.append(0)
+            pending.clear()
+            self._pos = None
+            return
         flows = [p[0] for p in pending]
         self._flows.extend(flows)
         self._callbacks.extend([p[1] for p in pending])

@@ -84,7 +84,8 @@ class BatchRun:
         self.cct: list[float] = []  # s per layer, stage-2 collectives (dispatch + combine, ...)
         # s per layer, the same collectives alone on an idle fabric (analytic, from bytes and idle
         # bottleneck rates at batch start): CCT / idle_cct is the contention a policy could remove.
-        self.idle_cct = plan.idle_cct(sim.cluster.config.nvswitch_bytes_per_s)
+        self._nvswitch = sim.cluster.config.nvswitch_bytes_per_s  # bytes/s per GPU (read per transfer)
+        self.idle_cct = plan.idle_cct(self._nvswitch)
         self._pending_reuse = [0] * self.num_layers
         self._reuse_issued = 0  # layers whose reuse groups are issued
         self._reuse_groups: list[tuple[Unit, Pattern]] = []  # per holder: its pattern moves one layer's fetch
@@ -300,7 +301,7 @@ class BatchRun:
 
             self.sim.network.add_flow(flow, landed)
             parts += 1
-        intra = payload * pattern.intra_bytes / self.sim.cluster.config.nvswitch_bytes_per_s
+        intra = payload * pattern.intra_bytes / self._nvswitch
         # The network part cannot land sooner than at its idle bottleneck rate,
         # so an NVSwitch part no longer than that never decides: skip its event.
         if intra > 0 and (net <= 0 or intra > net / pattern.bottleneck):
