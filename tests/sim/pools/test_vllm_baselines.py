@@ -52,7 +52,8 @@ def test_reshape_gives_the_papers_shapes_and_rejects_others():
     assert reshape_config(same) is same and reshape_config(InstanceSimConfig(instances=8)).deployment == base
     for config, message in (
             (InstanceSimConfig(instances=8, prefill_instances=4, pools="vllm"), "--pools vllm: one colocated instance"),
-            (InstanceSimConfig(instances=8, prefill_instances=3, pools="vllm-disagg"), "N even \\(or P:D with P = D\\)"),
+            (InstanceSimConfig(instances=8, prefill_instances=3, pools="vllm-disagg"),
+             "N even \\(or P:D with P = D\\)"),
             (InstanceSimConfig(instances=6, pools="vllm-disagg"), "TP dividing the model's 8 KV heads"),
             (InstanceSimConfig(instances=16, pools="vllm"), "needs 16 GPUs in one node \\(8\\)")):
         with pytest.raises(UserError, match=message):
