@@ -12,8 +12,12 @@ Systems (``--instances`` instances of llama3-8b on one A800 each, compute model)
   512-token chunks);
 * ``static-pd``: the same split fixed, min-load dispatch (the paper's "Minimal Load" ablation);
 * ``round-robin``: the same split fixed, round robin;
-* ``colocated``: every instance PD-colocated, Sarathi + vLLM's request-count balancer (``dplb``):
-  the vLLM-style colocated baseline.
+* ``colocated``: every instance PD-colocated (TP1 each), Sarathi + vLLM's request-count balancer
+  (``dplb``): vLLM run data-parallel;
+* ``vllm``: the paper's vLLM baseline: ONE colocated instance over all the GPUs (TP = instances),
+  Sarathi (chunked prefill, decode first);
+* ``vllm-disagg``: the paper's vLLM-disaggregated baseline: one prefill + one decode instance of
+  half the GPUs each (TP 4 + TP 4 on 8), KV of every prompt over the network;
 * ``NAME@P`` (e.g. ``static-pd@7``): a pool manager starting from P prefill instances instead of half.
 
 Scaling (§7.4): ``arrow`` and ``static-pd`` on ``--scaling`` instance counts.
@@ -37,27 +41,28 @@ from typing import Any
 from laxflow.sim.serving.instances.config import InstanceSimConfig
 from laxflow.sim.serving.instances.engine import InstanceEngine
 from laxflow.sim.serving.instances.metrics import summarize
-from laxflow.sim.serving.instances.pools import create_pool_dispatcher
+from laxflow.sim.serving.instances.pools import create_pool_dispatcher, reshape_config
 from laxflow.sim.workload.slo_traces import generate_slo_workload, slo_of
 
 TARGET = 0.9
-SYSTEMS = ("arrow", "static-pd", "round-robin", "colocated")
+SYSTEMS = ("arrow", "static-pd", "round-robin", "colocated", "vllm", "vllm-disagg")
 
 
 def attainment(system: str, workload: str, instances: int, rate: float, n: int, seed: int) -> dict[str, Any]:
     """One run at cluster rate ``rate``: its metrics row plus the pool driver's flip counts."""
     ttft, tpot = slo_of(workload)
     system, _, at = system.partition("@")  # "static-pd@7": that P count instead of half
-    split = None if system == "colocated" else int(at) if at else instances // 2
+    split = None if system in ("colocated", "vllm") else int(at) if at else instances // 2
     config = InstanceSimConfig(instances=instances, prefill_instances=split, scheduler="sarathi", router="dplb",
                                pools=None if system == "colocated" else system, ttft_slo=ttft, tpot_slo=tpot,
                                seed=seed)
+    config = reshape_config(config)  # vllm / vllm-disagg: the same GPUs as wider TP instances
     dispatcher = None if system == "colocated" else create_pool_dispatcher(system, config)
     result = InstanceEngine(config, generate_slo_workload(workload, rate, n, seed), dispatcher=dispatcher).run()
     row = summarize(result, rate, {"policy": "fs", "pools": None if system == "colocated" else system})
     out = {k: row[k] for k in ("slo_attainment", "ttft_attainment", "tpot_attainment", "ttft_p90", "tpot_p90")}
     if dispatcher is not None:
-        out["pool_flips"] = dispatcher.stats()["pool_flips"]
+        out.update(dispatcher.result_keys())
     return out
 
 
@@ -134,7 +139,7 @@ def main() -> None:
         table: dict[str, dict[int, float]] = {}
         for system in ("arrow", "static-pd"):
             table[system] = {}
-            for k in (int(x) for x in args.scaling.split(",")):
+            for k in (int(x) for x in args.scaling.split(",") if x):
                 v = rates[system] if k == args.instances and system in rates else \
                     [sustainable(system, args.workload, k, args.requests, s, args.bisect, log) for s in seeds]
                 table[system][k] = round(statistics.mean(v), 3)

@@ -137,7 +137,7 @@ def test_token_interval_monitor():
 
 
 def test_bad_configurations_are_rejected():
-    assert pool_manager_names() == ["arrow", "round-robin", "static-pd"]
+    assert pool_manager_names() == ["arrow", "round-robin", "static-pd", "vllm", "vllm-disagg"]
     with pytest.raises(ValueError, match="unknown pool manager 'elastic'.*arrow, round-robin, static-pd"):
         create_pool_manager("elastic", PROFILE)
     with pytest.raises(ValueError, match="ArrowConfig.max_running_tokens: must be an integer >= 1"):

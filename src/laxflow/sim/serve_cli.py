@@ -138,6 +138,10 @@ def _build(v: dict[str, Any], which: str) -> Plan:
 
     preset = v["preset"]
     base = get_preset(preset) if preset else Preset("", "", "mixtral-8x22b", "qwen-conv", rates=(0.7,))
+    from laxflow.sim.serving.experiment import ENGINE_PRESET_KEYS
+
+    # An instance-engine preset's --prefill/--router/--pools/--instances, unless given on the line.
+    v = {**v, **{k: base.extra[k] for k in ENGINE_PRESET_KEYS if k in base.extra and v.get(k) is None}}
     requests, warmup = v["requests"], v["warmup"]
     if requests is not None and not 1 <= requests <= MAX_REQUESTS:
         raise UserError(f"--requests: expected 1 to {MAX_REQUESTS:,} (a run holds every request in memory), "
@@ -286,7 +290,11 @@ def _engine_choices(v: dict[str, Any]) -> tuple[list[Any], list[Any], list[Any],
                                 f"{'--router' if routers != [None] else '--pools' if pools != [None] else '--prefill'}"
                                 f") takes batch schedulers: {', '.join(batch)}")
         prefills = ["sarathi"] if prefills == [None] else prefills
-        routers = ["dplb"] if routers == [None] else routers
+        if routers != [None] and pools != [None]:
+            raise UserError(f"--router {','.join(routers)} with --pools {','.join(pools)}: a pool manager "
+                            f"dispatches its own requests; give one of them")
+        # Default router only without pools (a pool run's router is its pool manager: run.py labels it).
+        routers = ["dplb"] if routers == [None] and pools == [None] else routers
     return prefills, routers, pools, engine
 
 

@@ -1,6 +1,8 @@
 """Elastic instance pools of a PD-disaggregated cluster (Arrow and baselines), pure; see ``base.py``."""
 
 from laxflow.integrations.pools.base import (
+    DECODE_POOLS,
+    PREFILL_POOLS,
     ClusterSnapshot,
     Pool,
     PoolDecision,
@@ -22,7 +24,7 @@ from laxflow.integrations.pools.registry import (
 )
 
 __all__ = [
-    "ClusterSnapshot", "Pool", "PoolDecision", "PoolInstance", "PoolManager", "PoolMove", "PoolRequest",
+    "DECODE_POOLS", "PREFILL_POOLS", "ClusterSnapshot", "Pool", "PoolDecision", "PoolInstance", "PoolManager", "PoolMove", "PoolRequest",
     "TokenIntervalMonitor", "apply_moves", "create_pool_manager", "flip_to_decode", "flip_to_prefill",
     "pool_manager_class", "pool_manager_names", "register_pool_manager", "settle",
 ]

@@ -160,6 +160,11 @@ class PoolManager(ABC):
     """Places prefills and decodes and moves instances between pools (one per cluster)."""
 
     name: ClassVar[str] = ""
+    # How the simulator lays the run's GPUs out for this manager: "as-given" (one instance per
+    # --instances unit), or the paper's vLLM baselines' wider instances (vllm.py).
+    shape: ClassVar[str] = "as-given"
+    # True: every instance prefills and decodes (no P/D pools; decode stays where it prefilled).
+    colocated: ClassVar[bool] = False
 
     @classmethod
     @abstractmethod

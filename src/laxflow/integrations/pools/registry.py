@@ -11,6 +11,9 @@ _MANAGERS: LazyRegistry[PoolManager] = LazyRegistry("pool manager", {
     "arrow": "laxflow.integrations.pools.arrow:Arrow",
     "static-pd": "laxflow.integrations.pools.static_pd:StaticPd",
     "round-robin": "laxflow.integrations.pools.round_robin:RoundRobin",
+    # The paper's systems baselines (§7.1): they reshape the cluster (see vllm.py).
+    "vllm": "laxflow.integrations.pools.vllm:VllmColocated",
+    "vllm-disagg": "laxflow.integrations.pools.vllm:VllmDisaggregated",
 })
 
 

@@ -152,7 +152,35 @@ def _presets() -> dict[str, Preset]:
                           rates=rates_at(model, "qwen-conv")))
         out.append(Preset(f"fig11-{short}", f"Fig. 11: {model}, QwenB agent", model, "qwen-agent",
                           rates=rates_at(model, "qwen-agent")))
+    out.extend(_arrow_presets())
     return {p.name: p for p in out}
+
+
+# Arrow (paper 002 §7.2-7.4) on the instance engine: 8 (or N) x Llama3-8B TP1 on A800s (the paper:
+# 8 x H800), bursty Azure Code (Table 1: 3 s / 0.1 s), every request counted (whole-trace replay).
+# Its metric is the sustainable rate: the highest rate whose slo_attainment is >= 90 %
+# (bench/arrow_repro.py bisects for it). Rates are per instance (per GPU here); the grid is the same
+# for every system (not tuned to one). ``extra`` carries the engine flags (--pools, --instances).
+# The colocated 8 x TP1 run is not a pool manager: add it with ``--router dplb`` (no --pools).
+ARROW_RATES = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0)
+ARROW_SYSTEMS = "arrow,static-pd,round-robin,vllm,vllm-disagg"
+
+
+def _arrow_presets() -> list[Preset]:
+    common = dict(rates=ARROW_RATES, deployment="llama3-8b-tp1-a800", policies=("fs",), requests=1500, warmup=0)
+    out = [Preset("arrow-azure-code", "Arrow Fig. 7/8: 8 x Llama3-8B TP1 (A800), bursty Azure Code; arrow vs "
+                  "static-pd 4:4 (Minimal Load), round-robin, vllm (1 x TP8 colocated), vllm-disagg (TP4 1P1D); "
+                  "sustainable rate = highest with slo_attainment >= 0.9", "llama3-8b", "azure-code",
+                  extra={"pools": ARROW_SYSTEMS, "instances": "8", "prefill": "sarathi"}, **common)]
+    for n in (2, 4, 16):  # §7.4 (Fig. 9): 8 instances is arrow-azure-code
+        out.append(Preset(f"arrow-scale-{n}", f"Arrow Fig. 9: scaling, {n} x Llama3-8B TP1 (A800), bursty Azure "
+                          f"Code; arrow vs static-pd (half:half)", "llama3-8b", "azure-code",
+                          extra={"pools": "arrow,static-pd", "instances": str(n), "prefill": "sarathi"}, **common))
+    return out
+
+
+# The instance-engine flags a preset may carry in ``extra`` (command-line flags override them).
+ENGINE_PRESET_KEYS = ("prefill", "router", "pools", "instances")
 
 
 PRESETS: dict[str, Preset] = _presets()

@@ -42,6 +42,8 @@ from typing import Any
 
 from laxflow.errors import UserError
 from laxflow.integrations.pools import (
+    DECODE_POOLS,
+    PREFILL_POOLS,
     ClusterSnapshot,
     Pool,
     PoolInstance,
@@ -50,6 +52,7 @@ from laxflow.integrations.pools import (
     PoolRequest,
     TokenIntervalMonitor,
     create_pool_manager,
+    pool_manager_class,
 )
 from laxflow.integrations.prefill.base import TtftPredictor
 
@@ -216,13 +219,32 @@ class PoolDispatcher:
 
     # -- results -------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        """Flip counts and the final pools, for the run's result."""
+        """Flip counts and the final pools, for the run's result.
+
+        ``flips_p2d``: instances the manager turned from prefill to decode work (P or D->P into
+        P->D or D); ``flips_d2p`` the reverse. Figure 5's completion edges (P->D -> D, D->P -> P)
+        are no decision and count in neither; ``pool_flips`` counts every table change.
+        """
         kinds: dict[str, int] = {}
+        to_decode = to_prefill = 0
         for _, m in self.table.flips:
             key = f"{m.src.value}>{m.dst.value}"
             kinds[key] = kinds.get(key, 0) + 1
-        return {"pool_flips": len(self.table.flips), "pool_flip_kinds": kinds,
-                "pools_end": {p.value: self.table.count(p) for p in Pool}, "rebalances": self.rebalances}
+            if m.src in PREFILL_POOLS and m.dst in DECODE_POOLS:
+                to_decode += 1
+            elif m.src in DECODE_POOLS and m.dst in PREFILL_POOLS:
+                to_prefill += 1
+        return {"pool_flips": len(self.table.flips), "pool_flip_kinds": kinds, "flips_p2d": to_decode,
+                "flips_d2p": to_prefill, "pools_end": {p.value: self.table.count(p) for p in Pool},
+                "rebalances": self.rebalances}
+
+    def result_keys(self) -> dict[str, Any]:
+        """What a run's metrics row carries from the pools (``run.py``): the flip counts, final split."""
+        st = self.stats()
+        end = st["pools_end"]
+        split = f"{len(self.table.pools)} colocated" if self.manager.colocated else \
+            f"{end['P'] + end['D->P']}:{end['D'] + end['P->D']}"
+        return {"flips_p2d": st["flips_p2d"], "flips_d2p": st["flips_d2p"], "pools_end": split}
 
 
 def attach_pools(engine: Any, name: str, prefill_instances: int, options: dict[str, Any] | None = None,
@@ -234,13 +256,21 @@ def attach_pools(engine: Any, name: str, prefill_instances: int, options: dict[s
     the TTFT predictor over the local prefill scheduler, and ``max_running_tokens`` unless given.
     """
     ids = list(engine.instances)
-    if not 1 <= prefill_instances < len(ids):
+    try:
+        colocated = pool_manager_class(name).colocated
+    except ValueError as exc:
+        raise UserError(f"--pools {name}: {exc}") from None
+    if colocated:  # no P/D split: every instance in P (it never moves), each running mixed batches
+        pools = {iid: Pool.PREFILL for iid in ids}
+    elif not 1 <= prefill_instances < len(ids):
         raise UserError(f"--pools {name}: needs at least one prefill and one decode instance to start from, "
                         f"got {prefill_instances} prefill of {len(ids)} instances")
-    pools = {iid: (Pool.PREFILL if k < prefill_instances else Pool.DECODE) for k, iid in enumerate(ids)}
+    else:
+        pools = {iid: (Pool.PREFILL if k < prefill_instances else Pool.DECODE) for k, iid in enumerate(ids)}
     for iid, pool in pools.items():
-        if engine.instances[iid].role != ROLE_OF[pool]:
-            engine.set_role(iid, ROLE_OF[pool])
+        role = "colocated" if colocated else ROLE_OF[pool]
+        if engine.instances[iid].role != role:
+            engine.set_role(iid, role)
     first = engine.instances[ids[0]]
     top = max(max(s.prompt for s in engine.seqs), 2)
     samples = ttft_profile(engine, first.schedulers["prefill"], top)

@@ -44,7 +44,8 @@ def _mean(values: list[Any]) -> Any:
 
 def label(row: dict[str, Any]) -> str:
     """A result's name in tables and goodput: the flow policy, or ``prefill+policy`` with --prefill."""
-    return "+".join(str(x) for x in (row.get("prefill"), row.get("router"), row.get("pools"), row["policy"]) if x)
+    router = None if row.get("router") == row.get("pools") else row.get("router")  # a pool run: its manager routes
+    return "+".join(str(x) for x in (row.get("prefill"), router, row.get("pools"), row["policy"]) if x)
 
 
 def points(rows: Sequence[dict[str, Any]], keys: Sequence[tuple[float, str]]) -> list[dict[str, Any]]:
@@ -137,8 +138,16 @@ _ENGINE_COLUMNS = [
 ]
 
 
+# Pool runs (--pools) add the pool manager's flips (mean over seeds) and final P:D split.
+_POOL_COLUMNS = [
+    ("flips\nP>D/D>P", lambda p: f"{p['flips_p2d']:g}/{p['flips_d2p']:g}" if "flips_p2d" in p else "-"),
+    ("pools\nend", lambda p: str(p.get("pools_end", "-"))),
+]
+
+
 def _columns(pts: Sequence[dict[str, Any]]) -> list:
-    return _COLUMNS + (_ENGINE_COLUMNS if any("tpot_p90" in p for p in pts) else [])
+    return _COLUMNS + (_ENGINE_COLUMNS if any("tpot_p90" in p for p in pts) else []) + \
+        (_POOL_COLUMNS if any("flips_p2d" in p for p in pts) else [])
 
 
 def terminal_width(stream: TextIO) -> int:

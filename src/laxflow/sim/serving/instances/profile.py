@@ -5,8 +5,8 @@ per deployment: ``profile_samples`` is cached) and at every step (``StepTimer``)
 A step runs every layer of the replica over the batch's entries: the same
 roofline compute model (``laxflow.sim.models.compute``) the prefill units use,
 where a decode entry is one new token attending to its whole context, so
-decode steps are memory-bound on the weights and the KV they read. TP
-collectives inside the node are not modelled (they ride NVLink, and the
+decode steps are memory-bound on the weights and the KV they read. A TP>1
+replica adds its per-layer all-reduces over NVLink (bandwidth term; the
 papers' single-GPU instances have none).
 
 The schedulers and routers never see the compute model: they fit their own
@@ -40,7 +40,18 @@ class StepTimer:
             return 0.0
         news = [n for n, _ in entries]
         ctxs = [c + n for n, c in entries]  # the compute model's context includes the new tokens
-        return self.model.num_layers * layer_compute_time(self.model, self.dep, news, ctxs)
+        return self.model.num_layers * (layer_compute_time(self.model, self.dep, news, ctxs)
+                                         + self.tp_allreduce_seconds(sum(news)))
+
+    def tp_allreduce_seconds(self, tokens: int) -> float:
+        """One layer's TP all-reduces (Megatron: after attention's output projection and after the
+        FFN) of ``tokens`` activations, ring over the node's NVLink: 2 (tp-1)/tp x bytes / link.
+        Bandwidth term only (no per-call latency: optimistic for wide TP). 0 at TP1."""
+        tp = self.dep.tp
+        if tp == 1 or tokens == 0 or self.dep.intra_node_gbps <= 0:  # no NVLink figure: not modelled
+            return 0.0
+        size = tokens * self.model.hidden * self.model.dtype_bytes
+        return 2 * (2 * (tp - 1) / tp * size / (self.dep.intra_node_gbps * 1e9 / 8))
 
     def kv_bytes_per_token(self) -> int:
         return self.model.kv_bytes_per_token

@@ -39,6 +39,9 @@ def slo_workload_name(workload: str, trace: str | None, trace_format: str | None
 def engine_config(spec: Any) -> InstanceSimConfig:
     """The engine's config for ``spec`` (an ``experiment.RunSpec``)."""
     total, prefill = parse_instances(spec.instances or "1")
+    if spec.pools is not None and spec.router is not None:
+        raise UserError(f"--router {spec.router} with --pools {spec.pools}: the pool manager dispatches; "
+                        f"give one of them")
     w = SLO_WORKLOADS[slo_workload_name(spec.workload, spec.trace, spec.trace_format)]
     return InstanceSimConfig(
         deployment=spec.config.deployment or DEFAULT_DEPLOYMENT, instances=total, prefill_instances=prefill,
@@ -66,7 +69,12 @@ def run_instances(spec: Any, progress: Callable[[int], None] | None = None) -> d
 
     config = engine_config(spec)
     total = spec.config.warmup + spec.requests
-    rate = spec.rate * config.instances
+    units = config.instances  # --instances: the rate is per one of these, whatever shape the pools give them
+    rate = spec.rate * units
+    if config.pools is not None:
+        from laxflow.sim.serving.instances.pools import reshape_config
+
+        config = reshape_config(config)  # the vLLM baselines: the same GPUs as fewer, wider instances
     if spec.trace:
         reqs = sorted(workload.load_trace(spec.trace, spec.trace_format), key=lambda r: r.arrival)[:total]
         if spec.rate > 0:
@@ -81,12 +89,15 @@ def run_instances(spec: Any, progress: Callable[[int], None] | None = None) -> d
     result = engine.run()
     if spec.rate == 0:
         span = max(r.arrival for r in reqs) - min(r.arrival for r in reqs)
-        rate_out = (len(reqs) - 1) / span / config.instances if span > 0 else 0.0
+        rate_out = (len(reqs) - 1) / span / units if span > 0 else 0.0
     else:
         rate_out = spec.rate
-    label = {"policy": spec.policy, "prefill": config.scheduler, "router": config.router, "pools": config.pools,
-             "instances": spec.instances or "1"}
+    # With --pools the pool manager dispatches (no router runs): it is the row's router too.
+    label = {"policy": spec.policy, "prefill": config.scheduler, "router": config.pools or config.router,
+             "pools": config.pools, "instances": spec.instances or "1"}
     row = summarize(result, rate_out, label)
+    if hasattr(engine.dispatcher, "result_keys"):
+        row.update(engine.dispatcher.result_keys())  # flips_p2d, flips_d2p, pools_end
     row["ttft_samples"] = [request_metrics(s)["ttft"] for s in result.measured]
     row["slo_samples"] = [s.ttft_slo for s in result.measured]
     row["seed"] = spec.seed
