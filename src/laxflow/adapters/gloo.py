@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from laxflow.adapters.gate import GateConfig, PermitGate
 from laxflow.adapters.sockets import set_dscp, socket_inodes, tcp_sockets
@@ -35,6 +35,21 @@ class GlooCollectives:
     def __init__(self, config: GateConfig | None = None) -> None:
         self._gate = PermitGate(config)
         self._before = set(socket_inodes())  # not Gloo's: they existed before it connected
+        self._own: set[int] | None = None  # Gloo's connections, once pinned
+
+    def pin_sockets(self, peers: Iterable[str] | None = None) -> int:
+        """Take the connections opened since this object was made as Gloo's, and mark only those from now on.
+
+        Call once the process group is up (``init_process_group`` connects
+        Gloo's full mesh). Without it every connection newer than this object
+        is marked, which is wrong in a process that opens others later (a
+        Mooncake engine's pooled connections, one per overlapping transfer).
+        ``peers``: only connections to these addresses. Returns how many.
+        """
+        want = None if peers is None else set(peers)
+        self._own = {s.inode for s in tcp_sockets() if s.state == "ESTABLISHED" and s.inode not in self._before
+                     and (want is None or s.remote[0] in want)}
+        return len(self._own)
 
     @property
     def gate(self) -> PermitGate:
@@ -66,7 +81,8 @@ class GlooCollectives:
     def _mark(self, permit: Permit, request: int, layer: int, nbytes: int) -> None:
         tag = TagValue(permit.msg_id, request, nbytes, Stage.COLLECTIVE, layer, permit.dscp)
         for sock in tcp_sockets():
-            if sock.state == "ESTABLISHED" and sock.inode not in self._before:
+            mine = sock.inode in self._own if self._own is not None else sock.inode not in self._before
+            if sock.state == "ESTABLISHED" and mine:
                 set_dscp(sock.fd, sock.inode, permit.dscp)
                 self._gate.write_tag(TagKind.SOCKET, sock.fd, tag)
 

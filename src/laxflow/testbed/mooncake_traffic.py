@@ -125,16 +125,6 @@ def decode(cfg: dict[str, Any]) -> None:
     del engine  # kept registered until the check is done
 
 
-class _AllBut:
-    """The set of every socket inode except ``keep``."""
-
-    def __init__(self, keep: set[int]) -> None:
-        self.keep = keep
-
-    def __contains__(self, inode: object) -> bool:
-        return inode not in self.keep
-
-
 class _Hooks:
     """One HooksClient per thread (ZeroMQ sockets are not thread-safe)."""
 
@@ -211,13 +201,10 @@ def prefill(cfg: dict[str, Any]) -> None:
 
     gloo = cfg.get("collective") == "gloo"
     if gloo:
-        before = set(socket_inodes())
         a2a = GlooAllToAll(cfg, rank)
         if a2a.coll is not None:
-            # The Gloo adapter marks every socket newer than itself; Mooncake opens connections later too
-            # (one per overlapping transfer), and those are the wrapper's: Gloo's are the ones it made now.
-            a2a.coll._before = _AllBut({s.inode for s in tcp_sockets() if s.inode not in before
-                                        and s.remote[0] == cfg["peer"]})
+            # Mooncake opens connections later too (one per overlapping transfer): those are the wrapper's.
+            a2a.coll.pin_sockets(peers=[cfg["peer"]])
     else:
         tag = Tagger(cfg["tagger"])
         peer_ls = _listen(cfg["a2a_port"] + rank)
