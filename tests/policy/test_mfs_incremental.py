@@ -23,6 +23,7 @@ LINKS = 24
 def _incremental(**options):
     p = MfsPolicy(**options)
     p.incremental_from = p.incremental_below = 0  # this path for every size
+    p.incremental_upto = 10**9
     return p
 
 

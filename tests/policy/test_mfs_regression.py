@@ -28,7 +28,7 @@ DATA = Path(__file__).resolve().parent / "data"
 # above), the incremental path alone, and the two from-scratch paths alone.
 PATHS = {
     "default": {},
-    "incremental": {"incremental_from": 0, "incremental_below": 0},
+    "incremental": {"incremental_from": 0, "incremental_below": 0, "incremental_upto": 10**9},
     "scalar": {"incremental": False},
     "vectorized": {"incremental": False, "few_flows": 0},
 }

@@ -76,6 +76,10 @@ class MfsPolicy(FlowPolicy):
     incremental = True
     incremental_from = 16  # the scalar path is cheaper for fewer flows: used up to here,
     incremental_below = 8  # and once incremental, up to here (no switching back and forth)
+    # Above this many flows the vectorized path: per touched flow the incremental
+    # path is Python (~3 us), so when thousands cross a layer at once (not the
+    # serving case: a few hundred live flows) NumPy over all of them wins.
+    incremental_upto = 1000
     few_flows = FEW_FLOWS
 
     def __init__(self, config: MfsConfig | None = None, **options: Any) -> None:
@@ -145,7 +149,7 @@ class MfsPolicy(FlowPolicy):
         if n == 0:
             empty = np.zeros(0, np.int64)
             return Decision(level=empty, queue=empty, dscp=np.zeros(0, np.uint8))
-        if self.incremental and n > (self.incremental_below if self._view.active else self.incremental_from):
+        if self.incremental and (self.incremental_below if self._view.active else self.incremental_from) < n <= self.incremental_upto:
             return decide_incremental(self, snap)
         self._view.active = False  # a from-scratch decision: the incremental path starts over
         if n <= self.few_flows:
