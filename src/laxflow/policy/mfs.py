@@ -149,7 +149,8 @@ class MfsPolicy(FlowPolicy):
         if n == 0:
             empty = np.zeros(0, np.int64)
             return Decision(level=empty, queue=empty, dscp=np.zeros(0, np.uint8))
-        if self.incremental and (self.incremental_below if self._view.active else self.incremental_from) < n <= self.incremental_upto:
+        floor = self.incremental_below if self._view.active else self.incremental_from
+        if self.incremental and floor < n <= self.incremental_upto:
             return decide_incremental(self, snap)
         self._view.active = False  # a from-scratch decision: the incremental path starts over
         if n <= self.few_flows:

@@ -140,7 +140,9 @@ class LiveView:
         ordered by ``rank`` (the policy's RED rank per batch); equal orders share a level."""
         if self.remap is None:
             remap = np.zeros(max(len(self.key_of), 1), np.int64)
-            order = sorted(((q, e, u, 0 if b < 0 else int(rank[b])), kid) for (q, e, u, b), (kid, _) in self.keys.items())
+            order = sorted(
+                ((q, e, u, 0 if b < 0 else int(rank[b])), kid) for (q, e, u, b), (kid, _) in self.keys.items()
+            )
             level, last = -1, None
             for key, kid in order:
                 if key != last:
