@@ -56,7 +56,7 @@ def decide_few(p: MfsPolicy, snap: Snapshot) -> Decision:
     _measure(p, snap, idx, is_new, remaining)
 
     tick = t.tick(now)
-    thresholds = p._q[::-1].tolist()  # ascending
+    thresholds = p._q_ascending
     for i in new:
         s = idx[i]
         u = _candidate(p, snap, s, i, current[i], remaining, thresholds)
@@ -102,7 +102,9 @@ def decide_few(p: MfsPolicy, snap: Snapshot) -> Decision:
         if timer is None and explicit and q < k and u > 0 and flows[i].compute_done:
             timer = (tick + 1) * t.period
     dense = {key: r for r, key in enumerate(sorted(set(keys)))}
-    t.last_rem[idx] = snap.remaining
+    last_rem = t.last_rem
+    for s, r in zip(idx, remaining):
+        last_rem[s] = r
     queue = np.array(queues, np.int64)
     return Decision(
         level=np.array([dense[key] for key in keys], np.int64),

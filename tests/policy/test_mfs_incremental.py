@@ -1,0 +1,169 @@
+"""The incremental MFS path decides exactly as a from-scratch evaluation.
+
+A long random run (flows arriving and finishing, requests crossing layers
+and ending compute, time crossing period ticks or standing still, pruning
+standalone or by a coordinator, now and then a snapshot in another order)
+drives two policies with the same calls: one on the incremental path for
+every size, one deciding from scratch (scalar or vectorized). Every decision
+and the final policy state must be identical.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from laxflow.policy import Flow, Snapshot, Stage
+from laxflow.policy.mfs import MfsPolicy
+from laxflow.sim.network.trace import decision_row
+
+LINKS = 24
+
+
+def _incremental(**options):
+    p = MfsPolicy(**options)
+    p.incremental_from = p.incremental_below = 0  # this path for every size
+    p.incremental_upto = 10**9
+    return p
+
+
+def _from_scratch(few_flows, **options):
+    p = MfsPolicy(**options)
+    p.incremental = False
+    p.few_flows = few_flows
+    return p
+
+
+class _Run:
+    """Random serving-like traffic on a small network, one snapshot per step."""
+
+    def __init__(self, seed: int, shuffle: float):
+        self.rng = np.random.default_rng(seed)
+        self.capacity = self.rng.uniform(5e9, 25e9, LINKS)
+        self.shuffle = shuffle
+        self.now = 0.0
+        self.live: list[Flow] = []
+        self.remaining: dict[int, float] = {}
+        self.requests: list[list[Flow]] = []  # flows issued per request
+        self.serial = 0
+
+    def arrive(self) -> None:
+        rng = self.rng
+        r = len(self.requests)
+        batch = f"b{r // int(rng.integers(1, 4))}"
+        deadline = None if rng.random() < 0.15 else self.now + float(rng.uniform(0.002, 0.05))
+        layer0 = int(rng.integers(0, 3))
+        flows = []
+        for _ in range(int(rng.integers(1, 6))):
+            stage = (Stage.REUSE, Stage.COLLECTIVE, Stage.P2D)[int(rng.integers(0, 3))]
+            path = rng.choice(LINKS, size=int(rng.integers(1, 4)), replace=False)
+            f = Flow(
+                id=f"f{self.serial}", size=float(rng.uniform(1e5, 5e7)), links=path,
+                weights=rng.uniform(0.2, 1.0, path.size), arrival=self.now, stage=stage, request=f"r{r}",
+                batch=batch, deadline=deadline, downstream=float(rng.uniform(0, 0.004)),
+                layer=int(rng.integers(0, 12)) if rng.random() < 0.9 else None,
+                current_layer=layer0 if rng.random() < 0.9 else None,
+            )  # fmt: skip
+            self.serial += 1
+            flows.append(f)
+            self.live.append(f)
+            self.remaining[id(f)] = f.size
+        self.requests.append(flows)
+
+    def step(self, policies) -> None:
+        rng = self.rng
+        # Time: mostly forward (some across several 1 ms ticks), sometimes not at all.
+        if rng.random() < 0.8:
+            self.now += float(rng.choice([rng.uniform(0, 2e-4), rng.uniform(5e-4, 3e-3)]))
+        for _ in range(int(rng.poisson(0.6))):
+            self.arrive()
+        for flows in self.requests[-12:]:
+            if rng.random() < 0.08:  # a layer boundary: every flow of the request sees it
+                for f in flows:
+                    f.current_layer = (f.current_layer or 0) + int(rng.integers(1, 3))
+            if rng.random() < 0.02:
+                for f in flows:
+                    f.compute_done = True
+        for f in self.live:
+            self.remaining[id(f)] *= float(rng.uniform(0.7, 1.0))
+        # Completions (each policy hears of each one), then the snapshot.
+        done = [f for f in self.live if rng.random() < 0.04]
+        for f in done:
+            self.live.remove(f)
+            for p in policies:
+                p.on_complete(f, self.now)
+        if not self.live:
+            return None
+        order = list(self.live)
+        if rng.random() < self.shuffle:  # an owner that lists its flows in another order
+            rng.shuffle(order)
+        return Snapshot(
+            now=self.now, flows=order, remaining=np.array([self.remaining[id(f)] for f in order]),
+            capacity=self.capacity, link_load=rng.uniform(0, 1.0, LINKS), load_window=0.01,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "seed, few_flows, options, coordinator",
+    [
+        (1, 48, {}, False),
+        (2, 0, {}, False),
+        (3, 48, {"drop_budget": 3}, False),
+        (4, 0, {"drop_budget": 1, "period": 5e-4}, False),
+        (5, 48, {}, True),
+    ],
+)
+def test_incremental_equals_from_scratch_over_a_long_run(seed, few_flows, options, coordinator):
+    run = _Run(seed, shuffle=0.01)
+    inc, ref = _incremental(**options), _from_scratch(few_flows, **options)
+    decisions = big = 0
+    for step in range(2500):
+        snap = run.step((inc, ref))
+        if snap is None:
+            run.arrive()
+            continue
+        if coordinator and step % 97 == 0:
+            batches = sorted({f.batch for f in snap.flows})
+            order = {b: int(run.rng.integers(0, 5)) for b in batches}  # ties included
+            pruned = [f.request for f in snap.flows if run.rng.random() < 0.05]
+            for p in (inc, ref):
+                p.set_order(order, pruned)
+        got, want = decision_row(inc.decide(snap)), decision_row(ref.decide(snap))
+        assert got == want, f"step {step}: {len(snap.flows)} flows"
+        decisions += 1
+        big += len(snap.flows) > 48
+    assert decisions > 2000 and big > 200  # long, and past the scalar path's sizes
+    if options.get("drop_budget"):
+        assert inc.pruned_requests == ref.pruned_requests and ref.pruned_requests
+    for attr in ("_explicit_load", "_finished_bytes", "_rank", "_pruned", "_last_t"):
+        assert np.array_equal(getattr(inc, attr), getattr(ref, attr)), attr
+    for attr in inc.rmlq._ARRAYS:
+        assert np.array_equal(getattr(inc.rmlq, attr), getattr(ref.rmlq, attr), equal_nan=True), attr
+    assert inc.infeasible == ref.infeasible
+
+
+def test_the_default_switches_paths_without_changing_a_decision():
+    """Default thresholds: scalar for few flows, incremental above, back and forth."""
+    run = _Run(7, shuffle=0.0)
+    default, ref = MfsPolicy(), _from_scratch(48)
+    sizes = set()
+    for step in range(1500):
+        if step % 300 < 150:
+            run.arrive()  # grow, then drain
+        snap = run.step((default, ref))
+        if snap is None:
+            continue
+        sizes.add(len(snap.flows) > default.incremental_from)
+        assert decision_row(default.decide(snap)) == decision_row(ref.decide(snap)), f"step {step}"
+    assert sizes == {True, False}
+
+
+def test_unchanged_decisions_hand_out_read_only_arrays():
+    run = _Run(8, shuffle=0.0)
+    p = _incremental()
+    for _ in range(5):
+        run.arrive()
+    snap = run.step((p,))
+    d = p.decide(snap)
+    with pytest.raises(ValueError):
+        d.level[0] = 99
