@@ -114,6 +114,7 @@ class InstanceEngine:
         self._network(flow_policy)
         self.p2d_bytes = 0.0
         self.finished = 0
+        self.rejected = 0
 
     # -- construction ------------------------------------------------------------
 
@@ -211,6 +212,18 @@ class InstanceEngine:
         target = self.dispatcher.prefill_target(self, seq, now)
         if target not in self.instances:
             raise RuntimeError(f"dispatcher sent {seq.id} to unknown instance {target!r}")
+        inst = self.instances[target]
+        scheduler = inst.schedulers[inst.role]
+        if getattr(scheduler, "admission", False) and not scheduler.admits(
+                [s.view() for s in inst.seqs.values()], now, seq.view()):
+            # Admission control (fairbatching-pab): refused, counted as an SLO miss by the metrics.
+            seq.rejected = True
+            seq.prefill_instance = target
+            self.rejected += 1
+            self.finished += 1
+            if self.progress is not None:
+                self.progress(1)
+            return
         self.place(seq, target)
 
     def _kick(self, inst: Instance) -> None:

@@ -87,11 +87,12 @@ def run_instances(spec: Any, progress: Callable[[int], None] | None = None) -> d
     label = {"policy": spec.policy, "prefill": config.scheduler, "router": config.router, "pools": config.pools,
              "instances": spec.instances or "1"}
     row = summarize(result, rate_out, label)
-    row["ttft_samples"] = [request_metrics(s)["ttft"] for s in result.measured]
-    row["slo_samples"] = [s.ttft_slo for s in result.measured]
+    served = [s for s in result.measured if not s.rejected]  # admission control's rejects have no TTFT
+    row["ttft_samples"] = [request_metrics(s)["ttft"] for s in served]
+    row["slo_samples"] = [s.ttft_slo for s in served]
     row["seed"] = spec.seed
     if spec.per_request:
-        row["request_rows"] = [_request_row(s, spec, rate_out, engine) for s in result.measured]
+        row["request_rows"] = [_request_row(s, spec, rate_out, engine) for s in served]
     return row
 
 
