@@ -138,6 +138,10 @@ def _build(v: dict[str, Any], which: str) -> Plan:
 
     preset = v["preset"]
     base = get_preset(preset) if preset else Preset("", "", "mixtral-8x22b", "qwen-conv", rates=(0.7,))
+    from laxflow.sim.serving.experiment import ENGINE_PRESET_KEYS
+
+    # An instance-engine preset's --prefill/--router/--pools/--instances, unless given on the line.
+    v = {**v, **{k: base.extra[k] for k in ENGINE_PRESET_KEYS if k in base.extra and v.get(k) is None}}
     requests, warmup = v["requests"], v["warmup"]
     if requests is not None and not 1 <= requests <= MAX_REQUESTS:
         raise UserError(f"--requests: expected 1 to {MAX_REQUESTS:,} (a run holds every request in memory), "
