@@ -121,11 +121,13 @@ PS_BASELINES = ("vllm", "weighted-vtc", "sarathi", "priority", "fairbatching")
 
 
 def _gains(res: dict, rates: list[float], ours: str) -> dict:
+    """Margin of ``ours`` over the best baseline per rate (a baseline: another local scheduler, any router)."""
     out = {}
+    mine = ours.split("+")[0]
     for key in ("tdg_ratio", "slo_attainment"):
         margins = {}
         for r in rates:
-            best = max(v[r][key] for k, v in res.items() if k != ours)
+            best = max(v[r][key] for k, v in res.items() if k.split("+")[0] != mine)
             margins[r] = res[ours][r][key] / best - 1 if best > 0 else None
         top = max((r for r in margins if margins[r] is not None), key=lambda r: margins[r])
         out[key] = {"max_gain": margins[top], "at_rate": top, "per_rate": margins}

@@ -5,7 +5,9 @@ batch scheduler in ``--prefill``, or ``--router``), ``bench/batching_repro.py``
 and tests; everything runs on one thread in one :class:`EventQueue`.
 
 Per arrival the :class:`~.dispatch.Dispatcher` picks an instance
-(``prefill_target``); an idle instance starts a step at once. A step's batch
+(``prefill_target``); a scheduler with admission control (``fairbatching-pab``:
+``admits(views, now, new)``) may refuse it there, and the request is marked
+``rejected`` (a miss in the metrics); else an idle instance starts a step at once. A step's batch
 comes from the instance's batch scheduler (``laxflow.integrations.prefill``,
 ``create_batch_scheduler``) over ``SequenceView`` s; it lasts what the compute
 model says (:mod:`.profile`); at its end every entry's token is emitted, then
