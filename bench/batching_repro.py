@@ -8,18 +8,23 @@ swept on a fixed grid; each point is the mean over ``--seeds`` seeds.
 Experiments (``--only`` picks some):
 
 * ``fb_single``: FairBatching §5.2/5.3, one instance, ``qwen-trace`` (500 ms /
-  50 ms). SLO met = every token inside the deadline envelope (§3.1).
+  50 ms): sarathi, vllm (vLLM-vanilla), fairbatching, fairbatching-pab
+  (admission control; a rejected request is a miss). SLO met = every token
+  inside the deadline envelope (§3.1).
   ``ttft_p99_ratio``: largest sarathi/fairbatching TTFT p99 over the rates where
   fairbatching's envelope (TPOT) attainment stays >= 0.9; ``capacity_gain``:
-  peak effective RPS (rate x attainment, Table 3's metric) over sarathi's.
-* ``fb_cluster``: §5.5, 8 colocated instances: dplb+sarathi, dplb+fairbatching,
+  peak effective RPS (rate x attainment, Table 3's metric) over the best of
+  sarathi and vllm; ``capacity_gain_pab`` the same for fairbatching-pab.
+* ``fb_cluster``: §5.5, 8 colocated instances: dplb+vllm, dplb+sarathi, dplb+fairbatching,
   pab+fairbatching; ``pab_gain``: peak effective RPS of pab+fairbatching over
   the best dplb configuration.
 * ``ps_single``: ProServe §5.2/5.3, one colocated instance, ``qwen-trace`` and
-  ``sharegpt`` with priorities 2/1 (50 % each): slidebatching against sarathi,
-  priority (Sarathi-Priority) and fairbatching; TDG ratio and SLO attainment (TTFT and mean
+  ``sharegpt`` with priorities 2/1 (50 % each): slidebatching against vllm
+  (vLLM-FCFS), weighted-vtc, sarathi, priority (Sarathi-Priority) and fairbatching; TDG ratio and SLO attainment (TTFT and mean
   TPOT); ``tdg_gain`` / ``slo_gain``: largest relative margin of slidebatching
   over the best baseline at a rate; per-priority attainment at the top rate.
+* ``ps_coloc``: §5.2 Fig. 12, 4 PD-colocated instances, ``qwen-trace``: every
+  local scheduler above x {gorouting, minload}.
 * ``ps_disagg``: §5.2 multi-node, 2 prefill + 2 decode instances, ``qwen-trace``:
   {slidebatching, sarathi} x {gorouting, minload}.
 
@@ -38,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-KEYS = ("slo_attainment", "envelope_attainment", "ttft_attainment", "tpot_attainment", "ttft_p99", "tpot_p90",
+KEYS = ("rejected", "slo_attainment", "envelope_attainment", "ttft_attainment", "tpot_attainment", "ttft_p99", "tpot_p90",
         "tpot_p99", "tdg_ratio", "slo_attainment_high", "slo_attainment_low", "tdg_ratio_high", "tdg_ratio_low",
         "preemptions")
 
@@ -86,35 +91,43 @@ def peak_effective(points: dict[float, dict], key: str) -> float:
 
 def fb_single(pool, a) -> dict:
     rates = [4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
-    res = sweep(pool, "qwen-trace", 1, None, [("sarathi", "dplb"), ("fairbatching", "dplb")], rates, a.seeds,
-                a.requests, a.warmup)
+    configs = [("sarathi", "dplb"), ("vllm", "dplb"), ("fairbatching", "dplb"), ("fairbatching-pab", "dplb")]
+    res = sweep(pool, "qwen-trace", 1, None, configs, rates, a.seeds, a.requests, a.warmup)
     sa, fb = res["sarathi+dplb"], res["fairbatching+dplb"]
     held = [r for r in rates if fb[r]["envelope_attainment"] >= 0.9 or fb[r]["tpot_attainment"] >= 0.9]
     ratios = {r: sa[r]["ttft_p99"] / fb[r]["ttft_p99"] for r in held}
     best = max(ratios, key=ratios.get) if ratios else None
+    peak = {k: peak_effective(v, "envelope_attainment") for k, v in res.items()}
+    base = max(peak["sarathi+dplb"], peak["vllm+dplb"])  # Table 3: over the best of vLLM-sarathi / -vanilla
     return {"points": res, "ttft_p99_ratio": ratios.get(best) if best else None, "ttft_p99_ratio_rate": best,
-            "capacity_gain": peak_effective(fb, "envelope_attainment") / peak_effective(sa, "envelope_attainment") - 1,
-            "peak_effective_rps": {k: peak_effective(v, "envelope_attainment") for k, v in res.items()},
-            "paper": {"ttft_p99_ratio": 2.29, "capacity_gain": 0.20}}
+            "capacity_gain": peak["fairbatching+dplb"] / base - 1,
+            "capacity_gain_pab": peak["fairbatching-pab+dplb"] / base - 1, "peak_effective_rps": peak,
+            "paper": {"ttft_p99_ratio": 2.29, "capacity_gain": 0.20, "capacity_gain_pab": 0.901}}
 
 
 def fb_cluster(pool, a) -> dict:
-    rates = [7.0, 8.0, 9.0, 10.0, 11.0]
-    res = sweep(pool, "qwen-trace", 8, None, [("sarathi", "dplb"), ("fairbatching", "dplb"), ("fairbatching", "pab")],
-                rates, a.seeds, a.requests // 2, a.warmup // 2)
+    rates = [7.0, 8.0, 9.0, 10.0]
+    configs = [("vllm", "dplb"), ("sarathi", "dplb"), ("fairbatching", "dplb"), ("fairbatching", "pab")]
+    res = sweep(pool, "qwen-trace", 8, None, configs, rates, a.seeds, a.requests // 4, a.warmup // 4)
     peak = {k: peak_effective(v, "envelope_attainment") for k, v in res.items()}
-    base = max(peak["sarathi+dplb"], peak["fairbatching+dplb"])
+    base = max(peak["vllm+dplb"], peak["sarathi+dplb"], peak["fairbatching+dplb"])
     return {"points": res, "peak_effective_rps": peak, "pab_gain": peak["fairbatching+pab"] / base - 1,
             "pab_over_dplb_fairbatching": peak["fairbatching+pab"] / peak["fairbatching+dplb"] - 1,
             "paper": {"pab_gain": 0.543, "pab_over_dplb_fairbatching": 0.349}}
 
 
+# ProServe §5.1's baselines: vLLM-FCFS, Weighted VTC, Sarathi-FCFS, Sarathi-Priority, FairBatching.
+PS_BASELINES = ("vllm", "weighted-vtc", "sarathi", "priority", "fairbatching")
+
+
 def _gains(res: dict, rates: list[float], ours: str) -> dict:
+    """Margin of ``ours`` over the best baseline per rate (a baseline: another local scheduler, any router)."""
     out = {}
+    mine = ours.split("+")[0]
     for key in ("tdg_ratio", "slo_attainment"):
         margins = {}
         for r in rates:
-            best = max(v[r][key] for k, v in res.items() if k != ours)
+            best = max(v[r][key] for k, v in res.items() if k.split("+")[0] != mine)
             margins[r] = res[ours][r][key] / best - 1 if best > 0 else None
         top = max((r for r in margins if margins[r] is not None), key=lambda r: margins[r])
         out[key] = {"max_gain": margins[top], "at_rate": top, "per_rate": margins}
@@ -123,8 +136,7 @@ def _gains(res: dict, rates: list[float], ours: str) -> dict:
 
 def ps_single(pool, a) -> dict:
     out = {}
-    # ProServe §5.1's baselines we have: Sarathi-FCFS, Sarathi-Priority, FairBatching.
-    configs = [(s, "dplb") for s in ("slidebatching", "sarathi", "priority", "fairbatching")]
+    configs = [(s, "dplb") for s in ("slidebatching",) + PS_BASELINES]
     for workload, rates in (("qwen-trace", [8.0, 10.0, 12.0]), ("sharegpt", [64.0, 96.0, 128.0])):
         res = sweep(pool, workload, 1, None, configs, rates, a.seeds, a.requests, a.warmup)
         top = rates[-1]
@@ -135,6 +147,18 @@ def ps_single(pool, a) -> dict:
     return out
 
 
+def ps_coloc(pool, a) -> dict:
+    """ProServe Fig. 12: 4 PD-colocated instances, every local scheduler x {gorouting, minload}."""
+    rates = [8.0, 10.0, 12.0]
+    configs = [(s, r) for s in ("slidebatching",) + PS_BASELINES for r in ("gorouting", "minload")]
+    res = sweep(pool, "qwen-trace", 4, None, configs, rates, a.seeds, a.requests // 4, a.warmup // 4)
+    out = {"points": res, "gains": _gains(res, rates, "slidebatching+gorouting")}
+    # GoRouting's own share: each local scheduler under gorouting vs minload (TDG ratio, per rate).
+    out["gorouting_over_minload_tdg"] = {s: {r: res[f"{s}+gorouting"][r]["tdg_ratio"] / res[f"{s}+minload"][r]["tdg_ratio"] - 1
+                                             for r in rates} for s in ("slidebatching",) + PS_BASELINES}
+    return out
+
+
 def ps_disagg(pool, a) -> dict:
     rates = [3.0, 5.0]
     configs = [(s, r) for s in ("slidebatching", "sarathi") for r in ("gorouting", "minload")]
@@ -142,7 +166,8 @@ def ps_disagg(pool, a) -> dict:
     return {"points": res, "gains": _gains(res, rates, "slidebatching+gorouting")}
 
 
-EXPERIMENTS = {"fb_single": fb_single, "fb_cluster": fb_cluster, "ps_single": ps_single, "ps_disagg": ps_disagg}
+EXPERIMENTS = {"fb_single": fb_single, "fb_cluster": fb_cluster, "ps_single": ps_single, "ps_coloc": ps_coloc,
+               "ps_disagg": ps_disagg}
 
 
 def main() -> None:

@@ -118,7 +118,8 @@ def test_prefill_admission_budget_hand_checked():
 
 
 def test_bad_configurations_are_rejected():
-    assert batch_scheduler_names() == ["edf", "fairbatching", "priority", "sarathi", "sjf", "slidebatching"]
+    assert batch_scheduler_names() == ["edf", "fairbatching", "fairbatching-pab", "priority", "sarathi", "sjf",
+                                       "slidebatching", "vllm", "weighted-vtc"]
     with pytest.raises(ValueError, match="unknown batch scheduler 'fair'.*fairbatching"):
         create_batch_scheduler("fair", profile())
     with pytest.raises(ValueError, match="FairBatchingConfig: unknown option 'token_budget'.*max_token_budget"):

@@ -134,11 +134,11 @@ def _trace_count(v: dict[str, Any], warmup: int) -> int:
 def _build(v: dict[str, Any], which: str) -> Plan:
     """Resolve flags over a preset into a :class:`Plan`; every check that can fail runs here."""
     from laxflow.sim.serving.config import TOPOLOGIES
-    from laxflow.sim.serving.experiment import MAX_REQUESTS, Preset, check_policies, get_preset, prefill_gpus
+    from laxflow.sim.serving.experiment import (ENGINE_PRESET_KEYS, MAX_REQUESTS, Preset, check_policies, get_preset,
+                                                prefill_gpus)
 
     preset = v["preset"]
     base = get_preset(preset) if preset else Preset("", "", "mixtral-8x22b", "qwen-conv", rates=(0.7,))
-    from laxflow.sim.serving.experiment import ENGINE_PRESET_KEYS
 
     # An instance-engine preset's --prefill/--router/--pools/--instances, unless given on the line.
     v = {**v, **{k: base.extra[k] for k in ENGINE_PRESET_KEYS if k in base.extra and v.get(k) is None}}

@@ -56,10 +56,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("policies", "--policies", "list", "Comma-separated flow policies (registered names or module:Class)."),
     Flag("prefill", "--prefill", "list", "Comma-separated prefill schedulers (flowprefill, fcfs, edf-cp2k, "
          "edf-cp8k, edf-layer) driving every prefill unit with preemption, or iteration-level batch schedulers "
-         "(fairbatching, sarathi, slidebatching, edf, sjf, priority) on the instance engine (decode modelled); "
+         "(fairbatching, fairbatching-pab, sarathi, vllm, slidebatching, weighted-vtc, edf, sjf, priority) on the "
+         "instance engine (decode modelled); "
          "runs each with every policy. Default: the legacy FCFS batch former."),
     Flag("router", "--router", "list", "Comma-separated request routers of the instance engine (pab, dplb, "
-         "gorouting, minload); default dplb."),
+         "gorouting, minload); default dplb, and with --pools the pool manager dispatches."),
     Flag("pools", "--pools", "list", "Comma-separated pool managers of the instance engine (laxflow sim list: "
          "integrations.pools)."),
     Flag("instances", "--instances", "str", "Instance engine: N PD-colocated instances, or P:D prefill:decode "

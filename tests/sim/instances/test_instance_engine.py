@@ -180,3 +180,21 @@ def test_bad_config_is_one_user_error():
     with pytest.raises(UserError, match="--prefill fairbatching: .*max_token_budget"):
         InstanceEngine(_cfg(scheduler="fairbatching", scheduler_options={"max_token_budget": 0}),
                        [_req(0, 0.0, 10, 2)])
+
+
+def test_admission_control_rejects_under_overload_and_counts_misses():
+    from laxflow.sim.serving.instances import InstanceEngine, InstanceSimConfig
+    from laxflow.sim.serving.instances.metrics import summarize
+    from laxflow.sim.workload import generate
+
+    reqs = generate("qwen-trace", 30.0, 120, 0)  # far past one instance's capacity
+    rows = {}
+    for sched in ("fairbatching", "fairbatching-pab"):
+        result = InstanceEngine(InstanceSimConfig(scheduler=sched, ttft_slo=0.5, tpot_slo=0.05), reqs).run()
+        rows[sched] = summarize(result, 30.0, {"policy": "fs"})
+        assert all(s.done for s in result.seqs)
+    pab, fb = rows["fairbatching-pab"], rows["fairbatching"]
+    assert fb["rejected"] == 0 and 0 < pab["rejected"] < 120 and pab["requests"] == fb["requests"] == 120
+    served = 1 - pab["rejected"] / 120
+    assert pab["slo_attainment"] <= served + 1e-9 and pab["envelope_attainment"] <= served + 1e-9
+    assert pab["ttft_p99"] < fb["ttft_p99"]  # the admitted ones are not queued behind an overload

@@ -79,3 +79,32 @@ def test_azure_trace_runs_with_its_slo(laxflow_cli, tmp_path):
     assert code == 0, err
     (r,) = json.loads(out)["results"]
     assert r["requests"] == 10 and r["slo_mean"] == 2.0 and abs(r["tpot_slo"] - 0.15) < 1e-9  # azure -> azure-conv's SLO
+
+
+def test_batching_presets_carry_engine_flags_and_are_listed(laxflow_cli):
+    code, out, err = laxflow_cli("sim", "list", "presets")
+    assert code == 0, err
+    for name in ("fairbatching-single", "fairbatching-cluster", "proserve-single", "proserve-colocated",
+                 "proserve-disaggregated"):
+        assert name in out
+    # ProServe's colocated multi-node run (Fig. 12): a flag on the line overrides the preset's list.
+    code, out, err = laxflow_cli("sim", "serve", "--preset", "proserve-colocated", "--prefill", "weighted-vtc,vllm",
+                                 "--requests", "16", "--warmup", "4", "--jobs", "1", "--quiet", "--json", "-")
+    assert code == 0, err
+    rows = json.loads(out)["results"]
+    assert sorted((r["prefill"], r["router"], r["instances"]) for r in rows) == [
+        ("vllm", "gorouting", "4"), ("vllm", "minload", "4"), ("weighted-vtc", "gorouting", "4"),
+        ("weighted-vtc", "minload", "4")]
+    assert all("slo_attainment_high" in r and "tdg_ratio" in r for r in rows)
+
+
+def test_admission_control_from_the_cli(laxflow_cli):
+    code, out, err = laxflow_cli("sim", "serve", "--preset", "fairbatching-single", "--prefill", "fairbatching-pab",
+                                 "--rate", "30", "--requests", "60", "--warmup", "0", "--jobs", "1", "--quiet",
+                                 "--json", "-")
+    assert code == 0, err
+    (r,) = json.loads(out)["results"]
+    assert r["prefill"] == "fairbatching-pab" and 0 < r["rejected"] < 60 and r["requests"] == 60
+    code, _, err = laxflow_cli(*ARGS, "--prefill", "fairbatching-pab", "--instances", "1:1")
+    assert code != 0 and len(err.strip().splitlines()) == 1
+    assert "fairbatching-pab: admission by the prefill admission budget needs PD-colocated instances" in err

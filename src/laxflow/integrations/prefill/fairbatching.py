@@ -136,3 +136,26 @@ def prefill_admission_budget(sequences: Sequence[SequenceView], now: float, mode
     tasks = sum(max(0.0, (ttft_slo - sl) / tpot_slo) * (b + s.context * c) for s, sl in zip(sequences, slacks))
     pending_prefill = sum(s.remaining_prefill for s in sequences if s.is_prefill)
     return (ttft_slo - reserved - tasks) / (b + c) - pending_prefill
+
+
+class FairBatchingPab(FairBatching):
+    """FairBatching-PAB (§3.4, §5.1): FairBatching's steps plus admission control by the PAB.
+
+    Before a new request joins the instance, the instance's Prefill Admission
+    Budget over what it holds now (admitted prompts not yet prefilled count as
+    already allocated) must cover the request's prompt; else the request is
+    rejected ("rejecting new task admissions when prefill capacity is nearing
+    exhaustion") and counts as an SLO violation (§5.1's metric). The SLOs are
+    the arriving request's own. Batches are FairBatching's unchanged.
+
+    Who calls ``admits``: the simulator's engine at each arrival, on the
+    event-loop thread, for the instance the router chose (PD-colocated only:
+    the budget reserves the instance's own decode steps).
+    """
+
+    name = "fairbatching-pab"
+    admission = True
+
+    def admits(self, sequences: Sequence[SequenceView], now: float, new: SequenceView) -> bool:
+        budget = prefill_admission_budget(sequences, now, self.model, new.ttft_slo, new.tpot_slo)
+        return new.remaining_prefill <= budget

@@ -37,11 +37,14 @@ def create_prefill_scheduler(name: str, predictor: TtftPredictor, token_budget: 
 # because they are driven per step with a snapshot, not with Submit/Preempt.
 _BATCH_SCHEDULERS: LazyRegistry = LazyRegistry("batch scheduler", {
     "fairbatching": "laxflow.integrations.prefill.fairbatching:FairBatching",
+    "fairbatching-pab": "laxflow.integrations.prefill.fairbatching:FairBatchingPab",
     "sarathi": "laxflow.integrations.prefill.sarathi:Sarathi",
     "slidebatching": "laxflow.integrations.prefill.slidebatching:SlideBatching",
     "edf": "laxflow.integrations.prefill.edf_batching:EdfBatching",
     "sjf": "laxflow.integrations.prefill.sjf:Sjf",
     "priority": "laxflow.integrations.prefill.priority:Priority",
+    "vllm": "laxflow.integrations.prefill.vllm_default:VllmDefault",
+    "weighted-vtc": "laxflow.integrations.prefill.vtc:WeightedVtc",
 })
 
 

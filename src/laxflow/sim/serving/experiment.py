@@ -118,6 +118,46 @@ def rates_at(model: str, workload: str, fractions: tuple[float, ...] = LOAD_FRAC
     return tuple(float(f"{cap * f:.2g}") for f in fractions)
 
 
+# The instance-engine flags a preset may carry in ``extra`` (command-line flags override them).
+ENGINE_PRESET_KEYS = ("prefill", "router", "pools", "instances")
+
+# FairBatching (paper 004 §5) and ProServe (paper 003 §5) on the instance engine: Llama3-8B TP1 on one
+# A800 per instance (FairBatching's Table 1 model), vLLM's KV sizing, every policy with its defaults.
+# Rates are requests/s per instance, the same grid for every system of a preset (bench/batching_repro.py
+# runs the same configurations and prints the claims). ``extra`` carries the engine flags.
+# FairBatching's metric: peak effective RPS (rate x envelope attainment); fairbatching-pab rejects at
+# admission (a rejected request is a miss). ProServe's: TDG ratio and SLO attainment, per priority.
+PROSERVE_SCHEDULERS = "slidebatching,vllm,weighted-vtc,sarathi,priority,fairbatching"
+
+
+def _batching_presets() -> list[Preset]:
+    common = dict(model="llama3-8b", deployment="llama3-8b-tp1-a800", policies=("fs",))
+    return [
+        Preset("fairbatching-single", "FairBatching Fig. 5/Table 3-4: 1 x Llama3-8B TP1 (A800), QwenTrace (500/50 "
+               "ms); sarathi, vllm (vanilla), fairbatching, fairbatching-pab (admission control)", workload="qwen-trace",
+               rates=(4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0), requests=500, warmup=100,
+               extra={"prefill": "sarathi,vllm,fairbatching,fairbatching-pab", "router": "dplb", "instances": "1"},
+               **common),
+        Preset("fairbatching-cluster", "FairBatching Fig. 8: 8 x Llama3-8B TP1 data-parallel, QwenTrace; {vllm, "
+               "sarathi, fairbatching} x {dplb (request count), pab (prefill admission budget)}", workload="qwen-trace",
+               rates=(7.0, 8.0, 9.0, 10.0), requests=800, warmup=160,
+               extra={"prefill": "vllm,sarathi,fairbatching", "router": "dplb,pab", "instances": "8"}, **common),
+        Preset("proserve-single", "ProServe Fig. 10/13: 1 colocated Llama3-8B TP1, QwenTrace with priorities 2/1; "
+               "slidebatching vs vllm, weighted-vtc, sarathi, priority, fairbatching", workload="qwen-trace",
+               rates=(8.0, 10.0, 12.0), requests=300, warmup=60,
+               extra={"prefill": PROSERVE_SCHEDULERS, "router": "dplb", "instances": "1"}, **common),
+        Preset("proserve-colocated", "ProServe Fig. 12: 4 PD-colocated Llama3-8B TP1, QwenTrace with priorities; "
+               "every local scheduler x {gorouting, minload}", workload="qwen-trace", rates=(8.0, 10.0, 12.0),
+               requests=400, warmup=80,
+               extra={"prefill": PROSERVE_SCHEDULERS, "router": "gorouting,minload", "instances": "4"}, **common),
+        Preset("proserve-disaggregated", "ProServe Fig. 11: 2 prefill + 2 decode Llama3-8B TP1, QwenTrace with "
+               "priorities; {slidebatching, sarathi} x {gorouting, minload}", workload="qwen-trace",
+               rates=(3.0, 5.0), requests=600, warmup=120,
+               extra={"prefill": "slidebatching,sarathi", "router": "gorouting,minload", "instances": "2:2"},
+               **common),
+    ]
+
+
 def _presets() -> dict[str, Preset]:
     out = [
         Preset("demo", "16 servers x 8 A100 (2 Mixtral-8x22B TP4 EP8 prefill units), QwenA conversation, all five "
@@ -147,6 +187,7 @@ def _presets() -> dict[str, Preset]:
         out.append(Preset(f"flowprefill-{model}", f"FlowPrefill Fig. 9: {model} on A800 (1P1D), qwen-multislo",
                           model, "qwen-multislo", rates=(0.5, 1.0, 1.5, 2.0, 3.0, 4.0), servers=2, deployment=dep,
                           policies=("fs",), requests=1000, warmup=200, slo_scale=1.0, gpus_per_server=gpus))
+    out.extend(_batching_presets())
     for short, model in _MOE.items():
         out.append(Preset(f"fig10-{short}", f"Fig. 10: {model}, QwenA conversation", model, "qwen-conv",
                           rates=rates_at(model, "qwen-conv")))
@@ -177,10 +218,6 @@ def _arrow_presets() -> list[Preset]:
                           f"Code; arrow vs static-pd (half:half)", "llama3-8b", "azure-code",
                           extra={"pools": "arrow,static-pd", "instances": str(n), "prefill": "sarathi"}, **common))
     return out
-
-
-# The instance-engine flags a preset may carry in ``extra`` (command-line flags override them).
-ENGINE_PRESET_KEYS = ("prefill", "router", "pools", "instances")
 
 
 PRESETS: dict[str, Preset] = _presets()

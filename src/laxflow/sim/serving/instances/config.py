@@ -66,6 +66,10 @@ class InstanceSimConfig:
         if self.scheduler not in batch_scheduler_names():
             raise UserError(f"--prefill: {self.scheduler!r} is not an iteration-level batch scheduler "
                             f"(expected one of {', '.join(batch_scheduler_names())})")
+        if self.scheduler == "fairbatching-pab" and (self.disaggregated or self.pools is not None):
+            raise UserError("--prefill fairbatching-pab: admission by the prefill admission budget needs "
+                            "PD-colocated instances (--instances N, no --pools), since the budget reserves the "
+                            "instance's own decode steps")
         if self.router not in router_names():
             raise UserError(f"--router: unknown {self.router!r} (expected one of {', '.join(router_names())})")
         for name in ("ttft_slo", "tpot_slo", "gpu_memory_utilization"):

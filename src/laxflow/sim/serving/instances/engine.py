@@ -5,7 +5,9 @@ batch scheduler in ``--prefill``, or ``--router``), ``bench/batching_repro.py``
 and tests; everything runs on one thread in one :class:`EventQueue`.
 
 Per arrival the :class:`~.dispatch.Dispatcher` picks an instance
-(``prefill_target``); an idle instance starts a step at once. A step's batch
+(``prefill_target``); a scheduler with admission control (``fairbatching-pab``:
+``admits(views, now, new)``) may refuse it there, and the request is marked
+``rejected`` (a miss in the metrics); else an idle instance starts a step at once. A step's batch
 comes from the instance's batch scheduler (``laxflow.integrations.prefill``,
 ``create_batch_scheduler``) over ``SequenceView`` s; it lasts what the compute
 model says (:mod:`.profile`); at its end every entry's token is emitted, then
@@ -114,6 +116,7 @@ class InstanceEngine:
         self._network(flow_policy)
         self.p2d_bytes = 0.0
         self.finished = 0
+        self.rejected = 0
 
     # -- construction ------------------------------------------------------------
 
@@ -211,6 +214,18 @@ class InstanceEngine:
         target = self.dispatcher.prefill_target(self, seq, now)
         if target not in self.instances:
             raise RuntimeError(f"dispatcher sent {seq.id} to unknown instance {target!r}")
+        inst = self.instances[target]
+        scheduler = inst.schedulers[inst.role]
+        if getattr(scheduler, "admission", False) and not scheduler.admits(
+                [s.view() for s in inst.seqs.values()], now, seq.view()):
+            # Admission control (fairbatching-pab): refused, counted as an SLO miss by the metrics.
+            seq.rejected = True
+            seq.prefill_instance = target
+            self.rejected += 1
+            self.finished += 1
+            if self.progress is not None:
+                self.progress(1)
+            return
         self.place(seq, target)
 
     def _kick(self, inst: Instance) -> None:

@@ -43,6 +43,7 @@ class Seq:
     token_times: list[float] = field(default_factory=list)
     prefill_instance: str | None = None
     decode_instance: str | None = None  # the router's decode choice (disaggregated)
+    rejected: bool = False  # refused at arrival by admission control (fairbatching-pab): never served
 
     @property
     def prompt_tokens(self) -> int:
@@ -61,7 +62,7 @@ class Seq:
 
     @property
     def done(self) -> bool:
-        return self.outputs >= self.target_outputs
+        return self.rejected or self.outputs >= self.target_outputs
 
     def view(self) -> SequenceView:
         return SequenceView(self.id, self.arrival, self.ttft_slo, self.tpot_slo, self.prompt_tokens,

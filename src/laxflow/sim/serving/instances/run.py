@@ -98,11 +98,12 @@ def run_instances(spec: Any, progress: Callable[[int], None] | None = None) -> d
     row = summarize(result, rate_out, label)
     if hasattr(engine.dispatcher, "result_keys"):
         row.update(engine.dispatcher.result_keys())  # flips_p2d, flips_d2p, pools_end
-    row["ttft_samples"] = [request_metrics(s)["ttft"] for s in result.measured]
-    row["slo_samples"] = [s.ttft_slo for s in result.measured]
+    served = [s for s in result.measured if not s.rejected]  # admission control's rejects have no TTFT
+    row["ttft_samples"] = [request_metrics(s)["ttft"] for s in served]
+    row["slo_samples"] = [s.ttft_slo for s in served]
     row["seed"] = spec.seed
     if spec.per_request:
-        row["request_rows"] = [_request_row(s, spec, rate_out, engine) for s in result.measured]
+        row["request_rows"] = [_request_row(s, spec, rate_out, engine) for s in served]
     return row
 
 
