@@ -317,8 +317,13 @@ class MfsPolicy(FlowPolicy):
                 snap.flows[i].state["infeasible"] = True
         return out
 
-    def _measure_explicit_load(self, snap: Snapshot, idx: np.ndarray, is_new: np.ndarray) -> None:
-        """Advance the explicit-traffic moving average over [last decision, now]."""
+    def _measure_interval(self, snap: Snapshot) -> tuple[float, float] | None:
+        """Start a measurement of the explicit-traffic average: (last decision, now), None if no time passed.
+
+        Shared by the three decide paths (this class, ``mfs_scalar``,
+        ``mfs_incremental``): sizes the per-link arrays to the snapshot's
+        links and moves the clock to ``snap.now``.
+        """
         links = len(snap.capacity)
         if self._explicit_load.size != links:
             self._explicit_load = np.zeros(links)
@@ -327,7 +332,15 @@ class MfsPolicy(FlowPolicy):
         now, last = snap.now, self._last_t
         self._last_t = now
         if last is None or now <= last:
+            return None
+        return last, now
+
+    def _measure_explicit_load(self, snap: Snapshot, idx: np.ndarray, is_new: np.ndarray) -> None:
+        """Advance the explicit-traffic moving average over [last decision, now]."""
+        interval = self._measure_interval(snap)
+        if interval is None:
             return
+        last, now = interval
         t = self.rmlq
         moved = t.explicit[idx] & ~is_new
         if not self._finished_links and not moved.any():
@@ -335,7 +348,7 @@ class MfsPolicy(FlowPolicy):
             self._explicit_load *= math.exp(-(now - last) / self.config.load_window)
             return
         sent = (t.last_rem[idx[moved]] - snap.remaining[moved]) * t.bneck_weight[idx[moved]]
-        bytes_per_link = np.bincount(t.bneck_link[idx[moved]], weights=sent, minlength=links) + self._finished_bytes
+        bytes_per_link = np.bincount(t.bneck_link[idx[moved]], weights=sent, minlength=len(snap.capacity)) + self._finished_bytes
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             util = bytes_per_link / (snap.capacity * (now - last))
         # A utilization is in [0, 1]; a vanishing interval or float dust must not say otherwise.

@@ -326,15 +326,10 @@ def _measure(p: MfsPolicy, snap: Snapshot, v: LiveView, new_pos: list[int], rema
     """``MfsPolicy._measure_explicit_load``: bytes the live explicit flows moved, per
     bottleneck link, added in snapshot order from 0.0 (as np.bincount does)."""
     t = p.rmlq
-    n_links = len(snap.capacity)
-    if p._explicit_load.size != n_links:
-        p._explicit_load = np.zeros(n_links)
-        p._finished_bytes = np.zeros(n_links)
-        p._finished_links.clear()
-    now, last = snap.now, p._last_t
-    p._last_t = now
-    if last is None or now <= last:
+    interval = p._measure_interval(snap)
+    if interval is None:
         return
+    last, now = interval
     if v.explicit is None or new_pos:
         explicit = t.explicit[v.slot_array]
         if new_pos:  # not moved yet; counted from the next decision (so not kept)

@@ -188,15 +188,10 @@ def _candidate(
 def _measure(p: MfsPolicy, snap: Snapshot, idx: list[int], is_new: list[bool], remaining: list[float]) -> None:
     """``MfsPolicy._measure_explicit_load`` flow by flow, over the links that moved."""
     t = p.rmlq
-    n_links = len(snap.capacity)
-    if p._explicit_load.size != n_links:
-        p._explicit_load = np.zeros(n_links)
-        p._finished_bytes = np.zeros(n_links)
-        p._finished_links.clear()
-    now, last = snap.now, p._last_t
-    p._last_t = now
-    if last is None or now <= last:
+    interval = p._measure_interval(snap)
+    if interval is None:
         return
+    last, now = interval
     sent: dict[int, float] = {}
     for i, s in enumerate(idx):
         if t.explicit[s] and not is_new[i]:

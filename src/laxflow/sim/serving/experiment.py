@@ -140,7 +140,7 @@ def _batching_presets() -> list[Preset]:
                **common),
         Preset("fairbatching-cluster", "FairBatching Fig. 8: 8 x Llama3-8B TP1 data-parallel, QwenTrace; {vllm, "
                "sarathi, fairbatching} x {dplb (request count), pab (prefill admission budget)}", workload="qwen-trace",
-               rates=(7.0, 8.0, 9.0, 10.0), requests=800, warmup=160,
+               rates=(8.0, 10.0, 12.0, 14.0, 16.0), requests=800, warmup=160,
                extra={"prefill": "vllm,sarathi,fairbatching", "router": "dplb,pab", "instances": "8"}, **common),
         Preset("proserve-single", "ProServe Fig. 10/13: 1 colocated Llama3-8B TP1, QwenTrace with priorities 2/1; "
                "slidebatching vs vllm, weighted-vtc, sarathi, priority, fairbatching", workload="qwen-trace",
