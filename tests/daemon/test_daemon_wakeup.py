@@ -43,3 +43,34 @@ def test_a_message_after_a_quiet_gap_is_permitted(start_daemon):
         assert gate.stats["failopen"] == 0 and gate.stats["released"] == 5
     finally:
         gate.close()
+
+
+def test_a_killed_daemons_doorbell_is_removed_with_its_segment(start_daemon):
+    """SIGKILL leaves the segment and its doorbell FIFO; removing the segment by
+    name (what a successor daemon and the testbed do) removes the bell too."""
+    import os
+
+    from laxflow.protocol.shm import Segment
+
+    d = start_daemon(config={"spin_us": 0, "stale_ms": 100})
+    seg = Segment.attach(d.shm)
+    bell = seg.bell_path
+    seg.close(unlink=False)
+    assert os.path.exists(bell)
+    d.kill()
+    assert os.path.exists(bell)  # nobody closed it
+    assert Segment.unlink_name(d.shm)
+    assert not os.path.exists(bell)
+
+
+def test_a_stopped_daemon_removes_its_doorbell(start_daemon):
+    import os
+
+    from laxflow.protocol.shm import Segment
+
+    d = start_daemon(config={"spin_us": 0, "stale_ms": 100})
+    seg = Segment.attach(d.shm)
+    bell = seg.bell_path
+    seg.close(unlink=False)
+    assert d.terminate() == 0
+    assert not os.path.exists(bell)

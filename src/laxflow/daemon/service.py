@@ -30,7 +30,6 @@ restarted daemon replaces.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -61,14 +60,11 @@ def create_segment(name: str, stale_ns: int) -> Segment:
         except SegmentError:
             raise UserError(str(first)) from None
         live = old.live()
-        stale_bell = old.bell_path
         old.close(unlink=False)
         if live:
             raise UserError(f"--shm {name}: another daemon is running on this segment (heartbeat is fresh)") from None
         log.info("replacing segment %s left by a daemon that stopped", name)
-        with contextlib.suppress(OSError):
-            os.unlink(stale_bell)
-        Segment.unlink_name(name)
+        Segment.unlink_name(name)  # and its doorbell
         try:
             return Segment.create(name, stale_ns)
         except SegmentError as exc:

@@ -195,7 +195,21 @@ class Segment:
 
     @staticmethod
     def unlink_name(name: str = DEFAULT_NAME) -> bool:
-        """Remove a segment by name (a daemon's leftover); True if one existed."""
+        """Remove a segment by name (a daemon's leftover) and its doorbell; True if the segment existed.
+
+        A daemon that was killed leaves both; its bell's name is in the
+        segment's header, so it is read (when the layout is this one) before
+        the name goes.
+        """
+        try:
+            seg = Segment.attach(name)
+        except SegmentError:
+            pass
+        else:
+            bell = seg.bell_path
+            seg.close(unlink=False)
+            with contextlib.suppress(OSError):
+                os.unlink(bell)
         return lib.lxf_segment_unlink(name.encode()) == 0
 
     def close(self, unlink: bool | None = None) -> None:

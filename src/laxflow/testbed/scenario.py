@@ -69,6 +69,7 @@ from typing import Any
 
 from laxflow.errors import UserError
 from laxflow.policy.dscp import default_dscp_map
+from laxflow.protocol.shm import Segment
 from laxflow.testbed.fabric import FabricConfig, Testbed, parse_rate
 from laxflow.testbed.mfs_io import RX_PORT
 
@@ -240,10 +241,7 @@ class ControlPlane:
         for log in self.logs:
             log.close()
         for h in range(self.tb.config.hosts):
-            try:
-                os.unlink(f"/dev/shm{self.shm(h)}")
-            except FileNotFoundError:
-                pass
+            Segment.unlink_name(self.shm(h))  # a daemon killed above leaves its segment and doorbell
         if exc[0] is None:
             shutil.rmtree(self.dir, ignore_errors=True)  # kept after a failure: the daemons' logs
 
