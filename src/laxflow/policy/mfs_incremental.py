@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from laxflow.policy.arbitration import queue_of_one
 from laxflow.policy.base import Decision, Snapshot
 from laxflow.policy.flow import STAGE_CODES, Flow, Stage
 from laxflow.policy.mfs_scalar import _admit_one, _candidate
@@ -232,7 +233,7 @@ def decide_incremental(p: MfsPolicy, snap: Snapshot) -> Decision:
         t.urgency[s] = u
         t.layer_at[s] = _NO_LAYER if math.isnan(cur) else cur
         t.tick_at[s] = tick
-        flows[i].state["rmlq_level"] = u if explicit else min(u + 1, k - 1)
+        flows[i].state["rmlq_level"] = queue_of_one(u, explicit, k)
         if explicit and done[i] and u > 0:
             v.ticking.add(s)
         rekey.append(i)
@@ -260,7 +261,7 @@ def decide_incremental(p: MfsPolicy, snap: Snapshot) -> Decision:
         t.layer_at[s] = layer
         t.tick_at[s] = tick
         if u < urgency:
-            flows[i].state["rmlq_level"] = u if explicit else min(u + 1, k - 1)
+            flows[i].state["rmlq_level"] = queue_of_one(u, explicit, k)
             if u <= 0:
                 v.ticking.discard(s)
             rekey.append(i)
@@ -314,7 +315,7 @@ def _rekey(p: MfsPolicy, slots: list[int], positions) -> None:
         if pruned[t.request[s]] and t.stage[s] != _COLLECTIVE:
             q = k
         else:
-            q = u if explicit else min(u + 1, k - 1)
+            q = queue_of_one(u, explicit, k)
         # arbitration.engine_levels orders by (queue, explicit, RLI, RED rank of the
         # batch); the key names the batch (-1: not ordered by it), LiveView.levels ranks.
         fine = not explicit and q < k

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from laxflow.policy.arbitration import queue_of_one
 from laxflow.policy.base import Decision, Snapshot
 from laxflow.policy.flow import STAGE_CODES, Flow, Stage
 
@@ -63,7 +64,7 @@ def decide_few(p: MfsPolicy, snap: Snapshot) -> Decision:
         t.urgency[s] = u
         t.layer_at[s] = _NO_LAYER if math.isnan(current[i]) else current[i]
         t.tick_at[s] = tick
-        flows[i].state["rmlq_level"] = u if t.explicit[s] else min(u + 1, k - 1)
+        flows[i].state["rmlq_level"] = queue_of_one(u, t.explicit[s], k)
     for i, s in enumerate(idx):
         if is_new[i]:
             continue
@@ -80,7 +81,7 @@ def decide_few(p: MfsPolicy, snap: Snapshot) -> Decision:
         t.layer_at[s] = cur
         t.tick_at[s] = tick
         if u < urgency:
-            flows[i].state["rmlq_level"] = u if explicit else min(u + 1, k - 1)
+            flows[i].state["rmlq_level"] = queue_of_one(u, explicit, k)
 
     if p._order_stale:
         p._reorder(snap)
@@ -94,7 +95,7 @@ def decide_few(p: MfsPolicy, snap: Snapshot) -> Decision:
         if pruned[t.request[s]] and t.stage[s] != _COLLECTIVE:
             q = k
         else:
-            q = u if explicit else min(u + 1, k - 1)
+            q = queue_of_one(u, explicit, k)
         queues.append(q)
         # arbitration.engine_levels: (queue, explicit, RLI, RED rank), dense.
         fine = not explicit and q < k

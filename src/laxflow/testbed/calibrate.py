@@ -46,7 +46,7 @@ from laxflow.errors import UserError
 from laxflow.testbed.fabric import Testbed, parse_rate
 from laxflow.testbed.scenario import ScenarioConfig
 from laxflow.testbed.sim_model import GOODPUT, HDR_BYTES, KVRESP_BYTES, ModelParams
-from laxflow.testbed.worker import ACK, HDR, KVREQ, KVRESP, Tagger, _drain, _listen, _recv_exact
+from laxflow.testbed.worker import ACK, HDR, KVREQ, KVRESP, Tagger, _drain, _listen, _recv_exact, serve_acked
 
 PORTS = {"kv": 7301, "decode": 7302, "sink": 7303}
 REPS = 9
@@ -58,13 +58,16 @@ def sink(cfg: dict[str, Any]) -> None:
     ls = _listen(cfg["port"])
     conn, _ = ls.accept()
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        while True:
-            req, layer, size = HDR.unpack(_recv_exact(conn, HDR.size))
-            _drain(conn, size)
-            conn.sendall(ACK.pack(req, layer))
-    except (ConnectionError, OSError):
-        conn.close()
+    serve_acked(conn)
+
+
+def _acked_send(sock: socket.socket, rep: int, payload: bytes) -> tuple[float, float]:
+    """One ``HDR`` + payload message alone: (seconds until acknowledged, seconds ``sendall`` took)."""
+    t0 = time.perf_counter()
+    sock.sendall(HDR.pack(rep, 0, len(payload)) + payload)
+    t1 = time.perf_counter()
+    _recv_exact(sock, ACK.size)
+    return time.perf_counter() - t0, t1 - t0
 
 
 def probe(cfg: dict[str, Any]) -> None:
@@ -83,20 +86,11 @@ def probe(cfg: dict[str, Any]) -> None:
         _recv_exact(kv, KVRESP.size)
         _drain(kv, cfg["reuse_bytes"])
         times["1"].append(time.perf_counter() - t0)
-        time.sleep(GAP_S)
-        t0 = time.perf_counter()
-        a2a.sendall(HDR.pack(rep, 0, len(a2a_payload)) + a2a_payload)
-        t1 = time.perf_counter()
-        _recv_exact(a2a, ACK.size)
-        times["2"].append(time.perf_counter() - t0)
-        returned["2"].append(t1 - t0)
-        time.sleep(GAP_S)
-        t0 = time.perf_counter()
-        dec.sendall(HDR.pack(rep, 0, len(kv_payload)) + kv_payload)
-        t1 = time.perf_counter()
-        _recv_exact(dec, ACK.size)
-        times["3"].append(time.perf_counter() - t0)
-        returned["3"].append(t1 - t0)
+        for stage, sock, payload in (("2", a2a, a2a_payload), ("3", dec, kv_payload)):
+            time.sleep(GAP_S)
+            total, sent = _acked_send(sock, rep, payload)
+            times[stage].append(total)
+            returned[stage].append(sent)
     sleeps = []
     for _ in range(cfg["reps"]):
         t0 = time.perf_counter()

@@ -175,19 +175,24 @@ def kvstore(cfg: dict[str, Any]) -> None:
         threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
 
+def serve_acked(conn: socket.socket) -> None:
+    """Receive ``HDR`` + body messages on ``conn`` and acknowledge each with ``ACK``, until the peer goes."""
+    try:
+        while True:
+            req, layer, size = HDR.unpack(_recv_exact(conn, HDR.size))
+            _drain(conn, size)
+            conn.sendall(ACK.pack(req, layer))
+    except (ConnectionError, OSError):
+        conn.close()
+
+
 def decode(cfg: dict[str, Any]) -> None:
     ls = _listen(cfg["decode_port"])
 
     def serve(conn: socket.socket) -> None:
         if cfg["tagger"] == "sockopt":  # with the shim, its static rule tagged the accept
             conn.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg["ack_dscp"] << 2)
-        try:
-            while True:
-                req, layer, size = HDR.unpack(_recv_exact(conn, HDR.size))
-                _drain(conn, size)
-                conn.sendall(ACK.pack(req, layer))
-        except (ConnectionError, OSError):
-            conn.close()
+        serve_acked(conn)
 
     while True:
         conn, _ = ls.accept()

@@ -62,21 +62,15 @@ def boundary(attainment: Callable[[float], float], start: float, up: bool, step:
     good = bad = None
     x = start
     if holds(x):
-        good = x
-        while bad is None and len(probes) < limit:
-            x = more(x)
-            if holds(x):
-                good = x
-            else:
-                bad = x
+        good, step_out = x, more  # holds: step outwards until it fails
     else:
-        bad = x
-        while good is None and len(probes) < limit:
-            x = less(x)
-            if holds(x):
-                good = x
-            else:
-                bad = x
+        bad, step_out = x, less  # fails: step back until it holds
+    while (good is None or bad is None) and len(probes) < limit:
+        x = step_out(x)
+        if holds(x):
+            good = x
+        else:
+            bad = x
     if good is None or bad is None:
         return Search(good, tuple(probes))
     while abs(bad - good) > tol * min(good, bad) and len(probes) < limit:
