@@ -40,8 +40,10 @@ class DaemonConfig:
     locally. ``hooks``: the hooks server's ``ipc://`` address.
     ``metrics_port``: Prometheus HTTP port, None for none (0 picks a free
     one). ``stale_ms``: heartbeat age after which shims pass traffic through
-    (the daemon beats four times per period). ``poll_us``: loop sleep when
-    idle. ``spin_us``: how long the loop spins (yielding) after it last
+    (the daemon beats four times per period). ``poll_us``: the longest the
+    idle loop waits while a hooks permit wait may time out, and its nap
+    when the doorbell could not be created (otherwise it blocks until an
+    input or a timer). ``spin_us``: how long the loop spins (yielding) after it last
     moved something before it sleeps: a dedicated core answers the next
     event in microseconds; 0 for daemons that share few cores (the testbed's
     four hosts on one machine), where spinning takes CPU from the job.
