@@ -18,12 +18,17 @@ def test_default_map_is_distinct_and_avoids_roce_classes(k):
     assert m.level_tc[0] == 5 and all(1 <= tc <= 4 for tc in m.level_tc[1:])
     assert list(m.level_tc[1:]) == sorted(m.level_tc[1:], reverse=True)  # lower levels never on higher TCs
     assert m.dscp(k) == m.scavenger_dscp and m.tos(0) == m.level_dscp[0] << 2
+    # the most urgent levels keep a queue each (MFS caps RLI at the physical queues): level 1, where
+    # collectives and RLI-0 reads go, never shares its switch queue with a looser level
+    top = min(k, 5)
+    assert len(set(m.level_tc[:top])) == top
+    assert all(tc == 1 for tc in m.level_tc[4:])
 
 
 def test_default_map_for_eight_levels():
     m = default_dscp_map(8)
     assert m.level_dscp == (39, 38, 37, 36, 35, 34, 33, 32)
-    assert m.level_tc == (5, 4, 4, 3, 3, 2, 2, 1)
+    assert m.level_tc == (5, 4, 3, 2, 1, 1, 1, 1)
     assert (m.scavenger_dscp, m.scavenger_tc) == (8, 0)
 
 

@@ -12,8 +12,8 @@ Modes, run back to back on the same fabric and workload (``modes``):
 
 - ``off``: one class, every connection DSCP 0 (what the fabric does without laxflow).
 - ``static``: static per-stage classes from laxflow's DSCP map: stage 2 at
-  level 1 (RLI 0, TC 4), stage 1 at level 3 (TC 3), stage 3 at level 5
-  (TC 2). Tagged through the real shim (``tagger="shim"``: the per-thread
+  level 1 (RLI 0, TC 4), stage 1 at level 3 (TC 2), stage 3 at level 5
+  (TC 1). Tagged through the real shim (``tagger="shim"``: the per-thread
   tag on the prefill ranks, the static ``LAXFLOW_DSCP`` rule on the KV
   store) or by ``IP_TOS`` (``tagger="sockopt"``). No daemon.
 - ``on``: laxflow as deployed. A ``laxflow coordinator`` (in h0's namespace,
