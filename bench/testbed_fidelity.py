@@ -33,6 +33,7 @@ from typing import Any
 
 from laxflow.errors import UserError
 from laxflow.testbed.scenario import MODES, ScenarioConfig
+from laxflow.testbed.decision_trace import summarize as summarize_decisions
 from laxflow.testbed.sim_model import ModelParams, low_load_ttft, predict
 
 METRICS = ("cct_mean", "ttft_mean")
@@ -42,6 +43,7 @@ def params_json(p: ModelParams) -> dict[str, Any]:
     out = asdict(p)
     for k in ("overhead_s", "permit_s", "sendall_s"):
         out[k[:-2] + "_ms"] = {str(s): round(v * 1000, 3) for s, v in out.pop(k).items()}
+    out["skb_bytes"] = {str(s): round(v) for s, v in out["skb_bytes"].items()}
     out["compute_ms"] = None if p.compute_s is None else round(p.compute_s * 1000, 3)
     del out["compute_s"]
     return out
@@ -59,13 +61,17 @@ def mode_params(base: ModelParams, mode: str, measured: dict[str, Any]) -> Model
     return p
 
 
-def one_run(cfg: ScenarioConfig, reps: int | None = None) -> dict[str, Any]:
-    """One fabric: measured low-load TTFT, calibration (``reps`` probes per stage; None: its default), the modes."""
+def one_run(cfg: ScenarioConfig, reps: int | None = None, keep_decisions: bool = False) -> dict[str, Any]:
+    """One fabric: measured low-load TTFT, calibration (``reps`` probes per stage; None: its default), the modes.
+
+    ``keep_decisions``: also every KV write's decision record, both sides (else their summary only).
+    """
     from laxflow.testbed.calibrate import REPS, calibrate
     from laxflow.testbed.fabric import FabricConfig, Testbed
     from laxflow.testbed.scenario import low_load_ttft as measured_low_load
     from laxflow.testbed.scenario import run_mode
 
+    cfg = replace(cfg, trace_decisions=True)  # the daemons' KV-write decisions, compared with the model's
     load = os.getloadavg()
     with Testbed(FabricConfig(hosts=4, rate=cfg.rate, name=cfg.name)) as tb:
         low = measured_low_load(tb, cfg)
@@ -78,7 +84,12 @@ def one_run(cfg: ScenarioConfig, reps: int | None = None) -> dict[str, Any]:
     out["params"], out["predicted"], out["measured"], out["rel_error"] = {}, {}, {}, {}
     for mode in cfg.modes:
         p = mode_params(base, mode, measured)
-        pred = predict(cfg, mode, p, slo=slo)  # both sides judge the testbed's SLO
+        pred = predict(cfg, mode, p, slo=slo, trace=mode == "on")  # both sides judge the testbed's SLO
+        if mode == "on":
+            both = {"predicted": pred.pop("decisions"), "measured": measured["on"].pop("decisions", [])}
+            out["decisions"] = {k: summarize_decisions(v) for k, v in both.items()}
+            if keep_decisions:
+                out["decisions"]["records"] = both
         pred["ttft_per_request"] = [round(t, 4) for t in pred["ttft_per_request"]]
         out["params"][mode] = params_json(p)
         out["predicted"][mode] = pred
@@ -111,6 +122,7 @@ def main() -> None:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--sim-only", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--decisions", action="store_true", help="keep every KV write's decision record (both sides)")
     args = ap.parse_args()
     cfg = ScenarioConfig(name=args.name, requests=args.requests, collective=args.collective,
                          modes=tuple(args.modes.split(",")))
@@ -122,7 +134,7 @@ def main() -> None:
         out["runs"], out["failed_runs"] = [], []
         for _ in range(args.repeat):
             try:
-                out["runs"].append(one_run(cfg))
+                out["runs"].append(one_run(cfg, keep_decisions=args.decisions))
             except UserError as exc:  # a run that did not finish is reported, the others still count
                 out["failed_runs"].append(str(exc))
         if not out["runs"]:
