@@ -26,8 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
+import subprocess
 import sys
+import threading
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -49,10 +52,65 @@ def params_json(p: ModelParams) -> dict[str, Any]:
     return out
 
 
+class CwndSampler:
+    """During one mode's run: every ``PERIOD_S``, the TCP congestion window of the scenario's sending sockets.
+
+    ``ss -N <namespace> -ti`` (root; one process per host and sample, ~10 per
+    second): stage 1 the KV store's sockets on h2 (port 7001), stage 2 and 3
+    the prefill ranks' all_to_all and decode sockets on h0 and h1 (peer ports
+    7100-7101 and 7002). A sample counts when the socket has unacknowledged
+    data (it was sending). Started and stopped by :func:`one_run` around
+    :func:`laxflow.testbed.scenario.run_mode`, on its own thread.
+    """
+
+    PERIOD_S = 0.1
+
+    def __init__(self, tb: Any) -> None:
+        self.tb = tb
+        self.cwnd: dict[int, list[int]] = {1: [], 2: [], 3: []}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "CwndSampler":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.PERIOD_S):
+            for host in (0, 1, 2):
+                out = subprocess.run(["ss", "-N", self.tb.netns(host), "-tinH", "state", "established"],
+                                     capture_output=True, text=True).stdout.splitlines()
+                for head, info in zip(out[::2], out[1::2]):
+                    cols = head.split()
+                    stage = _stage_of(host, cols[2].rsplit(":", 1)[-1], cols[3].rsplit(":", 1)[-1])
+                    cwnd, unacked = re.search(r"cwnd:(\d+)", info), re.search(r"unacked:(\d+)", info)
+                    if stage and cwnd and unacked:
+                        self.cwnd[stage].append(int(cwnd.group(1)))
+
+    def medians(self) -> dict[str, float]:
+        return {str(k): statistics.median(v) for k, v in self.cwnd.items() if v}
+
+
+def _stage_of(host: int, local: str, peer: str) -> int | None:
+    if host == 2:
+        return 1 if local == "7001" else None
+    return {"7002": 3, "7100": 2, "7101": 2}.get(peer)
+
+
 def mode_params(base: ModelParams, mode: str, measured: dict[str, Any]) -> ModelParams:
-    """The calibration's parameters plus what the mode's own run measured (compute sleeps; on: permit waits)."""
+    """The calibration's parameters plus what the mode's own run measured (compute sleeps, TCP windows; on:
+    permit waits)."""
     p = replace(base, compute_s=measured[mode]["compute_ms_real"] / 1000,
                 sources=dict(base.sources, compute_s=f"the {mode} run: its ranks' compute sleeps, real mean"))
+    cwnd = measured[mode].get("cwnd_segments", {})
+    if set(cwnd) == {"1", "2", "3"}:
+        p = replace(p, window_segments={int(k): v for k, v in cwnd.items()},
+                    sources=dict(p.sources, window_segments=f"the {mode} run: median TCP cwnd of the sending sockets "
+                                                            "(ss -ti every 0.1 s, samples with data unacknowledged)"))
     if mode == "on":
         p = p.with_permits(measured["on"]["permit_wait_ms_prefill"],
                            "the on run's submit -> permit waits (workers' permit_wait_s): stage 1 for reads "
@@ -77,7 +135,11 @@ def one_run(cfg: ScenarioConfig, reps: int | None = None, keep_decisions: bool =
         low = measured_low_load(tb, cfg)
         slo = cfg.slo_factor * low
         base, calib = calibrate(tb, cfg, reps or REPS)
-        measured = {mode: run_mode(tb, cfg, mode, capture=True, slo=slo) for mode in cfg.modes}
+        measured = {}
+        for mode in cfg.modes:
+            with CwndSampler(tb) as cwnd:
+                measured[mode] = run_mode(tb, cfg, mode, capture=True, slo=slo)
+            measured[mode]["cwnd_segments"] = cwnd.medians()
     out: dict[str, Any] = {"loadavg_start": load, "loadavg_end": os.getloadavg(), "slo_s": slo,
                            "calibration": calib, "low_load_ttft": {"measured": low}}
     out["low_load_ttft"]["predicted"] = low_load_ttft(cfg, base)
@@ -94,6 +156,7 @@ def one_run(cfg: ScenarioConfig, reps: int | None = None, keep_decisions: bool =
         out["params"][mode] = params_json(p)
         out["predicted"][mode] = pred
         keep = ("cct_mean", "ttft_mean", "slo_attainment", "cct_median", "cct_p99", "compute_ms_real", "permit_wait_ms_prefill",
+                "cwnd_segments",
                 "permit_dscp_prefill", "dscp_seen", "ttft_per_request")
         out["measured"][mode] = {k: measured[mode][k] for k in keep if k in measured[mode]}
         out["rel_error"][mode] = {k: measured[mode][k] / pred[k] - 1 for k in METRICS}

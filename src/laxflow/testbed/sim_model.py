@@ -68,8 +68,8 @@ from laxflow.sim.events import EventQueue, Priority
 from laxflow.testbed.decision_trace import DecisionTrace
 from laxflow.testbed.fabric import parse_rate
 from laxflow.testbed.mfs_io import RX_PORT
-from laxflow.testbed.scenario import ScenarioConfig, stage_dscp
-from laxflow.testbed.sim_wire import GOODPUT, MSS, TC_OF_DSCP, Wire, htb_burst
+from laxflow.testbed.scenario import ScenarioConfig, ack_dscp, stage_dscp
+from laxflow.testbed.sim_wire import GOODPUT, MSS, TC_OF_DSCP, Window, Wire, htb_burst
 HOSTS, KVSTORE, DECODE = 4, 2, 3
 KVRESP_BYTES, HDR_BYTES = 16, 24  # the workers' application headers (read response, KV write)
 # s: the longest a connection's class switch waits for its earlier bytes (the worker's wait_drained default)
@@ -92,6 +92,7 @@ class ModelParams:
     ``sendall_s``: per stage, how long ``sendall`` takes to return (the socket buffer takes the message):
     then the worker reports the message COMPLETE to its daemon (stage 1 completes when its bytes are in).
     ``skb_bytes``: per stage, the payload of one packet the qdiscs move (a GSO super-packet; MSS: one frame).
+    ``window_segments``: per stage, each connection's TCP congestion window in segments (None: unbounded).
     """
 
     overhead_s: dict[int, float] = field(default_factory=lambda: {1: 0.0, 2: 0.0, 3: 0.0})
@@ -99,6 +100,7 @@ class ModelParams:
     permit_s: dict[int, float] = field(default_factory=lambda: {1: 0.0, 2: 0.0, 3: 0.0})
     sendall_s: dict[int, float] = field(default_factory=lambda: {1: 0.0, 2: 0.0, 3: 0.0})
     skb_bytes: dict[int, float] = field(default_factory=lambda: {1: MSS, 2: MSS, 3: MSS})
+    window_segments: dict[int, float] | None = None
     sources: dict[str, str] = field(default_factory=lambda: {"overhead_s": "none (0)", "compute_s": "nominal",
                                                              "permit_s": "none (0)", "sendall_s": "none (0)",
                                                              "skb_bytes": "none (one frame)"})
@@ -110,6 +112,9 @@ class ModelParams:
             if set(d) != {1, 2, 3} or not all(math.isfinite(v) and v >= low for v in d.values()):
                 raise ValueError(f"model params: {name} needs stages 1, 2, 3 with finite values"
                                  f"{'' if name == 'overhead_s' else f' >= {low:g}'}, got {d!r}")
+        w = self.window_segments
+        if w is not None and (set(w) != {1, 2, 3} or not all(math.isfinite(v) and v >= 1 for v in w.values())):
+            raise ValueError(f"model params: window_segments needs stages 1, 2, 3 with >= 1 segment, got {w!r}")
         if self.compute_s is not None and not (math.isfinite(self.compute_s) and self.compute_s >= 0):
             raise ValueError(f"model params: compute_s must be >= 0 s, got {self.compute_s!r}")
 
@@ -163,12 +168,13 @@ class _Model:
         return self.wire.idle(src, dst)
 
     def start_flow(self, src: int, dst: int, nbytes: float, dscp: int, stage: int, on_done: Callable[[], None],
-                   instant: float = 0.0) -> None:
+                   instant: float = 0.0, window: Window | None = None, ack_tc: int = 0) -> None:
         """Bytes src -> dst in class ``dscp``; ``instant`` of them are delivered at once (an idle path's burst)."""
         instant = min(max(instant, 0.0), nbytes - 1.0)
         if instant > 0:
             self.wire.deliver_at_once(src, dst, instant)
-        self.wire.send(src, dst, nbytes - instant, TC_OF_DSCP.get(dscp, 0), on_done, self.params.skb_bytes[stage])
+        self.wire.send(src, dst, nbytes - instant, TC_OF_DSCP.get(dscp, 0), on_done, self.params.skb_bytes[stage],
+                       window, ack_tc)
 
     def run(self) -> dict[str, Any]:
         for rank in (0, 1):
@@ -285,7 +291,7 @@ class _Conn:
         self.dscp: int | None = None
         self.blocked = False  # the head waits for a drain
         self.gen = 0
-        self.fifo = _Fifo(m)
+        self.fifo = _Fifo(m, stage)
         self.ready = 0.0  # when the last message sent reaches the byte stream
 
     def send(self, nbytes: float, dscp: int, on_done: Callable[[], None],
@@ -347,14 +353,21 @@ class _Fifo:
     path is empty gets the stage's negative overhead, if any, at once.
     """
 
-    def __init__(self, m: _Model) -> None:
+    def __init__(self, m: _Model, stage: int) -> None:
         self.m = m
+        w = m.params.window_segments
+        self.window = None if w is None else Window(w[stage])
+        # the receiver's socket class: the rank's read side and the decode host ack in ack_dscp, the
+        # all_to_all's receiver in stage 2's class (worker.prefill / scenario._run_job)
+        ack = stage_dscp(m.mode)[2] if stage == 2 else ack_dscp(m.mode)
+        self.ack_tc = TC_OF_DSCP.get(ack, 0)
 
     def push(self, msg: _Msg) -> None:
         m = self.m
         off = m.params.overhead_s[msg.stage]
         burst = -off * m.rate * GOODPUT if off < 0 and msg.idle and m.path_idle(msg.src, msg.dst) else 0.0
-        m.start_flow(msg.src, msg.dst, msg.nbytes, msg.dscp, msg.stage, msg.delivered, instant=burst)
+        m.start_flow(msg.src, msg.dst, msg.nbytes, msg.dscp, msg.stage, msg.delivered, instant=burst, window=self.window,
+                     ack_tc=self.ack_tc)
 
 
 class _Rank:

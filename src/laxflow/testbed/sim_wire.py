@@ -29,10 +29,15 @@ carry GSO super-packets, tens of KB each, which HTB sends whole):
   reached on the testbed (0 drops); the model counts any frame that finds
   its queue at the limit (``Port.over_limit``, in the model's output).
 
+ACKs: the receiver acknowledges each delivered packet (GRO takes a GSO
+packet in whole) with a 66-byte packet in its socket's class, back through
+its host's and the sender's switch port queues; it frees the sender's
+window when it arrives, so an ACK queued behind data (one class, "off")
+slows a window-bound sender, as on the testbed.
+
 Counters: each port's cumulative bytes as the hosts' veth ``tx_bytes`` and
-``rx_bytes`` count them (a packet's payload and its headers once), plus the
-receivers' ACK frames (one 66-byte frame per two segments), which are
-counted but take no queue time (2 % of a reverse link).
+``rx_bytes`` count them (a packet's payload and its headers once, ACKs
+included).
 """
 
 from __future__ import annotations
@@ -60,15 +65,36 @@ def htb_burst(rate_bps: int) -> int:
     return int(re.search(r" burst (\d+) ", lines[1]).group(1))  # the root class 1:1, which every leaf borrows from
 
 
+class Window:
+    """One TCP connection's congestion window: at most ``segments`` of its segments between its socket and
+    their ACK; the rest wait in the socket buffer and go as ACKs come back."""
+
+    def __init__(self, segments: float) -> None:
+        self.segments = segments
+        self.inflight = 0
+        self.waiting: deque[tuple["Message", float, int]] = deque()
+
+
 @dataclass
 class Message:
-    """One message's frames on their way src -> dst; ``on_done`` runs when its last frame is delivered."""
+    """One message's packets on their way src -> dst; ``on_done`` runs when its last packet is delivered."""
 
     src: int
     dst: int
     frames: int
     on_done: Callable[[], None]
     hops: tuple["Port", "Port"] = field(default=None)  # type: ignore[assignment]
+    window: Window | None = None
+    ack_tc: int = 0  # the receiver's ACKs' traffic class (its socket's)
+
+
+@dataclass
+class Ack:
+    """The receiver's ACK of one delivered packet: back dst -> src; frees ``segments`` of the sender's window."""
+
+    segments: int
+    window: Window | None
+    hops: tuple["Port", "Port"]
 
 
 class Port:
@@ -108,7 +134,7 @@ class Port:
                 self.wire.q.push(now - self.tokens / self.rate, Priority.COMPLETION, self._serve)
                 return
             msg, payload = self.queues[tc].popleft()
-            self.tokens -= payload + HEADERS * math.ceil(payload / MSS)  # HTB charges every segment's headers
+            self.tokens -= payload + HEADERS * max(1, math.ceil(payload / MSS))  # HTB charges every segment's headers
             self.tx += payload + HEADERS
             self.wire.forward(self, msg, payload, tc)
 
@@ -120,16 +146,16 @@ class Wire:
         self.q = q
         self.names = [f"h{h}-{d}" for d in ("up", "down") for h in range(hosts)]
         self.ports = [Port(self, i, rate, burst) for i in range(len(self.names))]
-        self.acks = [0.0] * len(self.names)  # ACK frames' wire bytes per port
         self.instant = [0.0] * len(self.names)  # bytes the model delivered at once (a negative overhead)
 
     def link(self, name: str) -> int:
         return self.names.index(name)
 
     def send(self, src: int, dst: int, nbytes: float, tc: int, on_done: Callable[[], None],
-             skb: float = MSS) -> None:
+             skb: float = MSS, window: Window | None = None, ack_tc: int = 0) -> None:
         """``nbytes`` of payload src -> dst in traffic class ``tc``, in packets of ``skb`` payload bytes
-        (whole segments: a GSO super-packet, or one frame); all of them join src's queue now."""
+        (whole segments: a GSO super-packet, or one frame); they join src's queue now, or, on a connection
+        with a ``window``, as its window lets them."""
         size = MSS * max(1, round(skb / MSS))
         full, rest = divmod(nbytes, size)
         payloads = [float(size)] * int(full) + ([rest] if rest > 0 else [])
@@ -137,17 +163,35 @@ class Wire:
             on_done()
             return
         up, down = self.ports[self.link(f"h{src}-up")], self.ports[self.link(f"h{dst}-down")]
-        msg = Message(src, dst, len(payloads), on_done, (up, down))
-        up.put(msg, payloads, tc)
+        msg = Message(src, dst, len(payloads), on_done, (up, down), window, ack_tc)
+        if window is None:
+            up.put(msg, payloads, tc)
+            return
+        window.waiting.extend((msg, p, tc) for p in payloads)
+        self._release(window)
 
-    def forward(self, port: Port, msg: Message, payload: float, tc: int) -> None:
-        """A frame left ``port``: at the switch port next, or delivered."""
+    def _release(self, w: Window) -> None:
+        while w.waiting:
+            msg, payload, tc = w.waiting[0]
+            segs = math.ceil(payload / MSS)
+            if w.inflight and w.inflight + segs > w.segments:
+                return
+            w.waiting.popleft()
+            w.inflight += segs
+            msg.hops[0].put(msg, [payload], tc)
+
+    def forward(self, port: Port, msg: Message | Ack, payload: float, tc: int) -> None:
+        """A packet left ``port``: at the switch port next, or delivered (data: the receiver ACKs it)."""
         if port is msg.hops[0]:
             msg.hops[1].put(msg, [payload], tc)
             return
-        ack = math.ceil(payload / MSS) / 2 * ACK_FRAME
-        self.acks[self.link(f"h{msg.dst}-up")] += ack
-        self.acks[self.link(f"h{msg.src}-down")] += ack
+        if isinstance(msg, Ack):
+            if msg.window is not None:
+                msg.window.inflight -= msg.segments
+                self._release(msg.window)
+            return
+        back = (self.ports[self.link(f"h{msg.dst}-up")], self.ports[self.link(f"h{msg.src}-down")])
+        back[0].put(Ack(math.ceil(payload / MSS), msg.window, back), [0.0], msg.ack_tc)
         msg.frames -= 1
         if msg.frames == 0:
             msg.on_done()
@@ -157,11 +201,11 @@ class Wire:
         for name in (f"h{src}-up", f"h{dst}-down"):
             self.instant[self.link(name)] += nbytes
         for name in (f"h{dst}-up", f"h{src}-down"):
-            self.acks[self.link(name)] += nbytes / (2 * MSS) * ACK_FRAME
+            self.instant[self.link(name)] += nbytes / (2 * MSS) * ACK_FRAME
 
     def counter(self, link: int) -> float:
-        """The port's cumulative wire bytes (its frames, the ACK frames of the reverse streams, any burst)."""
-        return self.ports[link].tx + self.acks[link] + self.instant[link]
+        """The port's cumulative bytes (its data and ACK packets, any burst), as the veth counts them."""
+        return self.ports[link].tx + self.instant[link]
 
     def idle(self, src: int, dst: int) -> bool:
         """Whether both ports a message src -> dst crosses are empty."""
