@@ -40,6 +40,7 @@ from laxflow.testbed.decision_trace import summarize as summarize_decisions
 from laxflow.testbed.sim_model import ModelParams, low_load_ttft, predict
 
 METRICS = ("cct_mean", "ttft_mean")
+SEEDS = 8
 
 
 def params_json(p: ModelParams) -> dict[str, Any]:
@@ -47,6 +48,10 @@ def params_json(p: ModelParams) -> dict[str, Any]:
     for k in ("overhead_s", "permit_s", "sendall_s"):
         out[k[:-2] + "_ms"] = {str(s): round(v * 1000, 3) for s, v in out.pop(k).items()}
     out["skb_bytes"] = {str(s): round(v) for s, v in out["skb_bytes"].items()}
+    samples = out.pop("compute_samples_s")  # their spread, not every value
+    out["compute_samples_ms"] = _spread([1000 * x for x in samples]) if samples else None
+    out["overhead_samples_ms"] = {str(s): _spread([1000 * x for x in v])
+                                  for s, v in (out.pop("overhead_samples_s") or {}).items()}
     out["compute_ms"] = None if p.compute_s is None else round(p.compute_s * 1000, 3)
     del out["compute_s"]
     return out
@@ -105,7 +110,9 @@ def mode_params(base: ModelParams, mode: str, measured: dict[str, Any]) -> Model
     """The calibration's parameters plus what the mode's own run measured (compute sleeps, TCP windows; on:
     permit waits)."""
     p = replace(base, compute_s=measured[mode]["compute_ms_real"] / 1000,
-                sources=dict(base.sources, compute_s=f"the {mode} run: its ranks' compute sleeps, real mean"))
+                compute_samples_s=tuple(x / 1000 for x in measured[mode].get("compute_ms_samples", ())),
+                sources=dict(base.sources, compute_s=f"the {mode} run: its ranks' compute sleeps, real mean (seeded: "
+                                                     "each sleep drawn from them)"))
     cwnd = measured[mode].get("cwnd_segments", {})
     if set(cwnd) == {"1", "2", "3"}:
         p = replace(p, window_segments={int(k): v for k, v in cwnd.items()},
@@ -119,10 +126,16 @@ def mode_params(base: ModelParams, mode: str, measured: dict[str, Any]) -> Model
     return p
 
 
-def one_run(cfg: ScenarioConfig, reps: int | None = None, keep_decisions: bool = False) -> dict[str, Any]:
+def _spread(xs: list[float]) -> dict[str, float]:
+    return {"mean": statistics.fmean(xs), "min": min(xs), "max": max(xs)}
+
+
+def one_run(cfg: ScenarioConfig, reps: int | None = None, keep_decisions: bool = False,
+            seeds: int = SEEDS) -> dict[str, Any]:
     """One fabric: measured low-load TTFT, calibration (``reps`` probes per stage; None: its default), the modes.
 
     ``keep_decisions``: also every KV write's decision record, both sides (else their summary only).
+    ``seeds``: model runs with the measured jitter drawn per seed (``predicted[mode]["seeded"]``).
     """
     from laxflow.testbed.calibrate import REPS, calibrate
     from laxflow.testbed.fabric import FabricConfig, Testbed
@@ -154,6 +167,10 @@ def one_run(cfg: ScenarioConfig, reps: int | None = None, keep_decisions: bool =
                 out["decisions"]["records"] = both
         pred["ttft_per_request"] = [round(t, 4) for t in pred["ttft_per_request"]]
         out["params"][mode] = params_json(p)
+        # the testbed's jitter: each compute sleep from the run's, each message's overhead from the probes'
+        seeded = [predict(cfg, mode, p, slo=slo, seed=k) for k in range(seeds)]
+        pred["seeded"] = {k: _spread([r[k] for r in seeded]) for k in METRICS}
+        pred["seeded"]["seeds"] = seeds
         out["predicted"][mode] = pred
         keep = ("cct_mean", "ttft_mean", "slo_attainment", "cct_median", "cct_p99", "compute_ms_real", "permit_wait_ms_prefill",
                 "cwnd_segments",
@@ -166,12 +183,12 @@ def one_run(cfg: ScenarioConfig, reps: int | None = None, keep_decisions: bool =
 
 def summarize(runs: list[dict[str, Any]], modes: tuple[str, ...]) -> dict[str, Any]:
     """Per mode and metric: predicted, measured and error over the repeats (mean, min, max)."""
-    def spread(xs: list[float]) -> dict[str, float]:
-        return {"mean": statistics.fmean(xs), "min": min(xs), "max": max(xs)}
-
-    return {mode: {k: {"predicted": spread([r["predicted"][mode][k] for r in runs]),
-                       "measured": spread([r["measured"][mode][k] for r in runs]),
-                       "rel_error": spread([r["rel_error"][mode][k] for r in runs]),
+    return {mode: {k: {"predicted": _spread([r["predicted"][mode][k] for r in runs]),
+                       "predicted_seeded": _spread([r["predicted"][mode]["seeded"][k]["mean"] for r in runs]),
+                       "measured": _spread([r["measured"][mode][k] for r in runs]),
+                       "rel_error": _spread([r["rel_error"][mode][k] for r in runs]),
+                       "rel_error_seeded": _spread([r["measured"][mode][k] / r["predicted"][mode]["seeded"][k]["mean"] - 1
+                                                    for r in runs]),
                        "within_20pct_runs": sum(r["within_20pct"][mode][k] for r in runs)}
                    for k in METRICS} for mode in modes}
 

@@ -220,6 +220,18 @@ def test_slo_is_the_factor_times_the_low_load_ttft_and_the_modes_finish() -> Non
     assert predict_modes(CFG, slo=1.5)["on"]["slo_s"] == 1.5
 
 
+def test_a_seed_draws_compute_and_overheads_from_the_measured_samples() -> None:
+    p = ModelParams(compute_s=0.015, compute_samples_s=(0.015, 0.030),
+                    overhead_samples_s={1: (0.0,), 2: (0.0, 0.004), 3: (0.0,)})
+    mean = predict(CFG, "static", p, slo=1.0)
+    a, b = predict(CFG, "static", p, slo=1.0, seed=3), predict(CFG, "static", p, slo=1.0, seed=3)
+    assert a["ttft_per_request"] == b["ttft_per_request"]  # deterministic for a seed
+    assert a["compute_s"] == mean["compute_s"] == 0.015  # the reported mean stays the measured one
+    assert a["ttft_mean"] > mean["ttft_mean"] and a["cct_mean"] > mean["cct_mean"]  # the draws only add here
+    assert predict(CFG, "static", replace(p, compute_samples_s=(), overhead_samples_s=None), slo=1.0,
+                   seed=3)["ttft_per_request"] == mean["ttft_per_request"]  # no samples: a seed changes nothing
+
+
 def test_model_params_are_validated() -> None:
     with pytest.raises(ValueError, match="overhead_s"):
         ModelParams(overhead_s={1: 0.0, 2: float("inf"), 3: 0.0})
@@ -229,6 +241,10 @@ def test_model_params_are_validated() -> None:
         ModelParams(permit_s={1: 0.0, 2: 0.0})
     with pytest.raises(ValueError, match="compute_s"):
         ModelParams(compute_s=float("nan"))
+    with pytest.raises(ValueError, match="window_segments"):
+        ModelParams(window_segments={1: 10, 2: 0, 3: 10})
+    with pytest.raises(ValueError, match="skb_bytes"):
+        ModelParams(skb_bytes={1: 0.0, 2: 1448, 3: 1448})
     with pytest.raises(ValueError, match="mode"):
         predict(CFG, "fs")
     assert np.isfinite(predict(CFG, "off", slo=1.0)["cct_mean"])

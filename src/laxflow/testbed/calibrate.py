@@ -168,7 +168,8 @@ def calibrate(tb: Testbed, cfg: ScenarioConfig, reps: int = REPS) -> tuple[Model
     overhead = {int(k): statistics.median(v) - model[k] for k, v in raw["times"].items()}
     sendall = {1: 0.0, **{int(k): statistics.median(v) for k, v in raw["returned"].items()}}
     params = ModelParams(
-        overhead_s=overhead, skb_bytes=skb_bytes, compute_s=statistics.fmean(raw["sleeps"]), sendall_s=sendall,
+        overhead_s=overhead, skb_bytes=skb_bytes,
+        overhead_samples_s={int(k): tuple(t - model[k] for t in v) for k, v in raw["times"].items()}, compute_s=statistics.fmean(raw["sleeps"]), sendall_s=sendall,
         sources={"overhead_s": f"calibration: one message alone per stage on the idle fabric, median of {reps}, "
                                "minus the model's time for it alone (its frames through the HTB trees)",
                  "compute_s": f"calibration: time.sleep(compute_s) in h0's namespace, mean of {reps}",

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import random
 import statistics
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -93,6 +94,8 @@ class ModelParams:
     then the worker reports the message COMPLETE to its daemon (stage 1 completes when its bytes are in).
     ``skb_bytes``: per stage, the payload of one packet the qdiscs move (a GSO super-packet; MSS: one frame).
     ``window_segments``: per stage, each connection's TCP congestion window in segments (None: unbounded).
+    ``compute_samples_s``, ``overhead_samples_s``: measured samples (each compute sleep; each probe's
+    overhead), drawn from per layer and per message when the model runs with a seed (the testbed's jitter).
     """
 
     overhead_s: dict[int, float] = field(default_factory=lambda: {1: 0.0, 2: 0.0, 3: 0.0})
@@ -101,6 +104,8 @@ class ModelParams:
     sendall_s: dict[int, float] = field(default_factory=lambda: {1: 0.0, 2: 0.0, 3: 0.0})
     skb_bytes: dict[int, float] = field(default_factory=lambda: {1: MSS, 2: MSS, 3: MSS})
     window_segments: dict[int, float] | None = None
+    compute_samples_s: tuple[float, ...] = ()
+    overhead_samples_s: dict[int, tuple[float, ...]] | None = None
     sources: dict[str, str] = field(default_factory=lambda: {"overhead_s": "none (0)", "compute_s": "nominal",
                                                              "permit_s": "none (0)", "sendall_s": "none (0)",
                                                              "skb_bytes": "none (one frame)"})
@@ -134,8 +139,11 @@ class ModelParams:
 class _Model:
     """One run of the scenario in one mode; see the module doc. Single-threaded, driven by its event queue."""
 
-    def __init__(self, cfg: ScenarioConfig, mode: str, params: ModelParams, slo: float, trace: bool = False) -> None:
+    def __init__(self, cfg: ScenarioConfig, mode: str, params: ModelParams, slo: float, trace: bool = False,
+                 seed: int | None = None) -> None:
         self.cfg, self.mode, self.params, self.slo, self.trace = cfg, mode, params, slo, trace
+        # seed: draw each compute sleep and each message's overhead from the measured samples
+        self.rng = None if seed is None else random.Random(seed)
         self.rate = parse_rate(cfg.rate) / 8
         self.q = EventQueue()
         self.wire = Wire(self.q, HOSTS, self.rate, htb_burst(parse_rate(cfg.rate)))
@@ -155,6 +163,16 @@ class _Model:
 
     def link(self, name: str) -> int:
         return self.wire.link(name)
+
+    def compute_time(self) -> float:
+        """One layer's compute: the measured mean, or (seeded) one of the measured sleeps."""
+        samples = self.params.compute_samples_s
+        return self.rng.choice(samples) if self.rng is not None and samples else self.compute
+
+    def overhead(self, stage: int) -> float:
+        """A message's overhead: the calibration's median, or (seeded) one of its probes' own."""
+        samples = (self.params.overhead_samples_s or {}).get(stage)
+        return self.rng.choice(samples) if self.rng is not None and samples else self.params.overhead_s[stage]
 
     def counter(self, link: int) -> float:
         """The link's cumulative wire bytes now (frames of data, and ACK frames of the reverse streams)."""
@@ -313,7 +331,8 @@ class _Conn:
             self.dscp = dscp
             idle = self.in_flight == 0
             self.in_flight += 1
-            delay = max(0.0, self.m.params.overhead_s[self.stage]) if idle else 0.0
+            overhead = self.m.overhead(self.stage)
+            delay = max(0.0, overhead) if idle else 0.0
 
             def delivered(on_done: Callable[[], None] = on_done) -> None:
                 self.in_flight -= 1
@@ -323,7 +342,7 @@ class _Conn:
 
             self.ready = max(q.now + delay, self.ready)  # in order behind an earlier message's overhead
             q.push(self.ready, Priority.ARRIVAL, self.fifo.push,
-                   _Msg(self.src, self.dst, nbytes, dscp, self.stage, delivered, idle))
+                   _Msg(self.src, self.dst, nbytes, dscp, self.stage, delivered, idle, overhead))
             if on_sent is not None:
                 q.push(q.now + self.m.params.sendall_s[self.stage], Priority.ARRIVAL, on_sent)
 
@@ -342,6 +361,7 @@ class _Msg:
     stage: int
     delivered: Callable[[], None]
     idle: bool  # its connection was idle when it was sent (an idle path may give it the fabric's burst)
+    overhead: float  # the stage's overhead for this message (s, signed)
 
 
 class _Fifo:
@@ -364,7 +384,7 @@ class _Fifo:
 
     def push(self, msg: _Msg) -> None:
         m = self.m
-        off = m.params.overhead_s[msg.stage]
+        off = msg.overhead
         burst = -off * m.rate * GOODPUT if off < 0 and msg.idle and m.path_idle(msg.src, msg.dst) else 0.0
         m.start_flow(msg.src, msg.dst, msg.nbytes, msg.dscp, msg.stage, msg.delivered, instant=burst, window=self.window,
                      ack_tc=self.ack_tc)
@@ -411,7 +431,7 @@ class _Rank:
             self.computing = True
             if self.daemon is not None:
                 self.daemon.later(2, self.daemon.core.layer_begin, self.batch, j)
-            self.m.q.push(self.m.q.now + self.m.compute, Priority.COMPUTE, self._computed, j)
+            self.m.q.push(self.m.q.now + self.m.compute_time(), Priority.COMPUTE, self._computed, j)
 
     def _computed(self, j: int) -> None:
         m, d, rid = self.m, self.daemon, 1000 + self.req
@@ -473,20 +493,21 @@ class _Rank:
 
 
 def predict(cfg: ScenarioConfig, mode: str, params: ModelParams | None = None, slo: float | None = None,
-            trace: bool = False) -> dict[str, Any]:
+            trace: bool = False, seed: int | None = None) -> dict[str, Any]:
     """Run the scenario in ``mode`` (off, static, on); cct_mean, ttft_mean (s), slo_attainment, ...
 
     ``slo``: the TTFT SLO (s); None: ``slo_factor`` x the model's own
     low-load TTFT. The first ``cfg.warmup`` requests run and are left out.
     ``trace`` ("on"): the daemons' KV-write decisions at grant in ``decisions``
-    (:mod:`laxflow.testbed.decision_trace`).
+    (:mod:`laxflow.testbed.decision_trace`). ``seed``: each compute sleep and
+    message overhead drawn from ``params``' measured samples (None: their means).
     """
     if mode not in MODES:
         raise ValueError(f"model: mode must be one of {', '.join(MODES)}, got {mode!r}")
     params = params or ModelParams()
     if slo is None:
         slo = cfg.slo_factor * low_load_ttft(cfg, params)
-    return _Model(cfg, mode, params, slo, trace).run()
+    return _Model(cfg, mode, params, slo, trace, seed).run()
 
 
 def low_load_ttft(cfg: ScenarioConfig, params: ModelParams | None = None) -> float:
