@@ -155,7 +155,8 @@ def one_run(cfg: ScenarioConfig, reps: int | None = None, keep_decisions: bool =
             measured[mode]["cwnd_segments"] = cwnd.medians()
     out: dict[str, Any] = {"loadavg_start": load, "loadavg_end": os.getloadavg(), "slo_s": slo,
                            "calibration": calib, "low_load_ttft": {"measured": low}}
-    out["low_load_ttft"]["predicted"] = low_load_ttft(cfg, base)
+    # the off run's parameters (its TCP windows, compute): the low-load run is mode off too
+    out["low_load_ttft"]["predicted"] = low_load_ttft(cfg, mode_params(base, "off", measured))
     out["params"], out["predicted"], out["measured"], out["rel_error"] = {}, {}, {}, {}
     for mode in cfg.modes:
         p = mode_params(base, mode, measured)
