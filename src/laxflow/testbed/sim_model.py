@@ -34,7 +34,7 @@ models, piece by piece, as the testbed physically does it:
   ``eth0-rx`` with the testbed's windows), fed as the testbed feeds it:
   hooks calls (request, batch), messages submitted on the initiating host's
   port, layer boundaries and completions, and each port's own byte counter
-  (wire bytes incl. headers and the reverse direction's ACKs) every
+  (the veth's bytes: payload and headers once per packet, ACKs included) every
   ``counter_interval_s``. Each daemon sees only its own ports' load, as on
   the testbed. A submit and a completion reach the daemon half a permit
   latency late and a permit reaches the worker half a latency after the
