@@ -40,12 +40,12 @@ models, piece by piece, as the testbed physically does it:
   latency late and a permit reaches the worker half a latency after the
   grant; the latency per stage is measured (``ModelParams.permit_s``).
 
-Not modelled (the fidelity report's reasons): variability -- the model
-is deterministic (every layer and request alike), the testbed's CCT has a
-host-stall tail that queues at high load; the coordinator's RED order (the
-daemons decide without one); the hooks' ZeroMQ round trips; TCP inside a
-message (cwnd, pacing) beyond the measured overhead; the ACK frames' queue
-time (counted on the wire, 2 % of a reverse link).
+Not modelled (the fidelity report's reasons): host stalls -- the model is
+deterministic, or with a seed draws compute sleeps and message overheads
+from their measured samples, but the testbed's CCT tail under load (p99 3-5x
+the mean) is in no isolated measurement; the coordinator's RED order (the
+daemons decide without one); the hooks' ZeroMQ round trips; TCP beyond
+its measured window (pacing, slow start, loss: none was seen).
 """
 
 from __future__ import annotations
