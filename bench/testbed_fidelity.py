@@ -26,31 +26,98 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
+import subprocess
 import sys
+import threading
 from dataclasses import asdict, replace
 from typing import Any
 
 from laxflow.errors import UserError
 from laxflow.testbed.scenario import MODES, ScenarioConfig
+from laxflow.testbed.decision_trace import summarize as summarize_decisions
 from laxflow.testbed.sim_model import ModelParams, low_load_ttft, predict
 
 METRICS = ("cct_mean", "ttft_mean")
+SEEDS = 8
 
 
 def params_json(p: ModelParams) -> dict[str, Any]:
     out = asdict(p)
     for k in ("overhead_s", "permit_s", "sendall_s"):
         out[k[:-2] + "_ms"] = {str(s): round(v * 1000, 3) for s, v in out.pop(k).items()}
+    out["skb_bytes"] = {str(s): round(v) for s, v in out["skb_bytes"].items()}
+    samples = out.pop("compute_samples_s")  # their spread, not every value
+    out["compute_samples_ms"] = _spread([1000 * x for x in samples]) if samples else None
+    out["overhead_samples_ms"] = {str(s): _spread([1000 * x for x in v])
+                                  for s, v in (out.pop("overhead_samples_s") or {}).items()}
     out["compute_ms"] = None if p.compute_s is None else round(p.compute_s * 1000, 3)
     del out["compute_s"]
     return out
 
 
+class CwndSampler:
+    """During one mode's run: every ``PERIOD_S``, the TCP congestion window of the scenario's sending sockets.
+
+    ``ss -N <namespace> -ti`` (root; one process per host and sample, ~10 per
+    second): stage 1 the KV store's sockets on h2 (port 7001), stage 2 and 3
+    the prefill ranks' all_to_all and decode sockets on h0 and h1 (peer ports
+    7100-7101 and 7002). A sample counts when the socket has unacknowledged
+    data (it was sending). Started and stopped by :func:`one_run` around
+    :func:`laxflow.testbed.scenario.run_mode`, on its own thread.
+    """
+
+    PERIOD_S = 0.1
+
+    def __init__(self, tb: Any) -> None:
+        self.tb = tb
+        self.cwnd: dict[int, list[int]] = {1: [], 2: [], 3: []}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "CwndSampler":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.PERIOD_S):
+            for host in (0, 1, 2):
+                out = subprocess.run(["ss", "-N", self.tb.netns(host), "-tinH", "state", "established"],
+                                     capture_output=True, text=True).stdout.splitlines()
+                for head, info in zip(out[::2], out[1::2]):
+                    cols = head.split()
+                    stage = _stage_of(host, cols[2].rsplit(":", 1)[-1], cols[3].rsplit(":", 1)[-1])
+                    cwnd, unacked = re.search(r"cwnd:(\d+)", info), re.search(r"unacked:(\d+)", info)
+                    if stage and cwnd and unacked:
+                        self.cwnd[stage].append(int(cwnd.group(1)))
+
+    def medians(self) -> dict[str, float]:
+        return {str(k): statistics.median(v) for k, v in self.cwnd.items() if v}
+
+
+def _stage_of(host: int, local: str, peer: str) -> int | None:
+    if host == 2:
+        return 1 if local == "7001" else None
+    return {"7002": 3, "7100": 2, "7101": 2}.get(peer)
+
+
 def mode_params(base: ModelParams, mode: str, measured: dict[str, Any]) -> ModelParams:
-    """The calibration's parameters plus what the mode's own run measured (compute sleeps; on: permit waits)."""
+    """The calibration's parameters plus what the mode's own run measured (compute sleeps, TCP windows; on:
+    permit waits)."""
     p = replace(base, compute_s=measured[mode]["compute_ms_real"] / 1000,
-                sources=dict(base.sources, compute_s=f"the {mode} run: its ranks' compute sleeps, real mean"))
+                compute_samples_s=tuple(x / 1000 for x in measured[mode].get("compute_ms_samples", ())),
+                sources=dict(base.sources, compute_s=f"the {mode} run: its ranks' compute sleeps, real mean (seeded: "
+                                                     "each sleep drawn from them)"))
+    cwnd = measured[mode].get("cwnd_segments", {})
+    if set(cwnd) == {"1", "2", "3"}:
+        p = replace(p, window_segments={int(k): v for k, v in cwnd.items()},
+                    sources=dict(p.sources, window_segments=f"the {mode} run: median TCP cwnd of the sending sockets "
+                                                            "(ss -ti every 0.1 s, samples with data unacknowledged)"))
     if mode == "on":
         p = p.with_permits(measured["on"]["permit_wait_ms_prefill"],
                            "the on run's submit -> permit waits (workers' permit_wait_s): stage 1 for reads "
@@ -59,30 +126,55 @@ def mode_params(base: ModelParams, mode: str, measured: dict[str, Any]) -> Model
     return p
 
 
-def one_run(cfg: ScenarioConfig, reps: int | None = None) -> dict[str, Any]:
-    """One fabric: measured low-load TTFT, calibration (``reps`` probes per stage; None: its default), the modes."""
+def _spread(xs: list[float]) -> dict[str, float]:
+    return {"mean": statistics.fmean(xs), "min": min(xs), "max": max(xs)}
+
+
+def one_run(cfg: ScenarioConfig, reps: int | None = None, keep_decisions: bool = False,
+            seeds: int = SEEDS) -> dict[str, Any]:
+    """One fabric: measured low-load TTFT, calibration (``reps`` probes per stage; None: its default), the modes.
+
+    ``keep_decisions``: also every KV write's decision record, both sides (else their summary only).
+    ``seeds``: model runs with the measured jitter drawn per seed (``predicted[mode]["seeded"]``).
+    """
     from laxflow.testbed.calibrate import REPS, calibrate
     from laxflow.testbed.fabric import FabricConfig, Testbed
     from laxflow.testbed.scenario import low_load_ttft as measured_low_load
     from laxflow.testbed.scenario import run_mode
 
+    cfg = replace(cfg, trace_decisions=True)  # the daemons' KV-write decisions, compared with the model's
     load = os.getloadavg()
     with Testbed(FabricConfig(hosts=4, rate=cfg.rate, name=cfg.name)) as tb:
         low = measured_low_load(tb, cfg)
         slo = cfg.slo_factor * low
         base, calib = calibrate(tb, cfg, reps or REPS)
-        measured = {mode: run_mode(tb, cfg, mode, capture=True, slo=slo) for mode in cfg.modes}
+        measured = {}
+        for mode in cfg.modes:
+            with CwndSampler(tb) as cwnd:
+                measured[mode] = run_mode(tb, cfg, mode, capture=True, slo=slo)
+            measured[mode]["cwnd_segments"] = cwnd.medians()
     out: dict[str, Any] = {"loadavg_start": load, "loadavg_end": os.getloadavg(), "slo_s": slo,
                            "calibration": calib, "low_load_ttft": {"measured": low}}
-    out["low_load_ttft"]["predicted"] = low_load_ttft(cfg, base)
+    # the off run's parameters (its TCP windows, compute): the low-load run is mode off too
+    out["low_load_ttft"]["predicted"] = low_load_ttft(cfg, mode_params(base, "off", measured))
     out["params"], out["predicted"], out["measured"], out["rel_error"] = {}, {}, {}, {}
     for mode in cfg.modes:
         p = mode_params(base, mode, measured)
-        pred = predict(cfg, mode, p, slo=slo)  # both sides judge the testbed's SLO
+        pred = predict(cfg, mode, p, slo=slo, trace=mode == "on")  # both sides judge the testbed's SLO
+        if mode == "on":
+            both = {"predicted": pred.pop("decisions"), "measured": measured["on"].pop("decisions", [])}
+            out["decisions"] = {k: summarize_decisions(v) for k, v in both.items()}
+            if keep_decisions:
+                out["decisions"]["records"] = both
         pred["ttft_per_request"] = [round(t, 4) for t in pred["ttft_per_request"]]
         out["params"][mode] = params_json(p)
+        # the testbed's jitter: each compute sleep from the run's, each message's overhead from the probes'
+        seeded = [predict(cfg, mode, p, slo=slo, seed=k) for k in range(seeds)]
+        pred["seeded"] = {k: _spread([r[k] for r in seeded]) for k in METRICS}
+        pred["seeded"]["seeds"] = seeds
         out["predicted"][mode] = pred
         keep = ("cct_mean", "ttft_mean", "slo_attainment", "cct_median", "cct_p99", "compute_ms_real", "permit_wait_ms_prefill",
+                "cwnd_segments",
                 "permit_dscp_prefill", "dscp_seen", "ttft_per_request")
         out["measured"][mode] = {k: measured[mode][k] for k in keep if k in measured[mode]}
         out["rel_error"][mode] = {k: measured[mode][k] / pred[k] - 1 for k in METRICS}
@@ -92,12 +184,12 @@ def one_run(cfg: ScenarioConfig, reps: int | None = None) -> dict[str, Any]:
 
 def summarize(runs: list[dict[str, Any]], modes: tuple[str, ...]) -> dict[str, Any]:
     """Per mode and metric: predicted, measured and error over the repeats (mean, min, max)."""
-    def spread(xs: list[float]) -> dict[str, float]:
-        return {"mean": statistics.fmean(xs), "min": min(xs), "max": max(xs)}
-
-    return {mode: {k: {"predicted": spread([r["predicted"][mode][k] for r in runs]),
-                       "measured": spread([r["measured"][mode][k] for r in runs]),
-                       "rel_error": spread([r["rel_error"][mode][k] for r in runs]),
+    return {mode: {k: {"predicted": _spread([r["predicted"][mode][k] for r in runs]),
+                       "predicted_seeded": _spread([r["predicted"][mode]["seeded"][k]["mean"] for r in runs]),
+                       "measured": _spread([r["measured"][mode][k] for r in runs]),
+                       "rel_error": _spread([r["rel_error"][mode][k] for r in runs]),
+                       "rel_error_seeded": _spread([r["measured"][mode][k] / r["predicted"][mode]["seeded"][k]["mean"] - 1
+                                                    for r in runs]),
                        "within_20pct_runs": sum(r["within_20pct"][mode][k] for r in runs)}
                    for k in METRICS} for mode in modes}
 
@@ -111,6 +203,7 @@ def main() -> None:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--sim-only", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--decisions", action="store_true", help="keep every KV write's decision record (both sides)")
     args = ap.parse_args()
     cfg = ScenarioConfig(name=args.name, requests=args.requests, collective=args.collective,
                          modes=tuple(args.modes.split(",")))
@@ -122,7 +215,7 @@ def main() -> None:
         out["runs"], out["failed_runs"] = [], []
         for _ in range(args.repeat):
             try:
-                out["runs"].append(one_run(cfg))
+                out["runs"].append(one_run(cfg, keep_decisions=args.decisions))
             except UserError as exc:  # a run that did not finish is reported, the others still count
                 out["failed_runs"].append(str(exc))
         if not out["runs"]:

@@ -63,6 +63,26 @@ def test_link_meter_is_the_engines_ewma():
     assert 0 < m.loads()[0] <= 1
 
 
+def test_link_meter_carries_a_counters_burst_into_the_next_intervals():
+    # a saturated 100-byte/s link whose counter jumps by 2 s of bytes at once, then stands still for 1 s
+    # (a NIC counts a TSO/GSO super-packet when it takes it): the link was busy all along
+    m = LinkMeter([100.0], window=1.0)
+    m.sample(0, 0.0, 0.0)
+    total, loads = 0.0, []
+    for t in range(1, 21):
+        total += 200.0 if t % 2 == 1 else 0.0
+        m.sample(0, total, float(t))
+        loads.append(float(m.load[0]))
+    assert loads == sorted(loads) and loads[-1] == pytest.approx(1.0, abs=1e-6)  # never idle between the jumps
+    # the carry is bounded (one window's bytes): a counter that jumps far ahead is not owed for ever
+    m = LinkMeter([100.0], window=1.0)
+    m.sample(0, 0.0, 0.0)
+    m.sample(0, 1e9, 1.0)
+    m.sample(0, 1e9, 2.0)
+    m.sample(0, 1e9, 3.0)
+    assert m.load[0] < 1.0
+
+
 @pytest.mark.parametrize("args, message", [
     (["--node", "bad name"], "--node: expected"),
     (["--node", "n1", "--ports", "/nonexistent.json"], "/nonexistent.json: ports file: cannot read"),

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from laxflow.testbed import sim_model as sm
 from laxflow.testbed.fabric import existing_namespaces
 from laxflow.testbed.scenario import ScenarioConfig
 
@@ -40,12 +41,18 @@ def test_fidelity_run_measures_calibrates_and_predicts() -> None:
     for mode in ("off", "on"):
         params = run["params"][mode]
         for k, v in params["overhead_ms"].items():  # signed: alone time minus its bytes at goodput
-            assert v == pytest.approx(calib["alone_ms"][k]["median"] - calib["bytes_at_goodput_ms"][k], abs=0.01)
+            assert v == pytest.approx(calib["alone_ms"][k]["median"] - calib["model_alone_ms"][k], abs=0.01)
         assert params["compute_ms"] == pytest.approx(run["measured"][mode]["compute_ms_real"], abs=1e-3)
-        assert set(params["sources"]) == {"overhead_s", "compute_s", "permit_s", "sendall_s"}
+        base = {"overhead_s", "compute_s", "permit_s", "sendall_s", "skb_bytes"}
+        assert base <= set(params["sources"]) <= base | {"window_segments"}  # cwnd: when every stage was sampled
+        assert all(sm.MSS <= v <= 65536 for v in params["skb_bytes"].values())  # one frame .. a GSO packet
         for k in ("cct_mean", "ttft_mean"):
             assert run["rel_error"][mode][k] == pytest.approx(run["measured"][mode][k] / run["predicted"][mode][k] - 1)
     on = run["params"]["on"]["permit_ms"]
     measured_wait = run["measured"]["on"]["permit_wait_ms_prefill"]
     assert on["1"] == pytest.approx(measured_wait["1"], abs=1e-3) and on["2"] == pytest.approx(measured_wait["2"], abs=1e-3)
     assert run["predicted"]["on"]["permit_dscp_prefill"]  # the model's daemons gave permits
+    writes = 2 * (cfg.requests + cfg.warmup) * cfg.layers  # every KV write's decision, on both sides
+    assert run["decisions"]["predicted"]["writes"] == run["decisions"]["measured"]["writes"] == writes
+    measured_s3 = {k[3:]: v for k, v in run["measured"]["on"]["permit_dscp_prefill"].items() if k.startswith("s3:")}
+    assert run["decisions"]["measured"]["dscp"] == measured_s3  # the testbed daemons' records match their permits

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from laxflow.policy.flow import Flow
-from laxflow.sim.events import EventQueue
-from laxflow.sim.network.engine import FluidNetwork
-from laxflow.sim.network.topology import Topology
+from laxflow.sim.events import EventQueue, Priority
 from laxflow.testbed import sim_model as sm
+from laxflow.testbed import sim_wire as sw
+from laxflow.testbed.decision_trace import summarize
 from laxflow.testbed.fabric import parse_rate
 from laxflow.testbed.scenario import ScenarioConfig
 from laxflow.testbed.sim_model import GOODPUT, ModelParams, low_load_ttft, predict, predict_modes
@@ -20,82 +20,158 @@ CFG = ScenarioConfig(requests=4)
 G = parse_rate(CFG.rate) / 8 * GOODPUT  # payload bytes/s of one link
 
 
-def test_wire_classes_is_strict_priority_by_traffic_class_and_fair_inside_one() -> None:
-    # one link of 1000 B/s; DSCP 38 (TC 4) beats DSCP 0 (TC 0); two DSCP-0 flows share
-    topo = Topology.from_links(["l"], [1000.0])
+R = parse_rate(CFG.rate) / 8  # line rate, bytes/s: HTB's rate
+T = (sm.MSS + sw.HEADERS) / R  # one full frame's time at the line rate
+
+
+def _wire(burst: float = 0.0) -> tuple[EventQueue, sw.Wire]:
     q = EventQueue()
-    net = FluidNetwork(topo, sm.WireClasses(), q)
+    return q, sw.Wire(q, 4, R, burst)
+
+
+def _flat(m: sm._Model) -> None:
+    """No HTB burst on the model's ports: every frame after the first waits its line-rate time (hand-checkable)."""
+    for p in m.wire.ports:
+        p.burst = p.tokens = 0.0
+
+
+def test_a_port_is_strict_priority_by_traffic_class_and_fifo_inside_one() -> None:
+    q, w = _wire()
     done: dict[str, float] = {}
-    for fid, tc in (("hi", sm._TC[38]), ("lo1", 0), ("lo2", 0)):
-        f = Flow.on_path(fid, 1000.0, [0])
-        f.state["tc"] = tc
-        net.add_flow(f, lambda f: done.__setitem__(f.id, q.now))
+    for name, tc in (("lo1", 0), ("hi", 4), ("lo2", 0)):  # all written at t = 0 on h0's egress
+        w.send(0, 1, 10 * sm.MSS, tc, lambda n=name: done.setdefault(n, q.now))
     q.run()
-    assert done["hi"] == pytest.approx(1.0)  # alone on the link first
-    assert done["lo1"] == pytest.approx(3.0) and done["lo2"] == pytest.approx(3.0)  # then half each
+    # one frame leaves per frame time; a message is in when its last frame leaves the switch port
+    # lo1's first frame went before hi arrived (HTB never pre-empts a sent packet), then hi's ten, then lo1, lo2
+    assert done["hi"] == pytest.approx(10 * T)
+    assert done["lo1"] == pytest.approx(19 * T) and done["lo2"] == pytest.approx(29 * T)
 
 
-def test_static_all_to_all_has_its_link_and_pays_the_overhead_once() -> None:
-    # static: stage 2 is the top class on both its links, so every CCT is its bytes at goodput,
-    # plus the measured overhead of a message that finds its connection idle (every layer's does)
-    exact = CFG.a2a_bytes / G
-    assert predict(CFG, "static", slo=1.0)["cct_mean"] == pytest.approx(exact, rel=1e-9)
+def test_the_switch_port_drains_its_backlog_while_the_senders_pause() -> None:
+    # h0 and h1 each write 10 frames to h3 (TC 2); at 5 T both start an all_to_all (TC 4) that pre-empts the
+    # writes at their hosts. h3's switch port got 2 frames per T and sends 1: it keeps sending its backlog.
+    q, w = _wire()
+    for src in (0, 1):
+        w.send(src, 3, 10 * sm.MSS, 2, lambda: None)
+        q.push(4.5 * T, Priority.ARRIVAL, w.send, src, 1 - src, 10 * sm.MSS, 4, lambda: None)
+    down = w.ports[w.link("h3-down")]
+    q.run(until=9.5 * T)
+    assert down.tx == pytest.approx(10 * (sm.MSS + sw.HEADERS))  # busy through 9 T: 5 frames from its buffer
+    assert w.ports[w.link("h0-up")].tx == pytest.approx(10 * (sm.MSS + sw.HEADERS))  # 5 writes, then 5 of the a2a
+    q.run()
+    assert down.tx == pytest.approx(20 * (sm.MSS + sw.HEADERS))
+
+
+def test_an_idle_port_lets_its_htb_burst_through_then_paces_and_gso_packets_go_whole() -> None:
+    burst = sw.htb_burst(parse_rate(CFG.rate))
+    assert burst == 15000  # the fabric's tree: max(15000, ~1 ms at the line rate)
+    frame = sm.MSS + sw.HEADERS
+    q, w = _wire(burst)
+    got: list[float] = []
+    w.send(0, 1, 20 * sm.MSS, 0, lambda: got.append(q.now))
+    q.run()
+    # 10 frames while the bucket is not in debt (15000 - 9 * 1514 >= 0), then one per frame time
+    assert got[0] == pytest.approx((10 * frame - burst) / R + 9 * T)
+    # a GSO super-packet of 10 segments is sent whole and costs 10 frames; the veth counts its headers once
+    q, w = _wire(burst)
+    w.send(0, 1, 30 * sm.MSS, 0, lambda: got.append(q.now), skb=10 * sm.MSS)
+    q.run()
+    assert got[1] == pytest.approx((2 * 10 * frame - burst) / R)
+    assert w.counter(w.link("h0-up")) == pytest.approx(3 * (10 * sm.MSS + sw.HEADERS))
+
+
+def test_window_bound_connections_interleave_in_one_fifo() -> None:
+    # two connections h0 -> h1 in one class, 100 frames each written at once: unbounded, the second waits for
+    # the whole first message (FIFO); with a 10-segment window each, their frames alternate in the queue
+    done: dict[str, float] = {}
+    for windows in (None, (sw.Window(10), sw.Window(10))):
+        q, w = _wire()
+        for i, name in enumerate(("a", "b")):
+            win = None if windows is None else windows[i]
+            w.send(0, 1, 100 * sm.MSS, 0, lambda n=name, k=windows is None: done.setdefault(n + "fifo" * k, q.now),
+                   window=win)
+        q.run()
+    assert done["afifo"] == pytest.approx(99 * T) and done["bfifo"] == pytest.approx(199 * T)
+    assert done["a"] > 180 * T and done["b"] == pytest.approx(done["a"], abs=12 * T)
+
+
+def test_acks_queued_behind_data_slow_a_window_bound_sender() -> None:
+    # a KV read h2 -> h0 (window 10) while h0 sends a bulk message: ACKs in the bulk's class wait behind it
+    got: dict[int, float] = {}
+    for ack_tc in (0, 5):
+        q, w = _wire()
+        w.send(0, 1, 300 * sm.MSS, 0, lambda: None)
+        w.send(2, 0, 100 * sm.MSS, 0, lambda a=ack_tc: got.setdefault(a, q.now), window=sw.Window(10), ack_tc=ack_tc)
+        q.run()
+    assert got[5] < 105 * T  # ACKs in a higher class: the read is hardly slowed (HTB never pre-empts a packet)
+    assert got[0] > 250 * T  # ACKs behind the bulk data: ~one window per drained bulk queue
+
+
+def test_static_all_to_all_is_its_time_alone_and_pays_the_overhead_once() -> None:
+    # static, tiny reads and writes: stage 2 is alone on its ports, so every CCT is the model's a2a alone
+    # (plus at most the peer's ACKs, which share the reverse direction's class queue: 66 bytes per packet)
+    cfg = replace(CFG, reuse_bytes=10, kv_bytes=10)
+    alone, acks = sm.alone_s(cfg, 2), math.ceil(cfg.a2a_bytes / sm.MSS) * sw.ACK_FRAME / R
+    cct = predict(cfg, "static", slo=1.0)["cct_mean"]
+    assert alone <= cct <= alone + acks
     p = ModelParams(overhead_s={1: 0.0, 2: 0.004, 3: 0.0})
-    assert predict(CFG, "static", p, slo=1.0)["cct_mean"] == pytest.approx(exact + 0.004, rel=1e-9)
+    assert predict(cfg, "static", p, slo=1.0)["cct_mean"] == pytest.approx(cct + 0.004, abs=1e-9)
 
 
-def test_a_connection_is_fifo_and_back_to_back_messages_pay_no_overhead() -> None:
+def test_a_connection_keeps_its_order_and_back_to_back_messages_pay_no_overhead() -> None:
     m = sm._Model(CFG, "off", ModelParams(overhead_s={1: 0.0, 2: 0.0, 3: 0.005}), slo=1.0)
+    _flat(m)
     got: list[tuple[str, float]] = []
     conn = m.dec_conn[0]
-    conn.send(1000.0, 0, lambda: got.append(("a", m.q.now)))
-    conn.send(2000.0, 0, lambda: got.append(("b", m.q.now)))
+    conn.send(10 * sm.MSS, 0, lambda: got.append(("a", m.q.now)))
+    conn.send(20 * sm.MSS, 0, lambda: got.append(("b", m.q.now)))
     m.q.run()
     assert [k for k, _ in got] == ["a", "b"]
-    assert got[0][1] == pytest.approx(0.005 + 1000 / G)
-    assert got[1][1] == pytest.approx(0.005 + 3000 / G)  # right behind "a": no second overhead
+    assert got[0][1] == pytest.approx(0.005 + 9 * T)
+    assert got[1][1] == pytest.approx(0.005 + 29 * T)  # right behind "a": no second overhead
 
 
 def test_sendall_returns_after_its_measured_time_and_a_class_switch_waits_for_the_drain() -> None:
     p = ModelParams(sendall_s={1: 0.0, 2: 0.0, 3: 0.001})
     m = sm._Model(CFG, "off", p, slo=1.0)
+    _flat(m)
     got: dict[str, float] = {}
     conn = m.dec_conn[0]
-    conn.send(1000.0, 34, lambda: got.setdefault("a in", m.q.now), lambda: got.setdefault("a sent", m.q.now))
-    conn.send(1000.0, 34, lambda: got.setdefault("b in", m.q.now), lambda: got.setdefault("b sent", m.q.now))
-    conn.send(1000.0, 38, lambda: got.setdefault("c in", m.q.now), lambda: got.setdefault("c sent", m.q.now))
+    n = 10 * sm.MSS
+    conn.send(n, 34, lambda: got.setdefault("a in", m.q.now), lambda: got.setdefault("a sent", m.q.now))
+    conn.send(n, 34, lambda: got.setdefault("b in", m.q.now), lambda: got.setdefault("b sent", m.q.now))
+    conn.send(n, 38, lambda: got.setdefault("c in", m.q.now), lambda: got.setdefault("c sent", m.q.now))
     m.q.run()
     assert got["a sent"] == got["b sent"] == pytest.approx(0.001)  # the socket buffer takes both at once
-    assert got["a in"] == pytest.approx(1000 / G) and got["b in"] == pytest.approx(2000 / G)
+    assert got["a in"] == pytest.approx(9 * T) and got["b in"] == pytest.approx(19 * T)
     # c changes the connection's class: its send waits until a and b are in (wait_drained)
-    assert got["c sent"] == pytest.approx(2000 / G + 0.001) and got["c in"] == pytest.approx(3000 / G)
+    assert got["c sent"] == pytest.approx(19 * T + 0.001) and got["c in"] == pytest.approx(29 * T)
 
 
-def test_negative_overhead_is_the_idle_paths_burst_and_only_an_idle_path_gets_it() -> None:
+def test_negative_overhead_is_delivered_at_once_and_only_on_an_empty_path() -> None:
     p = ModelParams(overhead_s={1: 0.0, 2: -0.002, 3: 0.0})
-    m = sm._Model(CFG, "off", p, slo=1.0)
-    got: dict[str, float] = {}
-    m.a2a_conn[0].send(50_000.0, 0, lambda: got.setdefault("alone", m.q.now))
-    m.q.run()
-    assert got["alone"] == pytest.approx(50_000 / G - 0.002)
-    # the same message while a KV write uses h0's egress: no burst, it shares the link
-    m = sm._Model(CFG, "off", p, slo=1.0)
-    m.dec_conn[0].send(1e6, 0, lambda: None)
-    m.a2a_conn[0].send(50_000.0, 0, lambda: got.setdefault("shared", m.q.now))
-    m.q.run()
-    assert got["shared"] == pytest.approx(2 * 50_000 / G)
+    times: dict[str, float] = {}
+    for name, params in (("plain", ModelParams()), ("burst", p)):
+        m = sm._Model(CFG, "off", params, slo=1.0)
+        m.a2a_conn[0].send(50 * sm.MSS, 0, lambda n=name, m=m: times.setdefault(n, m.q.now))
+        m.q.run()
+    assert times["burst"] == pytest.approx(times["plain"] - 0.002, abs=T)  # 2 ms of its bytes at once
+    for name, params in (("shared plain", ModelParams()), ("shared burst", p)):
+        m = sm._Model(CFG, "off", params, slo=1.0)
+        m.dec_conn[0].send(1e6, 0, lambda: None)  # a KV write on h0's egress: the path is not empty
+        m.a2a_conn[0].send(50 * sm.MSS, 0, lambda n=name, m=m: times.setdefault(n, m.q.now))
+        m.q.run()
+    assert times["shared burst"] == times["shared plain"]
 
 
 def test_a_daemon_reads_its_own_ports_wire_counters() -> None:
-    # 14480 payload bytes h0 -> h3: h0's tx counter sees 10 full frames, h3's tx (ACKs) 5 ACK frames
+    # 14480 payload bytes h0 -> h3: h0's tx counter sees 10 full frames, h3's tx (ACKs) one ACK per packet
     m = sm._Model(CFG, "on", ModelParams(), slo=1.0)
     m.start_flow(0, 3, 14480.0, 0, 3, lambda: None)
-    m.q.run(until=0.0)
-    assert m.counter(m.link("h0-up")) == 0.0
     m.q.run(until=1.0)
     assert m.counter(m.link("h0-up")) == pytest.approx(14480 / GOODPUT) == pytest.approx(10 * 1514)
     assert m.counter(m.link("h3-down")) == pytest.approx(10 * 1514)
-    assert m.counter(m.link("h3-up")) == pytest.approx(5 * sm.ACK_FRAME)
+    assert m.counter(m.link("h3-up")) == m.counter(m.link("h0-down")) == pytest.approx(10 * sw.ACK_FRAME)
     assert m.counter(m.link("h1-up")) == 0.0
     d = m.daemons[0]
     d.sample()
@@ -110,13 +186,27 @@ def test_on_mode_permit_latency_lands_on_the_all_to_all_and_messages_carry_permi
     p = ModelParams().with_permits({"1": 2.0, "2": 1.5, "3": 9.0}, "test")
     assert p.permit_s == {1: 0.002, 2: 0.0015, 3: 0.0015}  # stage 3: stage 2's latency (same port and path)
     out = predict(cfg, "on", p, slo=1.0)
-    assert out["cct_mean"] == pytest.approx(0.0015 + cfg.a2a_bytes / G, rel=1e-3)
+    alone, acks = sm.alone_s(cfg, 2), math.ceil(cfg.a2a_bytes / sm.MSS) * sw.ACK_FRAME / R
+    assert 0.0015 + alone <= out["cct_mean"] <= 0.0015 + alone + acks
     assert out["permit_wait_ms_prefill"]["1"] == pytest.approx(2.0)  # reads: eth0-rx never holds
     assert out["permit_wait_ms_prefill"]["2"] == pytest.approx(1.5, rel=1e-3)
     total = cfg.requests + cfg.warmup
     assert sum(v for k, v in out["permit_dscp_prefill"].items() if k.startswith("s2:")) == 2 * total * cfg.layers
     # layer 0's read blocks the layer about to compute (RLI 0): the top RMLQ level's neighbour, DSCP 38
     assert out["permit_dscp_prefill"]["s1:38"] == 2 * total
+
+
+def test_the_decision_trace_records_each_kv_write_at_its_permit() -> None:
+    out = predict(CFG, "on", slo=0.75, trace=True)
+    recs = out["decisions"]
+    total = CFG.requests + CFG.warmup
+    assert len(recs) == 2 * total * CFG.layers == len({(r["node"], r["msg"]) for r in recs})
+    writes = {k[3:]: v for k, v in out["permit_dscp_prefill"].items() if k.startswith("s3:")}
+    assert summarize(recs)["dscp"] == writes  # the recorded decision is the one the permit carried
+    for r in recs:
+        assert r["rho"] == pytest.approx(min(max(r["link_load"] - r["explicit_load"], 0.0), 1.0))
+        assert r["mlu"] == pytest.approx(r["bytes_left"] / (r["time_left"] * R * (1 - r["rho"])))
+    assert "decisions" not in predict(CFG, "on", slo=0.75)
 
 
 def test_slo_is_the_factor_times_the_low_load_ttft_and_the_modes_finish() -> None:
@@ -130,6 +220,18 @@ def test_slo_is_the_factor_times_the_low_load_ttft_and_the_modes_finish() -> Non
     assert predict_modes(CFG, slo=1.5)["on"]["slo_s"] == 1.5
 
 
+def test_a_seed_draws_compute_and_overheads_from_the_measured_samples() -> None:
+    p = ModelParams(compute_s=0.015, compute_samples_s=(0.015, 0.030),
+                    overhead_samples_s={1: (0.0,), 2: (0.0, 0.004), 3: (0.0,)})
+    mean = predict(CFG, "static", p, slo=1.0)
+    a, b = predict(CFG, "static", p, slo=1.0, seed=3), predict(CFG, "static", p, slo=1.0, seed=3)
+    assert a["ttft_per_request"] == b["ttft_per_request"]  # deterministic for a seed
+    assert a["compute_s"] == mean["compute_s"] == 0.015  # the reported mean stays the measured one
+    assert a["ttft_mean"] > mean["ttft_mean"] and a["cct_mean"] > mean["cct_mean"]  # the draws only add here
+    assert predict(CFG, "static", replace(p, compute_samples_s=(), overhead_samples_s=None), slo=1.0,
+                   seed=3)["ttft_per_request"] == mean["ttft_per_request"]  # no samples: a seed changes nothing
+
+
 def test_model_params_are_validated() -> None:
     with pytest.raises(ValueError, match="overhead_s"):
         ModelParams(overhead_s={1: 0.0, 2: float("inf"), 3: 0.0})
@@ -139,6 +241,10 @@ def test_model_params_are_validated() -> None:
         ModelParams(permit_s={1: 0.0, 2: 0.0})
     with pytest.raises(ValueError, match="compute_s"):
         ModelParams(compute_s=float("nan"))
+    with pytest.raises(ValueError, match="window_segments"):
+        ModelParams(window_segments={1: 10, 2: 0, 3: 10})
+    with pytest.raises(ValueError, match="skb_bytes"):
+        ModelParams(skb_bytes={1: 0.0, 2: 1448, 3: 1448})
     with pytest.raises(ValueError, match="mode"):
         predict(CFG, "fs")
     assert np.isfinite(predict(CFG, "off", slo=1.0)["cct_mean"])

@@ -12,11 +12,11 @@ know from sizes and rates:
   2 one direction of an all_to_all, h0 -> h1 (h1 acknowledges once it has
   all the bytes), stage 3 a KV write h0 -> h3 to the
   scenario's own decode worker (times first byte -> its acknowledgement).
-  The overhead is the median time minus the bytes at TCP goodput: thread
-  wake-ups, system calls, the first round trips of an idle connection, less
-  what the idle fabric lets through at once (it is negative here: HTB's
-  buckets let the first tens of KB of an idle path pass faster than the
-  line rate);
+  The overhead is the median time minus the model's time for the same
+  message alone (:func:`laxflow.testbed.sim_model.alone_s`: its frames
+  through the HTB trees, whose buckets let an idle path's first ~10 frames
+  per hop through at once): thread wake-ups, system calls, the first round
+  trips of an idle connection, and whatever else the model lacks;
 - **sendall's duration, stages 2 and 3**: a sent message completes (the
   worker reports COMPLETION to its daemon) when ``sendall`` returns, i.e.
   when the socket buffer has taken it, long before its bytes are out;
@@ -45,7 +45,8 @@ from typing import Any
 from laxflow.errors import UserError
 from laxflow.testbed.fabric import Testbed, parse_rate
 from laxflow.testbed.scenario import ScenarioConfig
-from laxflow.testbed.sim_model import GOODPUT, HDR_BYTES, KVRESP_BYTES, ModelParams
+from laxflow.testbed.sim_model import GOODPUT, HDR_BYTES, KVRESP_BYTES, ModelParams, alone_s
+from laxflow.testbed.sim_wire import HEADERS
 from laxflow.testbed.worker import ACK, HDR, KVREQ, KVRESP, Tagger, _drain, _listen, _recv_exact, serve_acked
 
 PORTS = {"kv": 7301, "decode": 7302, "sink": 7303}
@@ -106,6 +107,30 @@ def message_bytes(cfg: ScenarioConfig) -> dict[str, int]:
     return {"1": cfg.reuse_bytes + KVRESP_BYTES, "2": cfg.a2a_bytes + HDR_BYTES, "3": cfg.kv_bytes + HDR_BYTES}
 
 
+def _port_counts(tb: Testbed, dev: str) -> tuple[int, int, int]:
+    """A switch port's (veth tx_bytes, HTB bytes, HTB packets): the veth counts a GSO super-packet's
+    headers once, HTB charges every segment's, and counts segments."""
+    tx = int(tb.exec_in("sw", ["cat", f"/sys/class/net/{dev}/statistics/tx_bytes"]).stdout)
+    root = next(q for q in json.loads(tb.exec_in("sw", ["tc", "-s", "-j", "qdisc", "show", "dev", dev]).stdout)
+                if q.get("kind") == "htb")
+    return tx, int(root["bytes"]), int(root["packets"])
+
+
+def skb_payload(before: tuple[int, int, int], after: tuple[int, int, int], pure_acks: int) -> float:
+    """Mean payload bytes per data packet the port's HTB dequeued (a GSO super-packet or one frame).
+
+    HTB bytes = payload + 66 per segment; the veth's tx_bytes = payload + 66
+    per packet it carried; so packets = (tx - payload) / 66, of which
+    ``pure_acks`` carried no payload.
+    """
+    tx, htb, segs = (a - b for a, b in zip(after, before))
+    payload = htb - HEADERS * segs
+    skbs = (tx - payload) / HEADERS - pure_acks
+    if payload <= 0 or skbs <= 0:
+        raise UserError("testbed calibration: a switch port moved no data during the probes")
+    return payload / skbs
+
+
 def calibrate(tb: Testbed, cfg: ScenarioConfig, reps: int = REPS) -> tuple[ModelParams, dict[str, Any]]:
     """Measure on the idle fabric; returns the model's parameters and the raw measurements (for the JSON)."""
     py = sys.executable
@@ -120,9 +145,14 @@ def calibrate(tb: Testbed, cfg: ScenarioConfig, reps: int = REPS) -> tuple[Model
         pcfg = {"kvstore": tb.address(2), "peer": tb.address(1), "decode": tb.address(3), "reps": reps,
                 "a2a_bytes": cfg.a2a_bytes, "reuse_bytes": cfg.reuse_bytes, "kv_bytes": cfg.kv_bytes,
                 "compute_s": cfg.compute_ms / 1000}
+        ports = {"2": tb.switch_port(1), "3": tb.switch_port(3)}  # only the a2a's / the writes' data go there
+        before = {k: _port_counts(tb, dev) for k, dev in ports.items()}
         p = tb.popen_in(0, [py, "-m", "laxflow.testbed.calibrate", "probe", json.dumps(pcfg)],
                         stdout=subprocess.PIPE)
         out, _ = p.communicate(timeout=120 + reps * 10)
+        # the sender's packets without payload: its ACK of each probe's acknowledgement, and the connection's
+        # SYN, handshake ACK, FIN and last ACK
+        skb = {k: skb_payload(before[k], _port_counts(tb, dev), reps + 4) for k, dev in ports.items()}
         if p.returncode != 0 or not out.strip():
             raise UserError(f"testbed calibration: the probe on h0 failed (exit {p.returncode})")
         raw = json.loads(out)
@@ -132,22 +162,29 @@ def calibrate(tb: Testbed, cfg: ScenarioConfig, reps: int = REPS) -> tuple[Model
             s.wait()
     goodput = parse_rate(cfg.rate) / 8 * GOODPUT
     nbytes = message_bytes(cfg)
-    # signed: below 0 the idle fabric let the first bytes through faster than the line rate (HTB's buckets)
-    overhead = {int(k): statistics.median(v) - nbytes[k] / goodput for k, v in raw["times"].items()}
+    skb_bytes = {1: (skb["2"] + skb["3"]) / 2, 2: skb["2"], 3: skb["3"]}
+    model = {k: alone_s(cfg, int(k), skb_bytes[int(k)]) for k in nbytes}  # the model's own wire (HTB buckets included) alone
+    # signed: what the testbed's lone message takes beyond (or short of) the model's lone message
+    overhead = {int(k): statistics.median(v) - model[k] for k, v in raw["times"].items()}
     sendall = {1: 0.0, **{int(k): statistics.median(v) for k, v in raw["returned"].items()}}
     params = ModelParams(
-        overhead_s=overhead, compute_s=statistics.fmean(raw["sleeps"]), sendall_s=sendall,
+        overhead_s=overhead, skb_bytes=skb_bytes,
+        overhead_samples_s={int(k): tuple(t - model[k] for t in v) for k, v in raw["times"].items()}, compute_s=statistics.fmean(raw["sleeps"]), sendall_s=sendall,
         sources={"overhead_s": f"calibration: one message alone per stage on the idle fabric, median of {reps}, "
-                               "minus its bytes at line rate x 1448/1514",
+                               "minus the model's time for it alone (its frames through the HTB trees)",
                  "compute_s": f"calibration: time.sleep(compute_s) in h0's namespace, mean of {reps}",
+                 "skb_bytes": "calibration: payload per packet (GSO super-packet) the switch port's HTB dequeued "
+                              "during the probes, from its veth tx_bytes and HTB counters less the sender's pure ACKs: "
+                              "stage 2 on p1, stage 3 on p3, stage 1 their mean (the read's port carries other ACKs)",
                  "sendall_s": f"calibration: sendall's duration for the stage-2 and stage-3 message alone, median of "
                               f"{reps} (stage 1: a read completes when its bytes are in)",
                  "permit_s": "none (0) until the on run's measured waits are given"})
     summary = {"reps": reps, "message_bytes": nbytes,
                "alone_ms": {k: _spread(v) for k, v in raw["times"].items()},
                "bytes_at_goodput_ms": {k: round(1000 * nbytes[k] / goodput, 3) for k in nbytes},
+               "model_alone_ms": {k: round(1000 * model[k], 3) for k in nbytes},
                "sendall_ms": {k: _spread(v) for k, v in raw["returned"].items()},
-               "sleep_ms": _spread(raw["sleeps"])}
+               "sleep_ms": _spread(raw["sleeps"]), "skb_bytes": {k: round(v) for k, v in skb.items()}}
     return params, summary
 
 

@@ -99,6 +99,7 @@ class ScenarioConfig:
     window_bytes: int | None = None  # the daemons' permit window (None: their default, one BDP)
     collective: str = "auto"  # stage 2: gloo (torch installed), tcp (the workers' own exchange), auto
     transport: str = "tcp"  # stages 1 and 3: the workers' own TCP exchange, or Mooncake (mooncake_traffic)
+    trace_decisions: bool = False  # "on": record the daemons' KV-write decisions (laxflow.testbed.decision_trace)
 
     def __post_init__(self) -> None:
         parse_rate(self.rate)
@@ -178,6 +179,7 @@ class ControlPlane:
         self.dir = tempfile.mkdtemp(prefix=f"laxflow-{cfg.name}-")
         self.procs: list[subprocess.Popen[str]] = []
         self.logs: list[Any] = []
+        self.decisions: list[dict[str, Any]] | None = None  # trace_decisions: every daemon's KV writes at grant
 
     def shm(self, host: int) -> str:
         return f"/{self.cfg.name}-h{host}-{os.getpid()}"
@@ -214,8 +216,10 @@ class ControlPlane:
             if self.cfg.window_bytes is not None:
                 conf_raw["window_bytes"] = self.cfg.window_bytes
             json.dump(conf_raw, f)
+        traced = [sys.executable, "-m", "laxflow.testbed.decision_trace"]
         for h in range(self.tb.config.hosts):
-            self._start(h, [*lx, "daemon", "--config", conf, "--node", f"h{h}", "--coordinator", coord, "--shm", self.shm(h),
+            run = [*traced, self._trace(h)] if self.cfg.trace_decisions else [*lx, "daemon"]
+            self._start(h, [*run, "--config", conf, "--node", f"h{h}", "--coordinator", coord, "--shm", self.shm(h),
                             "--ports", ports, "--hooks", self.hooks(h), "--metrics-port", "0",
                             "--log-level", "warning"], f"daemon-h{h}")
         deadline = time.monotonic() + 30
@@ -227,6 +231,9 @@ class ControlPlane:
                     raise UserError(f"contention scenario: the daemon of h{h} did not start (logs in {self.dir})")
                 time.sleep(0.05)
         return self
+
+    def _trace(self, host: int) -> str:
+        return os.path.join(self.dir, f"decisions-h{host}.json")
 
     def __exit__(self, *exc: object) -> None:
         for p in self.procs:
@@ -242,6 +249,14 @@ class ControlPlane:
             log.close()
         for h in range(self.tb.config.hosts):
             Segment.unlink_name(self.shm(h))  # a daemon killed above leaves its segment and doorbell
+        if self.cfg.trace_decisions:
+            self.decisions = []
+            for h in range(self.tb.config.hosts):
+                try:
+                    with open(self._trace(h)) as f:
+                        self.decisions += [dict(r, node=f"h{h}") for r in json.load(f)["at_grant"]]
+                except (OSError, ValueError, KeyError):
+                    pass  # a daemon that was killed wrote none: the trace has the others
         if exc[0] is None:
             shutil.rmtree(self.dir, ignore_errors=True)  # kept after a failure: the daemons' logs
 
@@ -257,7 +272,10 @@ def run_mode(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, slo: fl
     """One run of the job in ``mode`` under TTFT SLO ``slo`` (s); measurements (and DSCP histogram if ``capture``)."""
     if mode == "on":
         with ControlPlane(tb, cfg) as cp:
-            return _run_job(tb, cfg, mode, capture, cp, slo)
+            result = _run_job(tb, cfg, mode, capture, cp, slo)
+        if cp.decisions is not None:
+            result["decisions"] = cp.decisions
+        return result
     return _run_job(tb, cfg, mode, capture, None, slo)
 
 
@@ -370,6 +388,8 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
     if all("compute_s" in o for o in outs):
         # the compute sleeps' real mean length (both ranks, warm-up included)
         result["compute_ms_real"] = 1000 * statistics.fmean(o["compute_s"] for o in outs)
+    if all("compute_all_s" in o for o in outs):  # every sleep (the simulator model's jitter)
+        result["compute_ms_samples"] = [round(1000 * x, 3) for o in outs for x in o["compute_all_s"]]
     if cfg.transport == "mooncake":
         result["transport"] = "mooncake"
         result["bytes_verified"] = {

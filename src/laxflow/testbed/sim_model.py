@@ -4,27 +4,22 @@ Mirrors :mod:`laxflow.testbed.worker` and the testbed's daemons, called by
 ``bench/testbed_fidelity.py`` (and the tests) on the main thread. What it
 models, piece by piece, as the testbed physically does it:
 
-- **The wire**: the simulator's fluid network
-  (:class:`laxflow.sim.network.engine.FluidNetwork`), links ``hN-up`` (the
-  host's HTB at line rate) and ``hN-down`` (the switch port toward it) at
-  line rate x TCP goodput (1448 payload bytes per 1514-byte frame). The
-  engine's policy is :class:`WireClasses`: strict priority by each flow's
-  switch traffic class (its DSCP through the fabric's map, as the HTB trees
-  do), max-min fair inside a class (TCP flows sharing one FIFO).
+- **The wire** (:mod:`laxflow.testbed.sim_wire`): frames through the
+  fabric's own queues, as its qdiscs move them: per host egress (``hN-up``)
+  and per switch port (``hN-down``) an HTB tree at the line rate (its token
+  bucket and burst) with one FIFO per traffic class served in strict
+  priority; a message's frames join the sender's class queue when it is
+  written, so bytes queue at the host and at the switch port (no TCP
+  window held a message back on this fabric, and no pfifo ever dropped).
 - **Connections** (:class:`_Conn`): a worker's ``sendall`` returns after
   the measured ``sendall_s`` (the socket buffer takes the message; a sent
   message then reports COMPLETION to its daemon); a message in another
   class than the connection's previous one first waits for those bytes to
-  be delivered (the shim's ``wait_drained``). Each connection's bytes go in
-  order, one message at a time (:class:`_Fifo`); connections in one class
-  share a link max-min fair (the testbed's TCP is BBR, which paces near the
-  link rate; two 2-8 MB writers into one switch port, measured once on
-  this fabric, moved their bytes at 99.5-100.2 % of goodput together).
-  A message that finds its connection idle pays the stage's measured
-  overhead (``ModelParams.overhead_s``): a start delay if positive; if
-  negative (measured here: the HTB buckets let an idle path's first tens
-  of KB through faster than the line rate) that many seconds of its bytes
-  arrive at once, when its links carry nothing else.
+  be delivered (the shim's ``wait_drained``). A message that finds its
+  connection idle pays the stage's measured residual overhead
+  (``ModelParams.overhead_s``: its time alone on the idle testbed minus its
+  time alone in this model): a start delay if positive; if negative, that
+  many seconds of its bytes arrive at once, when its path is empty.
 - **Processes**: per prefill rank, requests in arrival order: all the
   request's reads asked at once (served in order on the rank's kvstore
   connection), layer j computes once its read is in for the measured real
@@ -39,50 +34,43 @@ models, piece by piece, as the testbed physically does it:
   ``eth0-rx`` with the testbed's windows), fed as the testbed feeds it:
   hooks calls (request, batch), messages submitted on the initiating host's
   port, layer boundaries and completions, and each port's own byte counter
-  (wire bytes incl. headers and the reverse direction's ACKs) every
+  (the veth's bytes: payload and headers once per packet, ACKs included) every
   ``counter_interval_s``. Each daemon sees only its own ports' load, as on
   the testbed. A submit and a completion reach the daemon half a permit
   latency late and a permit reaches the worker half a latency after the
   grant; the latency per stage is measured (``ModelParams.permit_s``).
 
-Not modelled (the fidelity report's reasons): buffers -- the fluid
-network has none, so a switch port whose senders pause idles at once, while
-the testbed's port drains its queue (pfifo, 1000 packets); variability --
-the model is deterministic (every layer and request alike), the testbed's
-CCT has a tail (p99 ~4x the mean on the loaded box) that queues at high
-load; the coordinator's RED order (the daemons decide without one); the
-hooks' ZeroMQ round trips; TCP inside a message (cwnd, pacing) beyond the
-measured overhead.
+Not modelled (the fidelity report's reasons): host stalls -- the model is
+deterministic, or with a seed draws compute sleeps and message overheads
+from their measured samples, but the testbed's CCT tail under load (p99 3-5x
+the mean) is in no isolated measurement; the coordinator's RED order (the
+daemons decide without one); the hooks' ZeroMQ round trips; TCP beyond
+its measured window (pacing, slow start, loss: none was seen).
 """
 
 from __future__ import annotations
 
 import inspect
 import math
+import random
 import statistics
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-import numpy as np
 
 from laxflow.adapters.sockets import wait_drained
 from laxflow.daemon.config import DaemonConfig
 from laxflow.daemon.core import CoreConfig, DaemonCore
 from laxflow.daemon.ports import PortSpec
-from laxflow.policy.base import Decision, FlowPolicy, Snapshot
 from laxflow.policy.config import MfsConfig
-from laxflow.policy.dscp import default_dscp_map
-from laxflow.policy.flow import Flow, Stage
+from laxflow.policy.flow import Stage
 from laxflow.sim.events import EventQueue, Priority
-from laxflow.sim.network.engine import FluidNetwork
-from laxflow.sim.network.topology import Topology
-from laxflow.testbed.fabric import parse_rate, tc_of_dscp
+from laxflow.testbed.decision_trace import DecisionTrace
+from laxflow.testbed.fabric import parse_rate
 from laxflow.testbed.mfs_io import RX_PORT
-from laxflow.testbed.scenario import ScenarioConfig, stage_dscp
-
-GOODPUT = 1448 / 1514  # TCP payload per Ethernet frame (timestamps on)
-MSS, ACK_FRAME = 1448, 66  # a delayed ACK (one 66-byte frame per two segments) flows back per data stream
+from laxflow.testbed.scenario import ScenarioConfig, ack_dscp, stage_dscp
+from laxflow.testbed.sim_wire import GOODPUT, MSS, TC_OF_DSCP, Window, Wire, htb_burst
 HOSTS, KVSTORE, DECODE = 4, 2, 3
 KVRESP_BYTES, HDR_BYTES = 16, 24  # the workers' application headers (read response, KV write)
 # s: the longest a connection's class switch waits for its earlier bytes (the worker's wait_drained default)
@@ -90,7 +78,6 @@ DRAIN_LIMIT = inspect.signature(wait_drained).parameters["timeout"].default
 RX_WINDOW = 1e12  # the testbed's eth0-rx: classifies, never holds (scenario.ControlPlane)
 COUNTER_INTERVAL = DaemonConfig.__dataclass_fields__["counter_interval_s"].default
 MODES = ("off", "static", "on")
-_TC = tc_of_dscp(default_dscp_map(8))
 
 
 @dataclass(frozen=True)
@@ -105,22 +92,34 @@ class ModelParams:
     ``permit_s``: per stage, submit -> permit at the worker for a message the daemon does not hold.
     ``sendall_s``: per stage, how long ``sendall`` takes to return (the socket buffer takes the message):
     then the worker reports the message COMPLETE to its daemon (stage 1 completes when its bytes are in).
+    ``skb_bytes``: per stage, the payload of one packet the qdiscs move (a GSO super-packet; MSS: one frame).
+    ``window_segments``: per stage, each connection's TCP congestion window in segments (None: unbounded).
+    ``compute_samples_s``, ``overhead_samples_s``: measured samples (each compute sleep; each probe's
+    overhead), drawn from per layer and per message when the model runs with a seed (the testbed's jitter).
     """
 
     overhead_s: dict[int, float] = field(default_factory=lambda: {1: 0.0, 2: 0.0, 3: 0.0})
     compute_s: float | None = None
     permit_s: dict[int, float] = field(default_factory=lambda: {1: 0.0, 2: 0.0, 3: 0.0})
     sendall_s: dict[int, float] = field(default_factory=lambda: {1: 0.0, 2: 0.0, 3: 0.0})
+    skb_bytes: dict[int, float] = field(default_factory=lambda: {1: MSS, 2: MSS, 3: MSS})
+    window_segments: dict[int, float] | None = None
+    compute_samples_s: tuple[float, ...] = ()
+    overhead_samples_s: dict[int, tuple[float, ...]] | None = None
     sources: dict[str, str] = field(default_factory=lambda: {"overhead_s": "none (0)", "compute_s": "nominal",
-                                                             "permit_s": "none (0)", "sendall_s": "none (0)"})
+                                                             "permit_s": "none (0)", "sendall_s": "none (0)",
+                                                             "skb_bytes": "none (one frame)"})
 
     def __post_init__(self) -> None:
-        for name in ("overhead_s", "permit_s", "sendall_s"):
+        for name in ("overhead_s", "permit_s", "sendall_s", "skb_bytes"):
             d = getattr(self, name)
-            low = -math.inf if name == "overhead_s" else 0.0
+            low = {"overhead_s": -math.inf, "skb_bytes": 1.0}.get(name, 0.0)
             if set(d) != {1, 2, 3} or not all(math.isfinite(v) and v >= low for v in d.values()):
-                raise ValueError(f"model params: {name} needs stages 1, 2, 3 with finite seconds"
-                                 f"{'' if name == 'overhead_s' else ' >= 0'}, got {d!r}")
+                raise ValueError(f"model params: {name} needs stages 1, 2, 3 with finite values"
+                                 f"{'' if name == 'overhead_s' else f' >= {low:g}'}, got {d!r}")
+        w = self.window_segments
+        if w is not None and (set(w) != {1, 2, 3} or not all(math.isfinite(v) and v >= 1 for v in w.values())):
+            raise ValueError(f"model params: window_segments needs stages 1, 2, 3 with >= 1 segment, got {w!r}")
         if self.compute_s is not None and not (math.isfinite(self.compute_s) and self.compute_s >= 0):
             raise ValueError(f"model params: compute_s must be >= 0 s, got {self.compute_s!r}")
 
@@ -137,35 +136,17 @@ class ModelParams:
         return replace(self, permit_s=lat, sources=dict(self.sources, permit_s=source))
 
 
-class WireClasses(FlowPolicy):
-    """The fabric's strict-priority queues: a flow's level is its switch traffic class (higher TC first).
-
-    Called by the fluid engine; a flow's class is fixed when its bytes start
-    (``Flow.state["tc"]``), as a message's DSCP is.
-    """
-
-    name = "wire"
-    reads_link_load = False
-
-    def decide(self, snap: Snapshot) -> Decision:
-        tcs = np.fromiter((f.state["tc"] for f in snap.flows), dtype=np.int64, count=len(snap.flows))
-        _, dense = np.unique(-tcs, return_inverse=True)
-        return self.decision(dense.astype(np.int64))
-
-
 class _Model:
     """One run of the scenario in one mode; see the module doc. Single-threaded, driven by its event queue."""
 
-    def __init__(self, cfg: ScenarioConfig, mode: str, params: ModelParams, slo: float) -> None:
-        self.cfg, self.mode, self.params, self.slo = cfg, mode, params, slo
+    def __init__(self, cfg: ScenarioConfig, mode: str, params: ModelParams, slo: float, trace: bool = False,
+                 seed: int | None = None) -> None:
+        self.cfg, self.mode, self.params, self.slo, self.trace = cfg, mode, params, slo, trace
+        # seed: draw each compute sleep and each message's overhead from the measured samples
+        self.rng = None if seed is None else random.Random(seed)
         self.rate = parse_rate(cfg.rate) / 8
-        ids = [f"h{h}-{d}" for d in ("up", "down") for h in range(HOSTS)]
-        self.topo = Topology.from_links(ids, [self.rate * GOODPUT] * len(ids))
         self.q = EventQueue()
-        self.net = FluidNetwork(self.topo, WireClasses(), self.q)
-        self.wire = [0.0] * len(ids)  # wire bytes of finished flows per link (counters)
-        self.live: list[tuple[Flow, int, int]] = []
-        self.flows = 0
+        self.wire = Wire(self.q, HOSTS, self.rate, htb_burst(parse_rate(cfg.rate)))
         self.compute = cfg.compute_ms / 1000 if params.compute_s is None else params.compute_s
         total = cfg.requests + cfg.warmup
         self.arrivals = [i * cfg.interarrival_ms / 1000 for i in range(total)]
@@ -181,50 +162,37 @@ class _Model:
         self.finished = 0
 
     def link(self, name: str) -> int:
-        return self.topo.index(name)
+        return self.wire.link(name)
+
+    def compute_time(self) -> float:
+        """One layer's compute: the measured mean, or (seeded) one of the measured sleeps."""
+        samples = self.params.compute_samples_s
+        return self.rng.choice(samples) if self.rng is not None and samples else self.compute
+
+    def overhead(self, stage: int) -> float:
+        """A message's overhead: the calibration's median, or (seeded) one of its probes' own."""
+        samples = (self.params.overhead_samples_s or {}).get(stage)
+        return self.rng.choice(samples) if self.rng is not None and samples else self.params.overhead_s[stage]
 
     def counter(self, link: int) -> float:
         """The link's cumulative wire bytes now (frames of data, and ACK frames of the reverse streams)."""
-        return self.wire[link] + sum(self._wire_bytes(f, link, f.size - self.net.remaining_of(f))
-                                     for f, _, _ in self.live if link in self._touches(f))
-
-    def _touches(self, f: Flow) -> tuple[int, ...]:
-        return f.state["fwd"] + f.state["rev"]
-
-    @staticmethod
-    def _wire_bytes(f: Flow, link: int, payload: float) -> float:
-        return payload / GOODPUT if link in f.state["fwd"] else payload / (2 * MSS) * ACK_FRAME
+        return self.wire.counter(link)
 
     def static_dscp(self, stage: int) -> int:
         return stage_dscp(self.mode)[stage]
 
     def path_idle(self, src: int, dst: int) -> bool:
-        """Whether no flow uses the links a message src -> dst would (its bytes meet empty queues)."""
-        fwd = {self.link(f"h{src}-up"), self.link(f"h{dst}-down")}
-        return not any(fwd & set(f.state["fwd"]) for f, _, _ in self.live)
+        """Whether the ports a message src -> dst crosses are empty (its bytes meet empty queues)."""
+        return self.wire.idle(src, dst)
 
     def start_flow(self, src: int, dst: int, nbytes: float, dscp: int, stage: int, on_done: Callable[[], None],
-                   instant: float = 0.0) -> None:
+                   instant: float = 0.0, window: Window | None = None, ack_tc: int = 0) -> None:
         """Bytes src -> dst in class ``dscp``; ``instant`` of them are delivered at once (an idle path's burst)."""
-        fwd = (self.link(f"h{src}-up"), self.link(f"h{dst}-down"))
-        rev = (self.link(f"h{dst}-up"), self.link(f"h{src}-down"))
         instant = min(max(instant, 0.0), nbytes - 1.0)
-        self.flows += 1
-        f = Flow.on_path(f"f{self.flows}", nbytes - instant, list(fwd),
-                         stage={1: Stage.REUSE, 2: Stage.COLLECTIVE, 3: Stage.P2D}[stage])
-        f.state.update(tc=_TC.get(dscp, 0), fwd=fwd, rev=rev)
-        for link in fwd + rev:  # the burst's bytes are on the wire (the counters) now
-            self.wire[link] += self._wire_bytes(f, link, instant)
-        entry = (f, src, dst)
-        self.live.append(entry)
-
-        def finished(_f: Flow) -> None:
-            self.live.remove(entry)
-            for link in fwd + rev:
-                self.wire[link] += self._wire_bytes(f, link, f.size)
-            on_done()
-
-        self.net.add_flow(f, finished)
+        if instant > 0:
+            self.wire.deliver_at_once(src, dst, instant)
+        self.wire.send(src, dst, nbytes - instant, TC_OF_DSCP.get(dscp, 0), on_done, self.params.skb_bytes[stage],
+                       window, ack_tc)
 
     def run(self) -> dict[str, Any]:
         for rank in (0, 1):
@@ -240,11 +208,15 @@ class _Model:
         out: dict[str, Any] = {"cct_mean": statistics.fmean(cct), "ttft_mean": statistics.fmean(ttft),
                                "cct_median": statistics.median(cct),
                                "slo_attainment": sum(t <= self.slo for t in ttft) / len(ttft), "slo_s": self.slo,
-                               "compute_s": self.compute, "ttft_per_request": ttft}
+                               "compute_s": self.compute, "ttft_per_request": ttft,
+                               "over_limit_frames": sum(p.over_limit for p in self.wire.ports)}
         if self.daemons:
             out["permit_wait_ms_prefill"] = {str(s): 1000 * statistics.fmean(v) if v else 0.0
                                              for s, v in self.waits.items()}
             out["permit_dscp_prefill"] = dict(sorted(self.permit_dscp.items()))
+            if self.trace:
+                out["decisions"] = [dict(r, node=f"h{d.host}") for d in self.daemons if d.tracer
+                                    for r in d.tracer.at_grant()]
         assert len(cct) == 2 * L * (len(self.arrivals) - w)
         return out
 
@@ -270,6 +242,7 @@ class _Daemon:
         self.next_id = 1
         self.timers: set[float] = set()
         self.up, self.down = m.link(f"h{host}-up"), m.link(f"h{host}-down")
+        self.tracer = DecisionTrace(self.core) if m.trace else None
 
     def sample(self) -> None:
         now = self.m.q.now
@@ -336,7 +309,7 @@ class _Conn:
         self.dscp: int | None = None
         self.blocked = False  # the head waits for a drain
         self.gen = 0
-        self.fifo = _Fifo(m)
+        self.fifo = _Fifo(m, stage)
         self.ready = 0.0  # when the last message sent reaches the byte stream
 
     def send(self, nbytes: float, dscp: int, on_done: Callable[[], None],
@@ -358,7 +331,8 @@ class _Conn:
             self.dscp = dscp
             idle = self.in_flight == 0
             self.in_flight += 1
-            delay = max(0.0, self.m.params.overhead_s[self.stage]) if idle else 0.0
+            overhead = self.m.overhead(self.stage)
+            delay = max(0.0, overhead) if idle else 0.0
 
             def delivered(on_done: Callable[[], None] = on_done) -> None:
                 self.in_flight -= 1
@@ -368,7 +342,7 @@ class _Conn:
 
             self.ready = max(q.now + delay, self.ready)  # in order behind an earlier message's overhead
             q.push(self.ready, Priority.ARRIVAL, self.fifo.push,
-                   _Msg(self.src, self.dst, nbytes, dscp, self.stage, delivered, idle))
+                   _Msg(self.src, self.dst, nbytes, dscp, self.stage, delivered, idle, overhead))
             if on_sent is not None:
                 q.push(q.now + self.m.params.sendall_s[self.stage], Priority.ARRIVAL, on_sent)
 
@@ -387,41 +361,33 @@ class _Msg:
     stage: int
     delivered: Callable[[], None]
     idle: bool  # its connection was idle when it was sent (an idle path may give it the fabric's burst)
+    overhead: float  # the stage's overhead for this message (s, signed)
 
 
 class _Fifo:
-    """A connection's byte stream: its messages in order, one at a time.
+    """A connection's byte stream into its host's class queue: a message's frames join it when it is written.
 
-    Connections share a link max-min fair (the engine, inside one class):
-    the testbed's TCP is BBR, which paces each flow near the link rate, so
-    flows converging on one queue interleave rather than wait for each other.
+    Frames of one connection stay in order because a connection uses one
+    class at a time (the drain before a class switch, :class:`_Conn`) and a
+    class queue is a FIFO. A message written onto an idle connection whose
+    path is empty gets the stage's negative overhead, if any, at once.
     """
 
-    def __init__(self, m: _Model) -> None:
+    def __init__(self, m: _Model, stage: int) -> None:
         self.m = m
-        self.queue: deque[_Msg] = deque()
-        self.busy = False
+        w = m.params.window_segments
+        self.window = None if w is None else Window(w[stage])
+        # the receiver's socket class: the rank's read side and the decode host ack in ack_dscp, the
+        # all_to_all's receiver in stage 2's class (worker.prefill / scenario._run_job)
+        ack = stage_dscp(m.mode)[2] if stage == 2 else ack_dscp(m.mode)
+        self.ack_tc = TC_OF_DSCP.get(ack, 0)
 
     def push(self, msg: _Msg) -> None:
-        self.queue.append(msg)
-        if not self.busy:
-            self._next()
-
-    def _next(self) -> None:
-        if not self.queue:
-            self.busy = False
-            return
-        self.busy = True
-        msg = self.queue.popleft()
         m = self.m
-        off = m.params.overhead_s[msg.stage]
+        off = msg.overhead
         burst = -off * m.rate * GOODPUT if off < 0 and msg.idle and m.path_idle(msg.src, msg.dst) else 0.0
-
-        def done() -> None:
-            msg.delivered()
-            self._next()
-
-        m.start_flow(msg.src, msg.dst, msg.nbytes, msg.dscp, msg.stage, done, instant=burst)
+        m.start_flow(msg.src, msg.dst, msg.nbytes, msg.dscp, msg.stage, msg.delivered, instant=burst, window=self.window,
+                     ack_tc=self.ack_tc)
 
 
 class _Rank:
@@ -465,7 +431,7 @@ class _Rank:
             self.computing = True
             if self.daemon is not None:
                 self.daemon.later(2, self.daemon.core.layer_begin, self.batch, j)
-            self.m.q.push(self.m.q.now + self.m.compute, Priority.COMPUTE, self._computed, j)
+            self.m.q.push(self.m.q.now + self.m.compute_time(), Priority.COMPUTE, self._computed, j)
 
     def _computed(self, j: int) -> None:
         m, d, rid = self.m, self.daemon, 1000 + self.req
@@ -526,18 +492,22 @@ class _Rank:
         self.m.dec_conn[self.rank].send(self.m.cfg.kv_bytes + HDR_BYTES, dscp, acked, self._completion(3, msg))
 
 
-def predict(cfg: ScenarioConfig, mode: str, params: ModelParams | None = None, slo: float | None = None) -> dict[str, Any]:
+def predict(cfg: ScenarioConfig, mode: str, params: ModelParams | None = None, slo: float | None = None,
+            trace: bool = False, seed: int | None = None) -> dict[str, Any]:
     """Run the scenario in ``mode`` (off, static, on); cct_mean, ttft_mean (s), slo_attainment, ...
 
     ``slo``: the TTFT SLO (s); None: ``slo_factor`` x the model's own
     low-load TTFT. The first ``cfg.warmup`` requests run and are left out.
+    ``trace`` ("on"): the daemons' KV-write decisions at grant in ``decisions``
+    (:mod:`laxflow.testbed.decision_trace`). ``seed``: each compute sleep and
+    message overhead drawn from ``params``' measured samples (None: their means).
     """
     if mode not in MODES:
         raise ValueError(f"model: mode must be one of {', '.join(MODES)}, got {mode!r}")
     params = params or ModelParams()
     if slo is None:
         slo = cfg.slo_factor * low_load_ttft(cfg, params)
-    return _Model(cfg, mode, params, slo).run()
+    return _Model(cfg, mode, params, slo, trace, seed).run()
 
 
 def low_load_ttft(cfg: ScenarioConfig, params: ModelParams | None = None) -> float:
@@ -556,4 +526,21 @@ def predict_modes(cfg: ScenarioConfig, params: ModelParams | None = None, slo: f
     return out
 
 
-__all__ = ["GOODPUT", "ModelParams", "WireClasses", "low_load_ttft", "predict", "predict_modes"]
+def alone_s(cfg: ScenarioConfig, stage: int, skb_bytes: float = MSS) -> float:
+    """The model's time for one stage-``stage`` message alone on the idle wire, as the calibration probes it.
+
+    Stage 1: a read's bytes kvstore -> rank 0; stage 2: one all_to_all
+    direction rank 0 -> rank 1; stage 3: a KV write rank 0 -> decode, in
+    packets of ``skb_bytes``. The calibration's overhead is the measured
+    time minus this.
+    """
+    src, dst, nbytes = {1: (KVSTORE, 0, cfg.reuse_bytes + KVRESP_BYTES), 2: (0, 1, cfg.a2a_bytes + HDR_BYTES),
+                        3: (0, DECODE, cfg.kv_bytes + HDR_BYTES)}[stage]
+    m = _Model(cfg, "off", ModelParams(skb_bytes={1: skb_bytes, 2: skb_bytes, 3: skb_bytes}), slo=math.inf)
+    got: list[float] = []
+    m.start_flow(src, dst, nbytes, 0, stage, lambda: got.append(m.q.now))
+    m.q.run()
+    return got[0]
+
+
+__all__ = ["GOODPUT", "ModelParams", "alone_s", "low_load_ttft", "predict", "predict_modes"]

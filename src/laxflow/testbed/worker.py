@@ -374,7 +374,7 @@ def prefill(cfg: dict[str, Any]) -> None:
     else:
         waits = {}
     print(json.dumps({"rank": rank, "cct": cct, "ttft": ttft, "permit_dscp": used, "permit_wait_s": waits,
-                      "compute_s": sum(compute) / len(compute)}),
+                      "compute_s": sum(compute) / len(compute), "compute_all_s": compute}),
           flush=True)
     if io is not None:
         io.close()
