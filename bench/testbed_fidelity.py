@@ -174,7 +174,7 @@ def one_run(cfg: ScenarioConfig, reps: int | None = None, keep_decisions: bool =
         pred["seeded"]["seeds"] = seeds
         out["predicted"][mode] = pred
         keep = ("cct_mean", "ttft_mean", "slo_attainment", "cct_median", "cct_p99", "compute_ms_real", "permit_wait_ms_prefill",
-                "cwnd_segments",
+                "cwnd_segments", "timeline_ms",
                 "permit_dscp_prefill", "dscp_seen", "ttft_per_request")
         out["measured"][mode] = {k: measured[mode][k] for k in keep if k in measured[mode]}
         out["rel_error"][mode] = {k: measured[mode][k] / pred[k] - 1 for k in METRICS}

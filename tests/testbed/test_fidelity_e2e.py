@@ -48,6 +48,11 @@ def test_fidelity_run_measures_calibrates_and_predicts() -> None:
         assert all(sm.MSS <= v <= 65536 for v in params["skb_bytes"].values())  # one frame .. a GSO packet
         for k in ("cct_mean", "ttft_mean"):
             assert run["rel_error"][mode][k] == pytest.approx(run["measured"][mode][k] / run["predicted"][mode][k] - 1)
+    for side in ("predicted", "measured"):  # per layer: read in <= compute start <= all_to_all end <= write acked
+        for mode in ("off", "on"):
+            t = run[side][mode]["timeline_ms"]
+            for j in range(cfg.layers):
+                assert t["read"][j] <= t["compute"][j] <= t["a2a"][j] <= t["acked"][j], (side, mode, t)
     on = run["params"]["on"]["permit_ms"]
     measured_wait = run["measured"]["on"]["permit_wait_ms_prefill"]
     assert on["1"] == pytest.approx(measured_wait["1"], abs=1e-3) and on["2"] == pytest.approx(measured_wait["2"], abs=1e-3)

@@ -388,6 +388,10 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
     if all("compute_s" in o for o in outs):
         # the compute sleeps' real mean length (both ranks, warm-up included)
         result["compute_ms_real"] = 1000 * statistics.fmean(o["compute_s"] for o in outs)
+    if all("timeline" in o for o in outs):  # per layer, median over ranks and measured requests (ms after arrival)
+        result["timeline_ms"] = {k: [round(1000 * statistics.median(o["timeline"][k][r][j] for o in outs
+                                                                     for r in range(w, total)), 2)
+                                     for j in range(cfg.layers)] for k in outs[0]["timeline"]}
     if all("compute_all_s" in o for o in outs):  # every sleep (the simulator model's jitter)
         result["compute_ms_samples"] = [round(1000 * x, 3) for o in outs for x in o["compute_all_s"]]
     if cfg.transport == "mooncake":

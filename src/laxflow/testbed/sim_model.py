@@ -155,6 +155,8 @@ class _Model:
         self.dec_conn = {r: _Conn(self, r, DECODE, 3) for r in (0, 1)}
         self.a2a_conn = {r: _Conn(self, r, 1 - r, 2) for r in (0, 1)}
         self.cct: list[tuple[int, float]] = []
+        # (what, rank, request) -> per layer, s after arrival: read in, compute start, all_to_all end, write acked
+        self.timeline: dict[tuple[str, int, int], list[float]] = {}
         self.done: dict[tuple[int, int], float] = {}
         self.a2a: dict[tuple[int, int], dict[str, Any]] = {}
         self.waits: dict[int, list[float]] = {1: [], 2: [], 3: []}
@@ -163,6 +165,10 @@ class _Model:
 
     def link(self, name: str) -> int:
         return self.wire.link(name)
+
+    def mark(self, what: str, rank: int, req: int, layer: int) -> None:
+        """A timeline point (see ``timeline``): now, relative to the request's arrival."""
+        self.timeline.setdefault((what, rank, req), [0.0] * self.cfg.layers)[layer] = self.q.now - self.arrivals[req]
 
     def compute_time(self) -> float:
         """One layer's compute: the measured mean, or (seeded) one of the measured sleeps."""
@@ -209,7 +215,10 @@ class _Model:
                                "cct_median": statistics.median(cct),
                                "slo_attainment": sum(t <= self.slo for t in ttft) / len(ttft), "slo_s": self.slo,
                                "compute_s": self.compute, "ttft_per_request": ttft,
-                               "over_limit_frames": sum(p.over_limit for p in self.wire.ports)}
+                               "over_limit_frames": sum(p.over_limit for p in self.wire.ports),
+                               "timeline_ms": {k: [round(1000 * statistics.median(
+                                   self.timeline[(k, r, i)][j] for r in (0, 1) for i in range(w, len(self.arrivals))), 2)
+                                   for j in range(L)] for k in ("read", "compute", "a2a", "acked")}}
         if self.daemons:
             out["permit_wait_ms_prefill"] = {str(s): 1000 * statistics.fmean(v) if v else 0.0
                                              for s, v in self.waits.items()}
@@ -417,7 +426,10 @@ class _Rank:
                                       lambda dscp, j=layer, b=box: self._ask(j, dscp, b["msg"]))
 
     def _ask(self, layer: int, dscp: int, msg: int | None) -> None:
+        req = self.req
+
         def arrived() -> None:
+            self.m.mark("read", self.rank, req, layer)
             if msg is not None:
                 self.daemon.complete(1, msg)
             self.read_in[layer] = True
@@ -429,6 +441,7 @@ class _Rank:
         j = self.layer
         if j < self.m.cfg.layers and self.read_in[j] and not self.computing:
             self.computing = True
+            self.m.mark("compute", self.rank, self.req, j)
             if self.daemon is not None:
                 self.daemon.later(2, self.daemon.core.layer_begin, self.batch, j)
             self.m.q.push(self.m.q.now + self.m.compute_time(), Priority.COMPUTE, self._computed, j)
@@ -468,6 +481,7 @@ class _Rank:
     def _layer_done(self, j: int) -> None:
         m, d, req = self.m, self.daemon, self.req
         self.computing, self.layer = False, j + 1
+        m.mark("a2a", self.rank, req, j)
         nbytes = m.cfg.kv_bytes + HDR_BYTES
         if d is None:
             self._write(req, j, m.static_dscp(3) if m.mode != "off" else 0, None)
@@ -482,6 +496,7 @@ class _Rank:
 
     def _write(self, req: int, j: int, dscp: int, msg: int | None) -> None:
         def acked() -> None:
+            self.m.mark("acked", self.rank, req, j)
             self.acked[req] = self.acked.get(req, 0) + 1
             if self.acked[req] == self.m.cfg.layers:
                 self.m.done[(self.rank, req)] = self.m.q.now

@@ -294,10 +294,15 @@ def prefill(cfg: dict[str, Any]) -> None:
         while (item := writes.get()) is not None:
             write(*item)
 
+    # per request and layer, seconds after arrival: read in, compute start, all_to_all end, write acknowledged
+    # (the simulator model's timeline; one float each)
+    timeline = {k: [[0.0] * L for _ in arrivals] for k in ("read", "compute", "a2a", "acked")}
+
     def acks() -> None:
         count: dict[int, int] = {}
         for _ in range(len(arrivals) * L):
             req, _layer = ACK.unpack(_recv_exact(dec, ACK.size))
+            timeline["acked"][req - 1000][_layer] = time.time() - arrivals[req - 1000]
             count[req] = count.get(req, 0) + 1
             if count[req] == L:
                 finished[req] = time.time()
@@ -338,6 +343,7 @@ def prefill(cfg: dict[str, Any]) -> None:
                 _drain(kv, reuse)
                 arrived[layer].set()
                 events[layer].set()
+                timeline["read"][rid - 1000][layer] = time.time() - arrivals[rid - 1000]
 
         rthread = threading.Thread(target=reader, daemon=True)
         rthread.start()
@@ -345,6 +351,7 @@ def prefill(cfg: dict[str, Any]) -> None:
             layer_in[layer].wait()
             if io is not None:  # layer progress through the shared-memory ring: no round trip per layer
                 io.gate.layer_boundary(rid, layer)
+            timeline["compute"][req][layer] = time.time() - arrival
             slept = time.perf_counter()
             time.sleep(cfg["compute_s"])
             compute.append(time.perf_counter() - slept)  # the sleep's real length (the simulator model's input)
@@ -359,6 +366,7 @@ def prefill(cfg: dict[str, Any]) -> None:
                 _drain(a2a_in, a2a_bytes)
                 sender.join()
             cct.append(time.time() - t0)
+            timeline["a2a"][req][layer] = time.time() - arrival
             writes.put((rid, layer))
         rthread.join()
     writes.put(None)
@@ -374,7 +382,8 @@ def prefill(cfg: dict[str, Any]) -> None:
     else:
         waits = {}
     print(json.dumps({"rank": rank, "cct": cct, "ttft": ttft, "permit_dscp": used, "permit_wait_s": waits,
-                      "compute_s": sum(compute) / len(compute), "compute_all_s": compute}),
+                      "compute_s": sum(compute) / len(compute), "compute_all_s": compute,
+                      "timeline": timeline}),
           flush=True)
     if io is not None:
         io.close()
