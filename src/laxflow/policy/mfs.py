@@ -57,7 +57,7 @@ from laxflow.policy.inter_request import LoadTableBuilder, schedule_table
 from laxflow.policy.mfs_incremental import LiveView, decide_incremental
 from laxflow.policy.mfs_scalar import FEW_FLOWS, bottleneck, decide_few
 from laxflow.policy.mlu import level_of, mlu, thresholds
-from laxflow.policy.red import red_order
+from laxflow.policy.red import red_order, robust_effective_deadline
 from laxflow.policy.rli import rli
 from laxflow.policy.rmlq import Rmlq
 
@@ -110,7 +110,9 @@ class MfsPolicy(FlowPolicy):
         self._finished_links: set[int] = set()  # where _finished_bytes is not 0
         self._last_t: float | None = None
         self._bneck_cache: dict[tuple[int, int], tuple] = {}  # see mfs_scalar.bottleneck
+        self._red_cache: dict[tuple[float, ...], float] = {}  # a batch's live deadlines -> RED (_red_sorted)
         self._view = LiveView()  # the incremental path's kept state
+        self._few_out: dict[tuple, tuple] = {}  # the few-flow path's output arrays by arbitration keys
 
     # ------------------------------------------------------------ coordinator
 
@@ -261,10 +263,11 @@ class MfsPolicy(FlowPolicy):
         t.due[slots] = np.fromiter((_NAN if (d := f.due) is None else d for f in new), float, len(new))
         for f, s in zip(new, slots.tolist()):
             self._register(f, s)
+        t.set_facts(slots.tolist())
         return slots
 
-    def _register(self, f: Flow, s: int) -> None:
-        """Enter a new flow (slot ``s``) in the batch and request tables."""
+    def _register(self, f: Flow, s: int) -> tuple[int, int]:
+        """Enter a new flow (slot ``s``) in the batch and request tables; its (batch, request) indices."""
         b = self._batch_slot(f.batch)
         r = self._request_slot(f.request, _NAN if f.deadline is None else f.deadline, b)
         self.rmlq.batch[s] = b
@@ -272,6 +275,7 @@ class MfsPolicy(FlowPolicy):
         self._live_flows.setdefault(b, {})[f] = r
         requests = self._live_requests.setdefault(b, {})
         requests[r] = requests.get(r, 0) + 1
+        return b, r
 
     def _batch_slot(self, name: str) -> int:
         b = self._batch_index.get(name)
@@ -364,6 +368,9 @@ class MfsPolicy(FlowPolicy):
         ``_finished_links`` had utilization 0 and only decay. Same float
         operations per link as the vectorized step (called by mfs_scalar)."""
         decay = math.exp(-dt / self.config.load_window)
+        if not sent and not self._finished_links:  # utilization 0 everywhere: the average only decays
+            self._explicit_load *= decay
+            return
         load, done = self._explicit_load, self._finished_bytes
         updates = []
         for link in set(sent) | self._finished_links:
@@ -405,14 +412,33 @@ class MfsPolicy(FlowPolicy):
             for k, name in enumerate(order):
                 self._rank[self._batch_index[name]] = base + k
             return
-        order, _ = red_order({self._batch_names[b]: self._deadlines(b) for b in live})
-        for k, name in enumerate(order):
-            self._rank[self._batch_index[name]] = k
+        rank = self._rank
+        for k, b in enumerate(self._red_sorted(live)):
+            rank[b] = k
         if self.config.drop_budget > 0:
             self._prune(snap, live)
 
     def _deadlines(self, b: int) -> list[float]:
         return [d for r in self._live_requests[b] if not math.isnan(d := self._request_deadline[r])]
+
+    def _red_sorted(self, live: list[int]) -> list[int]:
+        """``live`` batches in ``red.red_order``'s order (ascending RED, ties by
+        name), with each batch's RED looked up by its deadlines: a batch's live
+        requests change far less often than batches come and go (a reorder
+        at every batch departure), so most REDs were computed before."""
+        cache, names = self._red_cache, self._batch_names
+        keyed = []
+        for b in live:
+            deadlines = tuple(self._deadlines(b))
+            red = cache.get(deadlines)
+            if red is None:
+                red = robust_effective_deadline(deadlines).red if deadlines else math.inf
+                if len(cache) >= 4096:  # bounded: deadlines are absolute, old ones never come back
+                    cache.clear()
+                cache[deadlines] = red
+            keyed.append((red, names[b], b))
+        keyed.sort()  # the names are distinct: b is never compared
+        return [b for _, _, b in keyed]
 
     def _prune(self, snap: Snapshot, live: list[int]) -> None:
         """Algorithm 1 on the live flows' remaining bytes (no coordinator).

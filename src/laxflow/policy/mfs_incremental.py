@@ -228,8 +228,9 @@ def decide_incremental(p: MfsPolicy, snap: Snapshot) -> Decision:
         s = slots[i]
         c = current[i]
         cur = _NAN if c is None else float(c)
-        u = _candidate(p, snap, s, i, cur, rem, thresholds)
-        explicit = bool(t.explicit[s])
+        facts = t.facts[s]
+        u = _candidate(p, snap, facts, i, cur, rem, thresholds)
+        explicit = facts[0]
         t.urgency[s] = u
         t.layer_at[s] = _NO_LAYER if math.isnan(cur) else cur
         t.tick_at[s] = tick
@@ -240,7 +241,8 @@ def decide_incremental(p: MfsPolicy, snap: Snapshot) -> Decision:
     for i in sorted(touched):
         s = slots[i]
         urgency = int(t.urgency[s])
-        explicit = bool(t.explicit[s])
+        facts = t.facts[s]
+        explicit = facts[0]
         compute_done = bool(done[i])
         if explicit and compute_done and urgency > 0:
             v.ticking.add(s)
@@ -256,7 +258,7 @@ def decide_incremental(p: MfsPolicy, snap: Snapshot) -> Decision:
             continue
         if rem is None:
             rem = remaining.tolist()
-        u = min(urgency, _candidate(p, snap, s, i, cur, rem, thresholds))
+        u = min(urgency, _candidate(p, snap, facts, i, cur, rem, thresholds))
         t.urgency[s] = u
         t.layer_at[s] = layer
         t.tick_at[s] = tick
@@ -308,18 +310,19 @@ def _rekey(p: MfsPolicy, slots: list[int], positions) -> None:
     t, v = p.rmlq, p._view
     k = p.config.levels
     pruned = p._pruned
+    facts, urgency = t.facts, t.urgency
     for i in positions:
         s = slots[i]
-        u = int(t.urgency[s])
-        explicit = bool(t.explicit[s])
-        if pruned[t.request[s]] and t.stage[s] != _COLLECTIVE:
+        u = int(urgency[s])
+        explicit, stage, _, _, _, batch, request, _, _ = facts[s]
+        if pruned[request] and stage != _COLLECTIVE:
             q = k
         else:
             q = queue_of_one(u, explicit, k)
         # arbitration.engine_levels orders by (queue, explicit, RLI, RED rank of the
         # batch); the key names the batch (-1: not ordered by it), LiveView.levels ranks.
         fine = not explicit and q < k
-        key = (q, int(explicit and q < k), u if fine else 0, int(t.batch[s]) if fine else -1)
+        key = (q, int(explicit and q < k), u if fine else 0, batch if fine else -1)
         v.set_key(s, key, q)
 
 
