@@ -10,11 +10,14 @@ and the final policy state must be identical.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from laxflow.policy import Flow, Snapshot, Stage
 from laxflow.policy.mfs import MfsPolicy
+from laxflow.policy.red import robust_effective_deadline
 from laxflow.sim.network.trace import decision_row
 
 LINKS = 24
@@ -131,6 +134,7 @@ def test_incremental_equals_from_scratch_over_a_long_run(seed, few_flows, option
                 p.set_order(order, pruned)
         got, want = decision_row(inc.decide(snap)), decision_row(ref.decide(snap))
         assert got == want, f"step {step}: {len(snap.flows)} flows"
+        _assert_red_memo(inc)
         if step % 250 == 0:
             _assert_facts(inc)
             _assert_facts(ref)
@@ -156,6 +160,13 @@ def _assert_facts(p: MfsPolicy) -> None:
         got = t.facts[s]
         assert all(type(a) is type(b) for a, b in zip(got, want)), (got, want)
         assert np.array_equal(np.array(got, float), np.array(want, float), equal_nan=True), (got, want)
+
+
+def _assert_red_memo(p: MfsPolicy) -> None:
+    """Every RED the policy kept for a batch is that of the batch's live deadlines now."""
+    for b, red in p._batch_red.items():
+        deadlines = p._deadlines(b)  # (a KeyError: a memo for a batch that is not live)
+        assert red == (robust_effective_deadline(deadlines).red if deadlines else math.inf), b
 
 
 def test_the_default_switches_paths_without_changing_a_decision():
@@ -209,6 +220,8 @@ def test_few_flow_decisions_equal_the_vectorized_path(seed, options):
         want = decision_row(vector.decide(snap))
         assert decision_row(scalar.decide(snap)) == want, f"step {step}"
         assert decision_row(inc.decide(snap)) == want, f"step {step}"
+        for p in (scalar, vector, inc):
+            _assert_red_memo(p)
         small += 2 <= len(snap.flows) <= 10 and len({f.batch for f in snap.flows}) > 1
     assert small > 1000
     assert len(scalar._few_out) > 50  # the output arrays were built for many key sets (and reused)

@@ -16,7 +16,7 @@ def test_red_sorted_is_red_order_with_ties_empty_batches_and_cache_hits():
     p = MfsPolicy()
     pool = [float(x) for x in rng.uniform(0.0, 1.0, 6)]  # few values: equal REDs and repeated deadline sets
     for trial in range(400):
-        p._batch_names, p._request_deadline, p._live_requests = [], [], {}
+        p._batch_names, p._request_deadline, p._live_requests, p._batch_red = [], [], {}, {}
         live = []
         for b in range(int(rng.integers(1, 9))):
             p._batch_names.append(f"b{int(rng.integers(0, 1000)):03d}-{b}")

@@ -111,6 +111,8 @@ class MfsPolicy(FlowPolicy):
         self._last_t: float | None = None
         self._bneck_cache: dict[tuple[int, int], tuple] = {}  # see mfs_scalar.bottleneck
         self._red_cache: dict[tuple[float, ...], float] = {}  # a batch's live deadlines -> RED (_red_sorted)
+        # RED per live batch (_red_sorted); dropped whenever the batch's live requests change.
+        self._batch_red: dict[int, float] = {}
         self._view = LiveView()  # the incremental path's kept state
         self._few_out: dict[tuple, tuple] = {}  # the few-flow path's output arrays by arbitration keys
 
@@ -216,6 +218,7 @@ class MfsPolicy(FlowPolicy):
             requests[r] -= 1
             if not requests[r]:
                 del requests[r]
+                self._batch_red.pop(b, None)  # its live deadlines changed
             if not live:
                 del self._live_flows[b]
                 del self._live_requests[b]
@@ -268,13 +271,27 @@ class MfsPolicy(FlowPolicy):
 
     def _register(self, f: Flow, s: int) -> tuple[int, int]:
         """Enter a new flow (slot ``s``) in the batch and request tables; its (batch, request) indices."""
-        b = self._batch_slot(f.batch)
-        r = self._request_slot(f.request, _NAN if f.deadline is None else f.deadline, b)
-        self.rmlq.batch[s] = b
-        self.rmlq.request[s] = r
-        self._live_flows.setdefault(b, {})[f] = r
-        requests = self._live_requests.setdefault(b, {})
-        requests[r] = requests.get(r, 0) + 1
+        b = self._batch_index.get(f.batch)
+        if b is None:
+            b = self._batch_slot(f.batch)
+        r = self._request_index.get(f.request)
+        if r is None or self._request_batch[r] < 0:
+            r = self._request_slot(f.request, _NAN if f.deadline is None else f.deadline, b)
+        t = self.rmlq
+        t.batch[s] = b
+        t.request[s] = r
+        live = self._live_flows.get(b)
+        if live is None:
+            live = self._live_flows[b] = {}
+            self._live_requests[b] = {}
+        live[f] = r
+        requests = self._live_requests[b]
+        count = requests.get(r)
+        if count is None:
+            requests[r] = 1
+            self._batch_red.pop(b, None)  # its live deadlines changed
+        else:
+            requests[r] = count + 1
         return b, r
 
     def _batch_slot(self, name: str) -> int:
@@ -426,16 +443,19 @@ class MfsPolicy(FlowPolicy):
         name), with each batch's RED looked up by its deadlines: a batch's live
         requests change far less often than batches come and go (a reorder
         at every batch departure), so most REDs were computed before."""
-        cache, names = self._red_cache, self._batch_names
+        cache, memo, names = self._red_cache, self._batch_red, self._batch_names
         keyed = []
         for b in live:
-            deadlines = tuple(self._deadlines(b))
-            red = cache.get(deadlines)
+            red = memo.get(b)
             if red is None:
-                red = robust_effective_deadline(deadlines).red if deadlines else math.inf
-                if len(cache) >= 4096:  # bounded: deadlines are absolute, old ones never come back
-                    cache.clear()
-                cache[deadlines] = red
+                deadlines = tuple(self._deadlines(b))
+                red = cache.get(deadlines)
+                if red is None:
+                    red = robust_effective_deadline(deadlines).red if deadlines else math.inf
+                    if len(cache) >= 4096:  # bounded: deadlines are absolute, old ones never come back
+                        cache.clear()
+                    cache[deadlines] = red
+                memo[b] = red
             keyed.append((red, names[b], b))
         keyed.sort()  # the names are distinct: b is never compared
         return [b for _, _, b in keyed]
