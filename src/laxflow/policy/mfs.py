@@ -114,6 +114,7 @@ class MfsPolicy(FlowPolicy):
         # RED per live batch (_red_sorted); dropped whenever the batch's live requests change.
         self._batch_red: dict[int, float] = {}
         self._view = LiveView()  # the incremental path's kept state
+        self._window_seen = math.nan  # the last snapshot load_window accepted
         self._few_out: dict[tuple, tuple] = {}  # the few-flow path's output arrays by arbitration keys
 
     # ------------------------------------------------------------ coordinator
@@ -144,12 +145,14 @@ class MfsPolicy(FlowPolicy):
     def decide(self, snap: Snapshot) -> Decision:
         flows = snap.flows
         n = len(flows)
-        if not math.isclose(snap.load_window, self.config.load_window, rel_tol=1e-9):
+        window = snap.load_window
+        if window != self._window_seen and not math.isclose(window, self.config.load_window, rel_tol=1e-9):
             raise ValueError(
                 f"mfs: the snapshot's link_load is a moving average over {snap.load_window!r} s but "
                 f"MfsConfig.load_window is {self.config.load_window!r} s; give the policy the window of "
                 "whoever measures link load (the engine's or daemon's load_window)"
             )
+        self._window_seen = window  # (checked once per distinct value: the snapshot's owner keeps one)
         if n == 0:
             empty = np.zeros(0, np.int64)
             return Decision(level=empty, queue=empty, dscp=np.zeros(0, np.uint8))
@@ -200,17 +203,21 @@ class MfsPolicy(FlowPolicy):
         )
 
     def on_complete(self, flow: Flow, now: float) -> None:
-        s = self.rmlq.slot.get(flow)
+        t = self.rmlq
+        s = t.slot.get(flow)
         if s is None:
             return
-        b = int(self.rmlq.batch[s])
-        if self.rmlq.explicit[s] and self._finished_bytes.size:
+        facts = t.facts[s]
+        if facts is None:  # admission never finished (a decide that raised): the arrays hold what there is
+            facts = (bool(t.explicit[s]), 0, int(t.bneck_link[s]), 0.0, float(t.bneck_weight[s]), int(t.batch[s]))
+        explicit, _, link, _, weight, b = facts[:6]
+        if explicit and self._finished_bytes.size:
             # Its last bytes moved since the last decision: count them there.
-            link = int(self.rmlq.bneck_link[s])
-            self._finished_bytes[link] += self.rmlq.last_rem[s] * self.rmlq.bneck_weight[s]
+            self._finished_bytes[link] += t.last_rem[s] * weight
             self._finished_links.add(link)
-        self._view.forget(flow, s)
-        self.rmlq.release(flow)
+        if self._view.active:  # (else the incremental path starts over from its next snapshot)
+            self._view.forget(flow, s)
+        t.release(flow)
         live = self._live_flows.get(b)
         if live is not None:
             r = live.pop(flow)
