@@ -395,23 +395,30 @@ class MfsPolicy(FlowPolicy):
         if not sent and not self._finished_links:  # utilization 0 everywhere: the average only decays
             self._explicit_load *= decay
             return
-        load, done = self._explicit_load, self._finished_bytes
+        load, done, capacity, finished = self._explicit_load, self._finished_bytes, snap.capacity, self._finished_links
         updates = []
-        for link in set(sent) | self._finished_links:
-            moved = sent.get(link, 0.0) + float(done[link])
-            span = float(snap.capacity[link]) * dt
+        # (_finished_bytes is 0.0 outside _finished_links, and a sum of sent bytes is
+        # never -0.0, so adding it only there changes no bit.)
+        for link in set(sent) | finished if finished else sent:
+            moved = sent.get(link, 0.0) + float(done[link]) if finished else sent[link]
+            span = float(capacity[link]) * dt
             if span > 0:
                 util = moved / span
             else:  # as NumPy divides, then nan_to_num(nan=0, posinf=1)
                 util = 0.0 if moved == 0 or math.isnan(moved) else math.copysign(1.0, moved)
-            util = 0.0 if math.isnan(util) else min(max(util, 0.0), 1.0)
+            # As min(max(util, 0.0), 1.0) with NaN -> 0 (-0.0 stays -0.0, as max keeps its first argument).
+            if not util >= 0.0:
+                util = 0.0
+            elif util > 1.0:
+                util = 1.0
             updates.append((link, util + (float(load[link]) - util) * decay))
         load *= decay
         for link, value in updates:
             load[link] = value
-        for link in self._finished_links:
-            done[link] = 0.0
-        self._finished_links.clear()
+        if finished:
+            for link in finished:
+                done[link] = 0.0
+            finished.clear()
 
     def _note_levels(self, flows: Any, pos: np.ndarray, idx: np.ndarray) -> None:
         if not pos.size:

@@ -335,9 +335,13 @@ def _measure(p: MfsPolicy, snap: Snapshot, v: LiveView, new_pos: list[int], rema
         return
     last, now = interval
     if v.explicit is None or new_pos:
-        explicit = t.explicit[v.slot_array]
-        if new_pos:  # not moved yet; counted from the next decision (so not kept)
-            explicit[new_pos] = False
+        slot_array = v.slot_array
+        if new_pos and new_pos[0] == len(slot_array) - len(new_pos):  # new flows are the tail (no rebuild)
+            explicit = t.explicit[slot_array[: new_pos[0]]]
+        else:
+            explicit = t.explicit[slot_array]
+            if new_pos:  # not moved yet; counted from the next decision (so not kept)
+                explicit[new_pos] = False
         e = np.flatnonzero(explicit)
         es = v.slot_array[e]
         entry = (e, es, t.bneck_weight[es], t.bneck_link[es].tolist())
