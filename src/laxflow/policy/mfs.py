@@ -427,10 +427,14 @@ class MfsPolicy(FlowPolicy):
         for i, lv in zip(pos.tolist(), q.tolist()):
             flows[i].state["rmlq_level"] = lv
 
-    def _reorder(self, snap: Snapshot) -> None:
-        """RED ranks for the live batches, and (standalone) Algorithm 1's pruning."""
+    def _reorder(self, snap: Snapshot) -> bool:
+        """RED ranks for the live batches, and (standalone) Algorithm 1's pruning.
+
+        Writes ranks of live batches only; returns whether any of them changed."""
         self._order_stale = False
         live = list(self._live_flows)
+        rank = self._rank
+        ranked: list[tuple[int, int]] = []  # (batch, new rank)
         if self._external:
             known = self._external_order
             unknown = {self._batch_names[b]: self._deadlines(b) for b in live if self._batch_names[b] not in known}
@@ -438,16 +442,19 @@ class MfsPolicy(FlowPolicy):
             for b in live:
                 name = self._batch_names[b]
                 if name in known:
-                    self._rank[b] = known[name]
+                    ranked.append((b, known[name]))
             order, _ = red_order(unknown)
-            for k, name in enumerate(order):
-                self._rank[self._batch_index[name]] = base + k
-            return
-        rank = self._rank
-        for k, b in enumerate(self._red_sorted(live)):
-            rank[b] = k
-        if self.config.drop_budget > 0:
+            ranked.extend((self._batch_index[name], base + k) for k, name in enumerate(order))
+        else:
+            ranked.extend((b, k) for k, b in enumerate(self._red_sorted(live)))
+        moved = False
+        for b, k in ranked:
+            if rank[b] != k:
+                rank[b] = k
+                moved = True
+        if not self._external and self.config.drop_budget > 0:
             self._prune(snap, live)
+        return moved
 
     def _deadlines(self, b: int) -> list[float]:
         return [d for r in self._live_requests[b] if not math.isnan(d := self._request_deadline[r])]

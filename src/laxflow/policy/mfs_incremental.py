@@ -140,7 +140,7 @@ class LiveView:
         """Key id -> dense level (0 first) over the keys live flows hold, batches
         ordered by ``rank`` (the policy's RED rank per batch); equal orders share a level."""
         if self.remap is None:
-            remap = np.zeros(max(len(self.key_of), 1), np.int64)
+            remap = [0] * max(len(self.key_of), 1)
             order = sorted(
                 ((q, e, u, 0 if b < 0 else int(rank[b])), kid) for (q, e, u, b), (kid, _) in self.keys.items()
             )
@@ -149,7 +149,7 @@ class LiveView:
                 if key != last:
                     level, last = level + 1, key
                 remap[kid] = level
-            self.remap = remap
+            self.remap = np.array(remap, np.int64)
         return self.remap
 
 
@@ -271,9 +271,8 @@ def decide_incremental(p: MfsPolicy, snap: Snapshot) -> Decision:
     # 5. RED order and pruning; their changes re-key the flows of the batches and requests involved.
     if p._order_stale:
         prunes = not p._external and p.config.drop_budget > 0  # else _reorder leaves _pruned alone
-        rank, pruned = p._rank.copy(), p._pruned.copy() if prunes else None
-        p._reorder(snap)
-        if not np.array_equal(rank, p._rank):
+        pruned = p._pruned.copy() if prunes else None
+        if p._reorder(snap):
             v.remap = v.out = None  # keys name batches; their order is read when levels are made
         if pruned is not None:
             flipped = pruned != p._pruned
@@ -342,7 +341,7 @@ def _measure(p: MfsPolicy, snap: Snapshot, v: LiveView, new_pos: list[int], rema
             explicit = t.explicit[slot_array]
             if new_pos:  # not moved yet; counted from the next decision (so not kept)
                 explicit[new_pos] = False
-        e = np.flatnonzero(explicit)
+        e = explicit.nonzero()[0]  # (np.flatnonzero's result, without its Python wrapper)
         es = v.slot_array[e]
         entry = (e, es, t.bneck_weight[es], t.bneck_link[es].tolist())
         if not new_pos:
