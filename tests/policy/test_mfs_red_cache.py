@@ -29,3 +29,21 @@ def test_red_sorted_is_red_order_with_ties_empty_batches_and_cache_hits():
         order, _ = red_order({p._batch_names[b]: p._deadlines(b) for b in live})
         assert [p._batch_names[b] for b in p._red_sorted(live)] == order, trial
     assert 0 < len(p._red_cache) < 400 * 4  # the cache was hit
+
+
+def test_a_flow_whose_admission_raised_can_still_complete():
+    """A decide that raised mid-admission (a link outside the snapshot's capacities)
+    leaves a slot without facts; its on_complete must not raise (daemons call it)."""
+    import pytest
+
+    from laxflow.policy import Flow, Snapshot, Stage
+
+    p = MfsPolicy()
+    bad = Flow.on_path("bad", 1e6, [5], stage=Stage.P2D, request="r", batch="b", deadline=1.0)
+    snap = Snapshot(now=0.0, flows=[bad], remaining=np.array([1e6]), capacity=np.full(2, 1e9),
+                    link_load=np.zeros(2), load_window=0.01)
+    with pytest.raises(IndexError):
+        p.decide(snap)
+    assert p.rmlq.facts[p.rmlq.slot[bad]] is None
+    p.on_complete(bad, 0.001)
+    assert bad not in p.rmlq.slot
