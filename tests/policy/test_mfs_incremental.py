@@ -10,11 +10,14 @@ and the final policy state must be identical.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from laxflow.policy import Flow, Snapshot, Stage
 from laxflow.policy.mfs import MfsPolicy
+from laxflow.policy.red import robust_effective_deadline
 from laxflow.sim.network.trace import decision_row
 
 LINKS = 24
@@ -37,8 +40,9 @@ def _from_scratch(few_flows, **options):
 class _Run:
     """Random serving-like traffic on a small network, one snapshot per step."""
 
-    def __init__(self, seed: int, shuffle: float):
+    def __init__(self, seed: int, shuffle: float, done: float = 0.04):
         self.rng = np.random.default_rng(seed)
+        self.done = done  # chance that a live flow finishes at a step
         self.capacity = self.rng.uniform(5e9, 25e9, LINKS)
         self.shuffle = shuffle
         self.now = 0.0
@@ -87,7 +91,7 @@ class _Run:
         for f in self.live:
             self.remaining[id(f)] *= float(rng.uniform(0.7, 1.0))
         # Completions (each policy hears of each one), then the snapshot.
-        done = [f for f in self.live if rng.random() < 0.04]
+        done = [f for f in self.live if rng.random() < self.done]
         for f in done:
             self.live.remove(f)
             for p in policies:
@@ -130,6 +134,10 @@ def test_incremental_equals_from_scratch_over_a_long_run(seed, few_flows, option
                 p.set_order(order, pruned)
         got, want = decision_row(inc.decide(snap)), decision_row(ref.decide(snap))
         assert got == want, f"step {step}: {len(snap.flows)} flows"
+        _assert_red_memo(inc)
+        if step % 250 == 0:
+            _assert_facts(inc)
+            _assert_facts(ref)
         decisions += 1
         big += len(snap.flows) > 48
     assert decisions > 2000 and big > 200  # long, and past the scalar path's sizes
@@ -140,6 +148,25 @@ def test_incremental_equals_from_scratch_over_a_long_run(seed, few_flows, option
     for attr in inc.rmlq._ARRAYS:
         assert np.array_equal(getattr(inc.rmlq, attr), getattr(ref.rmlq, attr), equal_nan=True), attr
     assert inc.infeasible == ref.infeasible
+
+
+def _assert_facts(p: MfsPolicy) -> None:
+    """Every live slot's ``Rmlq.facts`` tuple holds exactly its arrays' values."""
+    t = p.rmlq
+    names = ("explicit", "stage", "bneck_link", "bneck_rate", "bneck_weight", "batch", "request", "target", "due")
+    assert t.slot
+    for s in t.slot.values():
+        want = tuple(getattr(t, name)[s].item() for name in names)
+        got = t.facts[s]
+        assert all(type(a) is type(b) for a, b in zip(got, want)), (got, want)
+        assert np.array_equal(np.array(got, float), np.array(want, float), equal_nan=True), (got, want)
+
+
+def _assert_red_memo(p: MfsPolicy) -> None:
+    """Every RED the policy kept for a batch is that of the batch's live deadlines now."""
+    for b, red in p._batch_red.items():
+        deadlines = p._deadlines(b)  # (a KeyError: a memo for a batch that is not live)
+        assert red == (robust_effective_deadline(deadlines).red if deadlines else math.inf), b
 
 
 def test_the_default_switches_paths_without_changing_a_decision():
@@ -167,3 +194,34 @@ def test_unchanged_decisions_hand_out_read_only_arrays():
     d = p.decide(snap)
     with pytest.raises(ValueError):
         d.level[0] = 99
+
+
+@pytest.mark.parametrize("seed, options", [(9, {}), (10, {"drop_budget": 2}), (11, {"coordinator": True})])
+def test_few_flow_decisions_equal_the_vectorized_path(seed, options):
+    """A few live flows from several batches (the serving median), RED ranks
+    and pruning changing under them: the scalar path (with its output arrays
+    reused by arbitration key), the incremental one and the vectorized one agree."""
+    options = dict(options)
+    coordinator = options.pop("coordinator", False)
+    run = _Run(seed, shuffle=0.0, done=0.3)
+    scalar, vector, inc = MfsPolicy(**options), _from_scratch(0, **options), _incremental(**options)
+    scalar.incremental = False
+    small = 0
+    for step in range(3000):
+        snap = run.step((scalar, vector, inc))
+        if snap is None:
+            run.arrive()
+            continue
+        if coordinator and step % 7 == 0:
+            order = {b: int(run.rng.integers(0, 4)) for b in {f.batch for f in snap.flows}}
+            pruned = [f.request for f in snap.flows if run.rng.random() < 0.05]
+            for p in (scalar, vector, inc):
+                p.set_order(order, pruned)
+        want = decision_row(vector.decide(snap))
+        assert decision_row(scalar.decide(snap)) == want, f"step {step}"
+        assert decision_row(inc.decide(snap)) == want, f"step {step}"
+        for p in (scalar, vector, inc):
+            _assert_red_memo(p)
+        small += 2 <= len(snap.flows) <= 10 and len({f.batch for f in snap.flows}) > 1
+    assert small > 1000
+    assert len(scalar._few_out) > 50  # the output arrays were built for many key sets (and reused)

@@ -57,7 +57,7 @@ from laxflow.policy.inter_request import LoadTableBuilder, schedule_table
 from laxflow.policy.mfs_incremental import LiveView, decide_incremental
 from laxflow.policy.mfs_scalar import FEW_FLOWS, bottleneck, decide_few
 from laxflow.policy.mlu import level_of, mlu, thresholds
-from laxflow.policy.red import red_order
+from laxflow.policy.red import red_order, robust_effective_deadline
 from laxflow.policy.rli import rli
 from laxflow.policy.rmlq import Rmlq
 
@@ -110,7 +110,12 @@ class MfsPolicy(FlowPolicy):
         self._finished_links: set[int] = set()  # where _finished_bytes is not 0
         self._last_t: float | None = None
         self._bneck_cache: dict[tuple[int, int], tuple] = {}  # see mfs_scalar.bottleneck
+        self._red_cache: dict[tuple[float, ...], float] = {}  # a batch's live deadlines -> RED (_red_sorted)
+        # RED per live batch (_red_sorted); dropped whenever the batch's live requests change.
+        self._batch_red: dict[int, float] = {}
         self._view = LiveView()  # the incremental path's kept state
+        self._window_seen = math.nan  # the last snapshot load_window accepted
+        self._few_out: dict[tuple, tuple] = {}  # the few-flow path's output arrays by arbitration keys
 
     # ------------------------------------------------------------ coordinator
 
@@ -140,12 +145,14 @@ class MfsPolicy(FlowPolicy):
     def decide(self, snap: Snapshot) -> Decision:
         flows = snap.flows
         n = len(flows)
-        if not math.isclose(snap.load_window, self.config.load_window, rel_tol=1e-9):
+        window = snap.load_window
+        if window != self._window_seen and not math.isclose(window, self.config.load_window, rel_tol=1e-9):
             raise ValueError(
                 f"mfs: the snapshot's link_load is a moving average over {snap.load_window!r} s but "
                 f"MfsConfig.load_window is {self.config.load_window!r} s; give the policy the window of "
                 "whoever measures link load (the engine's or daemon's load_window)"
             )
+        self._window_seen = window  # (checked once per distinct value: the snapshot's owner keeps one)
         if n == 0:
             empty = np.zeros(0, np.int64)
             return Decision(level=empty, queue=empty, dscp=np.zeros(0, np.uint8))
@@ -196,17 +203,21 @@ class MfsPolicy(FlowPolicy):
         )
 
     def on_complete(self, flow: Flow, now: float) -> None:
-        s = self.rmlq.slot.get(flow)
+        t = self.rmlq
+        s = t.slot.get(flow)
         if s is None:
             return
-        b = int(self.rmlq.batch[s])
-        if self.rmlq.explicit[s] and self._finished_bytes.size:
+        facts = t.facts[s]
+        if facts is None:  # admission never finished (a decide that raised): the arrays hold what there is
+            facts = (bool(t.explicit[s]), 0, int(t.bneck_link[s]), 0.0, float(t.bneck_weight[s]), int(t.batch[s]))
+        explicit, _, link, _, weight, b = facts[:6]
+        if explicit and self._finished_bytes.size:
             # Its last bytes moved since the last decision: count them there.
-            link = int(self.rmlq.bneck_link[s])
-            self._finished_bytes[link] += self.rmlq.last_rem[s] * self.rmlq.bneck_weight[s]
+            self._finished_bytes[link] += t.last_rem[s] * weight
             self._finished_links.add(link)
-        self._view.forget(flow, s)
-        self.rmlq.release(flow)
+        if self._view.active:  # (else the incremental path starts over from its next snapshot)
+            self._view.forget(flow, s)
+        t.release(flow)
         live = self._live_flows.get(b)
         if live is not None:
             r = live.pop(flow)
@@ -214,6 +225,7 @@ class MfsPolicy(FlowPolicy):
             requests[r] -= 1
             if not requests[r]:
                 del requests[r]
+                self._batch_red.pop(b, None)  # its live deadlines changed
             if not live:
                 del self._live_flows[b]
                 del self._live_requests[b]
@@ -261,17 +273,33 @@ class MfsPolicy(FlowPolicy):
         t.due[slots] = np.fromiter((_NAN if (d := f.due) is None else d for f in new), float, len(new))
         for f, s in zip(new, slots.tolist()):
             self._register(f, s)
+        t.set_facts(slots.tolist())
         return slots
 
-    def _register(self, f: Flow, s: int) -> None:
-        """Enter a new flow (slot ``s``) in the batch and request tables."""
-        b = self._batch_slot(f.batch)
-        r = self._request_slot(f.request, _NAN if f.deadline is None else f.deadline, b)
-        self.rmlq.batch[s] = b
-        self.rmlq.request[s] = r
-        self._live_flows.setdefault(b, {})[f] = r
-        requests = self._live_requests.setdefault(b, {})
-        requests[r] = requests.get(r, 0) + 1
+    def _register(self, f: Flow, s: int) -> tuple[int, int]:
+        """Enter a new flow (slot ``s``) in the batch and request tables; its (batch, request) indices."""
+        b = self._batch_index.get(f.batch)
+        if b is None:
+            b = self._batch_slot(f.batch)
+        r = self._request_index.get(f.request)
+        if r is None or self._request_batch[r] < 0:
+            r = self._request_slot(f.request, _NAN if f.deadline is None else f.deadline, b)
+        t = self.rmlq
+        t.batch[s] = b
+        t.request[s] = r
+        live = self._live_flows.get(b)
+        if live is None:
+            live = self._live_flows[b] = {}
+            self._live_requests[b] = {}
+        live[f] = r
+        requests = self._live_requests[b]
+        count = requests.get(r)
+        if count is None:
+            requests[r] = 1
+            self._batch_red.pop(b, None)  # its live deadlines changed
+        else:
+            requests[r] = count + 1
+        return b, r
 
     def _batch_slot(self, name: str) -> int:
         b = self._batch_index.get(name)
@@ -364,23 +392,33 @@ class MfsPolicy(FlowPolicy):
         ``_finished_links`` had utilization 0 and only decay. Same float
         operations per link as the vectorized step (called by mfs_scalar)."""
         decay = math.exp(-dt / self.config.load_window)
-        load, done = self._explicit_load, self._finished_bytes
+        if not sent and not self._finished_links:  # utilization 0 everywhere: the average only decays
+            self._explicit_load *= decay
+            return
+        load, done, capacity, finished = self._explicit_load, self._finished_bytes, snap.capacity, self._finished_links
         updates = []
-        for link in set(sent) | self._finished_links:
-            moved = sent.get(link, 0.0) + float(done[link])
-            span = float(snap.capacity[link]) * dt
+        # (_finished_bytes is 0.0 outside _finished_links, and a sum of sent bytes is
+        # never -0.0, so adding it only there changes no bit.)
+        for link in set(sent) | finished if finished else sent:
+            moved = sent.get(link, 0.0) + float(done[link]) if finished else sent[link]
+            span = float(capacity[link]) * dt
             if span > 0:
                 util = moved / span
             else:  # as NumPy divides, then nan_to_num(nan=0, posinf=1)
                 util = 0.0 if moved == 0 or math.isnan(moved) else math.copysign(1.0, moved)
-            util = 0.0 if math.isnan(util) else min(max(util, 0.0), 1.0)
+            # As min(max(util, 0.0), 1.0) with NaN -> 0 (-0.0 stays -0.0, as max keeps its first argument).
+            if not util >= 0.0:
+                util = 0.0
+            elif util > 1.0:
+                util = 1.0
             updates.append((link, util + (float(load[link]) - util) * decay))
         load *= decay
         for link, value in updates:
             load[link] = value
-        for link in self._finished_links:
-            done[link] = 0.0
-        self._finished_links.clear()
+        if finished:
+            for link in finished:
+                done[link] = 0.0
+            finished.clear()
 
     def _note_levels(self, flows: Any, pos: np.ndarray, idx: np.ndarray) -> None:
         if not pos.size:
@@ -389,10 +427,14 @@ class MfsPolicy(FlowPolicy):
         for i, lv in zip(pos.tolist(), q.tolist()):
             flows[i].state["rmlq_level"] = lv
 
-    def _reorder(self, snap: Snapshot) -> None:
-        """RED ranks for the live batches, and (standalone) Algorithm 1's pruning."""
+    def _reorder(self, snap: Snapshot) -> bool:
+        """RED ranks for the live batches, and (standalone) Algorithm 1's pruning.
+
+        Writes ranks of live batches only; returns whether any of them changed."""
         self._order_stale = False
         live = list(self._live_flows)
+        rank = self._rank
+        ranked: list[tuple[int, int]] = []  # (batch, new rank)
         if self._external:
             known = self._external_order
             unknown = {self._batch_names[b]: self._deadlines(b) for b in live if self._batch_names[b] not in known}
@@ -400,19 +442,44 @@ class MfsPolicy(FlowPolicy):
             for b in live:
                 name = self._batch_names[b]
                 if name in known:
-                    self._rank[b] = known[name]
+                    ranked.append((b, known[name]))
             order, _ = red_order(unknown)
-            for k, name in enumerate(order):
-                self._rank[self._batch_index[name]] = base + k
-            return
-        order, _ = red_order({self._batch_names[b]: self._deadlines(b) for b in live})
-        for k, name in enumerate(order):
-            self._rank[self._batch_index[name]] = k
-        if self.config.drop_budget > 0:
+            ranked.extend((self._batch_index[name], base + k) for k, name in enumerate(order))
+        else:
+            ranked.extend((b, k) for k, b in enumerate(self._red_sorted(live)))
+        moved = False
+        for b, k in ranked:
+            if rank[b] != k:
+                rank[b] = k
+                moved = True
+        if not self._external and self.config.drop_budget > 0:
             self._prune(snap, live)
+        return moved
 
     def _deadlines(self, b: int) -> list[float]:
         return [d for r in self._live_requests[b] if not math.isnan(d := self._request_deadline[r])]
+
+    def _red_sorted(self, live: list[int]) -> list[int]:
+        """``live`` batches in ``red.red_order``'s order (ascending RED, ties by
+        name), with each batch's RED looked up by its deadlines: a batch's live
+        requests change far less often than batches come and go (a reorder
+        at every batch departure), so most REDs were computed before."""
+        cache, memo, names = self._red_cache, self._batch_red, self._batch_names
+        keyed = []
+        for b in live:
+            red = memo.get(b)
+            if red is None:
+                deadlines = tuple(self._deadlines(b))
+                red = cache.get(deadlines)
+                if red is None:
+                    red = robust_effective_deadline(deadlines).red if deadlines else math.inf
+                    if len(cache) >= 4096:  # bounded: deadlines are absolute, old ones never come back
+                        cache.clear()
+                    cache[deadlines] = red
+                memo[b] = red
+            keyed.append((red, names[b], b))
+        keyed.sort()  # the names are distinct: b is never compared
+        return [b for _, _, b in keyed]
 
     def _prune(self, snap: Snapshot, live: list[int]) -> None:
         """Algorithm 1 on the live flows' remaining bytes (no coordinator).

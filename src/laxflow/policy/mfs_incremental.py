@@ -140,7 +140,7 @@ class LiveView:
         """Key id -> dense level (0 first) over the keys live flows hold, batches
         ordered by ``rank`` (the policy's RED rank per batch); equal orders share a level."""
         if self.remap is None:
-            remap = np.zeros(max(len(self.key_of), 1), np.int64)
+            remap = [0] * max(len(self.key_of), 1)
             order = sorted(
                 ((q, e, u, 0 if b < 0 else int(rank[b])), kid) for (q, e, u, b), (kid, _) in self.keys.items()
             )
@@ -149,7 +149,7 @@ class LiveView:
                 if key != last:
                     level, last = level + 1, key
                 remap[kid] = level
-            self.remap = remap
+            self.remap = np.array(remap, np.int64)
         return self.remap
 
 
@@ -228,8 +228,9 @@ def decide_incremental(p: MfsPolicy, snap: Snapshot) -> Decision:
         s = slots[i]
         c = current[i]
         cur = _NAN if c is None else float(c)
-        u = _candidate(p, snap, s, i, cur, rem, thresholds)
-        explicit = bool(t.explicit[s])
+        facts = t.facts[s]
+        u = _candidate(p, snap, facts, i, cur, rem, thresholds)
+        explicit = facts[0]
         t.urgency[s] = u
         t.layer_at[s] = _NO_LAYER if math.isnan(cur) else cur
         t.tick_at[s] = tick
@@ -240,7 +241,8 @@ def decide_incremental(p: MfsPolicy, snap: Snapshot) -> Decision:
     for i in sorted(touched):
         s = slots[i]
         urgency = int(t.urgency[s])
-        explicit = bool(t.explicit[s])
+        facts = t.facts[s]
+        explicit = facts[0]
         compute_done = bool(done[i])
         if explicit and compute_done and urgency > 0:
             v.ticking.add(s)
@@ -256,7 +258,7 @@ def decide_incremental(p: MfsPolicy, snap: Snapshot) -> Decision:
             continue
         if rem is None:
             rem = remaining.tolist()
-        u = min(urgency, _candidate(p, snap, s, i, cur, rem, thresholds))
+        u = min(urgency, _candidate(p, snap, facts, i, cur, rem, thresholds))
         t.urgency[s] = u
         t.layer_at[s] = layer
         t.tick_at[s] = tick
@@ -269,9 +271,8 @@ def decide_incremental(p: MfsPolicy, snap: Snapshot) -> Decision:
     # 5. RED order and pruning; their changes re-key the flows of the batches and requests involved.
     if p._order_stale:
         prunes = not p._external and p.config.drop_budget > 0  # else _reorder leaves _pruned alone
-        rank, pruned = p._rank.copy(), p._pruned.copy() if prunes else None
-        p._reorder(snap)
-        if not np.array_equal(rank, p._rank):
+        pruned = p._pruned.copy() if prunes else None
+        if p._reorder(snap):
             v.remap = v.out = None  # keys name batches; their order is read when levels are made
         if pruned is not None:
             flipped = pruned != p._pruned
@@ -308,18 +309,19 @@ def _rekey(p: MfsPolicy, slots: list[int], positions) -> None:
     t, v = p.rmlq, p._view
     k = p.config.levels
     pruned = p._pruned
+    facts, urgency = t.facts, t.urgency
     for i in positions:
         s = slots[i]
-        u = int(t.urgency[s])
-        explicit = bool(t.explicit[s])
-        if pruned[t.request[s]] and t.stage[s] != _COLLECTIVE:
+        u = int(urgency[s])
+        explicit, stage, _, _, _, batch, request, _, _ = facts[s]
+        if pruned[request] and stage != _COLLECTIVE:
             q = k
         else:
             q = queue_of_one(u, explicit, k)
         # arbitration.engine_levels orders by (queue, explicit, RLI, RED rank of the
         # batch); the key names the batch (-1: not ordered by it), LiveView.levels ranks.
         fine = not explicit and q < k
-        key = (q, int(explicit and q < k), u if fine else 0, int(t.batch[s]) if fine else -1)
+        key = (q, int(explicit and q < k), u if fine else 0, batch if fine else -1)
         v.set_key(s, key, q)
 
 
@@ -332,10 +334,14 @@ def _measure(p: MfsPolicy, snap: Snapshot, v: LiveView, new_pos: list[int], rema
         return
     last, now = interval
     if v.explicit is None or new_pos:
-        explicit = t.explicit[v.slot_array]
-        if new_pos:  # not moved yet; counted from the next decision (so not kept)
-            explicit[new_pos] = False
-        e = np.flatnonzero(explicit)
+        slot_array = v.slot_array
+        if new_pos and new_pos[0] == len(slot_array) - len(new_pos):  # new flows are the tail (no rebuild)
+            explicit = t.explicit[slot_array[: new_pos[0]]]
+        else:
+            explicit = t.explicit[slot_array]
+            if new_pos:  # not moved yet; counted from the next decision (so not kept)
+                explicit[new_pos] = False
+        e = explicit.nonzero()[0]  # (np.flatnonzero's result, without its Python wrapper)
         es = v.slot_array[e]
         entry = (e, es, t.bneck_weight[es], t.bneck_link[es].tolist())
         if not new_pos:

@@ -44,75 +44,93 @@ def decide_few(p: MfsPolicy, snap: Snapshot) -> Decision:
     k = p.config.levels
     slot = t.slot
     idx = [slot.get(f, -1) for f in flows]
-    new = [i for i, s in enumerate(idx) if s < 0]
-    for i, s in zip(new, [t.allocate(flows[i]) for i in new]):
-        idx[i] = s
-    for i in new:
-        _admit_one(p, flows[i], idx[i], snap.capacity)
-    current = [_NAN if (c := f.current_layer) is None else float(c) for f in flows]
+    new = [i for i, s in enumerate(idx) if s < 0] if -1 in idx else []
+    if new:
+        for i in new:  # slots in snapshot order first, then the facts (as the other paths)
+            idx[i] = t.allocate(flows[i])
+        for i in new:
+            _admit_one(p, flows[i], idx[i], snap.capacity)
+    facts = t.facts
+    fs = [facts[s] for s in idx]  # (explicit, stage, link, rate, weight, batch, request, target, due)
     remaining = snap.remaining.tolist()
-    is_new = [False] * len(flows)
-    for i in new:
-        is_new[i] = True
-    _measure(p, snap, idx, is_new, remaining)
+    _measure(p, snap, idx, fs, new, remaining)
 
     tick = t.tick(now)
     thresholds = p._q_ascending
+    urg, layer_at, tick_at = t.urgency, t.layer_at, t.tick_at
+    us = [0] * len(idx)  # urgency per flow after this decision
     for i in new:
         s = idx[i]
-        u = _candidate(p, snap, s, i, current[i], remaining, thresholds)
-        t.urgency[s] = u
-        t.layer_at[s] = _NO_LAYER if math.isnan(current[i]) else current[i]
-        t.tick_at[s] = tick
-        flows[i].state["rmlq_level"] = queue_of_one(u, t.explicit[s], k)
+        c = flows[i].current_layer
+        cur = _NAN if c is None else float(c)
+        u = _candidate(p, snap, fs[i], i, cur, remaining, thresholds)
+        us[i] = u
+        urg[s] = u
+        layer_at[s] = _NO_LAYER if cur != cur else cur  # NaN: no layer known
+        tick_at[s] = tick
+        flows[i].state["rmlq_level"] = queue_of_one(u, fs[i][0], k)
     for i, s in enumerate(idx):
-        if is_new[i]:
+        if new and i in new:
             continue
-        urgency = int(t.urgency[s])
+        urgency = us[i] = int(urg[s])
         if urgency <= 0:
             continue
-        cur = _NO_LAYER if math.isnan(current[i]) else current[i]
-        explicit = bool(t.explicit[s])
-        periodic = explicit and flows[i].compute_done and tick > t.tick_at[s]
-        if not (cur > t.layer_at[s] or periodic):
+        f = flows[i]
+        c = f.current_layer
+        current = _NAN if c is None else float(c)
+        cur = _NO_LAYER if current != current else current
+        explicit = fs[i][0]
+        if not (cur > layer_at[s] or (explicit and f.compute_done and tick > tick_at[s])):
             continue
-        u = min(urgency, _candidate(p, snap, s, i, current[i], remaining, thresholds))
-        t.urgency[s] = u
-        t.layer_at[s] = cur
-        t.tick_at[s] = tick
+        u = min(urgency, _candidate(p, snap, fs[i], i, current, remaining, thresholds))
+        us[i] = u
+        urg[s] = u
+        layer_at[s] = cur
+        tick_at[s] = tick
         if u < urgency:
-            flows[i].state["rmlq_level"] = queue_of_one(u, explicit, k)
+            f.state["rmlq_level"] = queue_of_one(u, explicit, k)
 
     if p._order_stale:
         p._reorder(snap)
     pruned, rank = p._pruned, p._rank
-    queues: list[int] = []
     keys: list[tuple[int, int, int, int]] = []
     timer = None
-    for i, s in enumerate(idx):
-        u = int(t.urgency[s])
-        explicit = bool(t.explicit[s])
-        if pruned[t.request[s]] and t.stage[s] != _COLLECTIVE:
-            q = k
+    for i, (fa, u) in enumerate(zip(fs, us)):
+        explicit = fa[0]
+        if pruned[fa[6]] and fa[1] != _COLLECTIVE:
+            keys.append((k, 0, 0, 0))  # arbitration.engine_levels: the scavenger is one level
+            continue
+        # queue_of_one, then arbitration.engine_levels' key (queue, explicit, RLI, RED rank), made dense.
+        if explicit:
+            keys.append((u, 1, 0, 0))
+            if timer is None and u > 0 and flows[i].compute_done:
+                timer = (tick + 1) * t.period
         else:
-            q = queue_of_one(u, explicit, k)
-        queues.append(q)
-        # arbitration.engine_levels: (queue, explicit, RLI, RED rank), dense.
-        fine = not explicit and q < k
-        keys.append((q, int(explicit and q < k), u if fine else 0, int(rank[t.batch[s]]) if fine else 0))
-        if timer is None and explicit and q < k and u > 0 and flows[i].compute_done:
-            timer = (tick + 1) * t.period
-    dense = {key: r for r, key in enumerate(sorted(set(keys)))}
+            q = u + 1 if u + 1 < k - 1 else k - 1
+            keys.append((q, 0, u, int(rank[fa[5]])))
     last_rem = t.last_rem
     for s, r in zip(idx, remaining):
         last_rem[s] = r
-    queue = np.array(queues, np.int64)
-    return Decision(
-        level=np.array([dense[key] for key in keys], np.int64),
-        queue=queue,
-        dscp=p._dscp_codes[queue],
-        timers=() if timer is None else (timer,),
-    )
+    keyset = tuple(keys)
+    out = p._few_out.get(keyset)
+    if out is None:
+        out = _arrays(p, keys)
+        if len(p._few_out) >= 4096:  # bounded: keys hold RED ranks, which keep growing
+            p._few_out.clear()
+        p._few_out[keyset] = out
+    return Decision(level=out[0], queue=out[1], dscp=out[2], timers=() if timer is None else (timer,))
+
+
+def _arrays(p: MfsPolicy, keys: list[tuple[int, int, int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(level, queue, dscp) of a decision from its flows' arbitration keys; read-only,
+    as the same arrays are handed out again for the same keys."""
+    dense = {key: r for r, key in enumerate(sorted(set(keys)))}
+    level = np.array([dense[key] for key in keys], np.int64)
+    queue = np.array([key[0] for key in keys], np.int64)
+    dscp = p._dscp_codes[queue]
+    for a in (level, queue, dscp):
+        a.flags.writeable = False
+    return level, queue, dscp
 
 
 def bottleneck(p: MfsPolicy, f: Flow, capacity: np.ndarray) -> tuple[int, float, float]:
@@ -143,15 +161,23 @@ def bottleneck(p: MfsPolicy, f: Flow, capacity: np.ndarray) -> tuple[int, float,
 
 
 def _admit_one(p: MfsPolicy, f: Flow, s: int, capacity: np.ndarray) -> None:
-    """Static facts of a new flow (``MfsPolicy._admit`` for one flow)."""
+    """Static facts of a new flow (``MfsPolicy._admit`` for one flow), in the arrays and ``rmlq.facts``."""
     t = p.rmlq
-    t.bneck_link[s], t.bneck_rate[s], t.bneck_weight[s] = bottleneck(p, f, capacity)
+    link, rate, weight = bottleneck(p, f, capacity)
+    t.bneck_link[s] = link
+    t.bneck_rate[s] = rate
+    t.bneck_weight[s] = weight
     t.last_rem[s] = f.size
-    t.explicit[s] = f.has_explicit_deadline
-    t.stage[s] = STAGE_CODES[f.stage]
-    t.target[s] = _NAN if f.layer is None else f.layer
-    t.due[s] = _NAN if (d := f.due) is None else d
-    p._register(f, s)
+    explicit = f.has_explicit_deadline
+    stage = STAGE_CODES[f.stage]
+    target = _NAN if f.layer is None else float(f.layer)
+    due = _NAN if (d := f.due) is None else float(d)
+    t.explicit[s] = explicit
+    t.stage[s] = stage
+    t.target[s] = target
+    t.due[s] = due
+    b, r = p._register(f, s)
+    t.facts[s] = (explicit, stage, link, rate, weight, b, r, target, due)
 
 
 def _ratio(capacity: float, weight: float) -> float:
@@ -162,23 +188,22 @@ def _ratio(capacity: float, weight: float) -> float:
 
 
 def _candidate(
-    p: MfsPolicy, snap: Snapshot, s: int, i: int, current: float, remaining: list[float], thresholds: list[float]
+    p: MfsPolicy, snap: Snapshot, facts: tuple, i: int, current: float, remaining: list[float], thresholds: list[float]
 ) -> int:
-    """Urgency flow i (slot s) would have now: its MLU level, or its RLI (``MfsPolicy._candidates``)."""
-    t = p.rmlq
-    k = p.config.levels
-    if not t.explicit[s]:
-        stage = t.stage[s]
+    """Urgency flow i (static ``facts``: ``Rmlq.facts`` of its slot) would have now:
+    its MLU level, or its RLI (``MfsPolicy._candidates``)."""
+    explicit, stage, link, rate, _, _, _, target, due = facts
+    if not explicit:
+        k = p.config.levels
         if stage == _COLLECTIVE:
             return 0
         if stage == _P2D:
             return k - 1
-        diff = float(t.target[s]) - current
+        diff = target - current
         return k - 1 if math.isnan(diff) else int(min(max(diff, 0.0), k - 1))
-    link = int(t.bneck_link[s])
     rho = float(snap.link_load[link]) - float(p._explicit_load[link])
     rho = min(max(rho, 0.0), 1.0)
-    residual = (float(t.due[s]) - snap.now) * float(t.bneck_rate[s]) * (1.0 - rho)
+    residual = (due - snap.now) * rate * (1.0 - rho)
     m = remaining[i] / residual if residual > 0 else math.inf
     if m > 1.0:
         p.infeasible.add(snap.flows[i].id)
@@ -186,17 +211,20 @@ def _candidate(
     return len(thresholds) - bisect_right(thresholds, m)
 
 
-def _measure(p: MfsPolicy, snap: Snapshot, idx: list[int], is_new: list[bool], remaining: list[float]) -> None:
-    """``MfsPolicy._measure_explicit_load`` flow by flow, over the links that moved."""
-    t = p.rmlq
+def _measure(
+    p: MfsPolicy, snap: Snapshot, idx: list[int], fs: list[tuple], new: list[int], remaining: list[float]
+) -> None:
+    """``MfsPolicy._measure_explicit_load`` flow by flow, over the links that moved
+    (``new``: positions of flows admitted now, which moved nothing yet)."""
     interval = p._measure_interval(snap)
     if interval is None:
         return
     last, now = interval
+    last_rem = p.rmlq.last_rem
     sent: dict[int, float] = {}
-    for i, s in enumerate(idx):
-        if t.explicit[s] and not is_new[i]:
-            link = int(t.bneck_link[s])
+    for i, (s, fa) in enumerate(zip(idx, fs)):
+        if fa[0] and not (new and i in new):
+            link = fa[2]
             # np.bincount adds each flow's bytes in order, starting from 0.0.
-            sent[link] = sent.get(link, 0.0) + (float(t.last_rem[s]) - remaining[i]) * float(t.bneck_weight[s])
+            sent[link] = sent.get(link, 0.0) + (float(last_rem[s]) - remaining[i]) * fa[4]
     p._advance_explicit_load(snap, now - last, sent)
