@@ -196,6 +196,26 @@ def test_reports_only_on_batch_arrival_and_departure():
     assert not core.batches
 
 
+def test_declared_traffic_is_not_counted_again_when_its_messages_come():
+    """The coordinator's feasibility check gets each request's bytes per port
+    once: the engine's declaration at batch_formed, or what the messages
+    carry where that is more -- a declared transfer submitted before the
+    arrival report is not added on top of its declaration."""
+    core = create_core()
+    core.register_request("r1", deadline=0.5)
+    core.register_request("r2", deadline=0.5)
+    core.batch_formed("b1", ["r1", "r2"], 0.0, compute=0.01, traffic={"eth0": {"r1": 3e6}})
+    core.submit(1, "r1", Stage.P2D, 0, 1e6, 0.0)  # part of r1's declared 3 MB
+    core.submit(2, "r2", Stage.P2D, 0, 2e6, 0.0)  # r2 declared nothing: its messages are all we know
+    reports = core.step(0.0).reports
+    assert reports[0].traffic == {"eth0": {"r1": 3e6, "r2": 2e6}}
+    core.submit(3, "r1", Stage.P2D, 1, 2.5e6, 1e-3)  # now more than declared: the messages count
+    core.complete(1, 2e-3), core.complete(2, 2e-3), core.complete(3, 2e-3)
+    core.request_done("r1", 2e-3), core.request_done("r2", 2e-3)
+    departure = [r for r in core.step(2e-3).reports if r.kind == "departure"]
+    assert departure[0].traffic == {"eth0": {"r1": 3.5e6, "r2": 2e6}}
+
+
 def test_open_all_releases_everything_waiting():
     core = create_core()
     core.batch_formed("b1", ["r1"], 0.0)

@@ -252,7 +252,7 @@ class DaemonCore:
         self.messages[msg_id] = Message(msg_id, p, request, req.batch, size, now, pid, flow)
         batch.live += 1
         batch.last_seen = now
-        row = batch.traffic.setdefault(self.ports[p].name, {})
+        row = batch.submitted.setdefault(self.ports[p].name, {})
         row[request] = row.get(request, 0.0) + size
         self._dirty = True
 
@@ -434,8 +434,7 @@ class DaemonCore:
 
     def _report(self, kind: str, batch: BatchInfo, now: float) -> BatchReport:
         deadlines = {r: self.requests[r].deadline for r in sorted(batch.requests) if r in self.requests}
-        traffic = {port: dict(row) for port, row in batch.traffic.items()}
-        return BatchReport(kind, batch.name, now, deadlines, batch.compute, traffic)
+        return BatchReport(kind, batch.name, now, deadlines, batch.compute, batch.expected_traffic())
 
     def _port(self, port: int | str) -> int:
         if isinstance(port, str):

@@ -40,7 +40,20 @@ class BatchInfo:
     finished: bool = False  # every request done
     reported: bool = False  # its arrival went to the coordinator
     announced: bool = False  # formed through the hooks: the engine says when it ends (request_done)
-    traffic: dict[str, dict[str, float]] = field(default_factory=dict)  # port -> request -> bytes
+    traffic: dict[str, dict[str, float]] = field(default_factory=dict)  # port -> request -> bytes the engine declared
+    submitted: dict[str, dict[str, float]] = field(default_factory=dict)  # port -> request -> bytes of messages seen
+
+    def expected_traffic(self) -> dict[str, dict[str, float]]:
+        """Bytes per port and request for the coordinator: what the engine declared at ``batch_formed``,
+        or what its messages already carry where that is more (an estimate, then the facts; never both
+        added, which would count a declared transfer twice once its message is submitted)."""
+        out = {port: dict(row) for port, row in self.traffic.items()}
+        for port, row in self.submitted.items():
+            mine = out.setdefault(port, {})
+            for request, nbytes in row.items():
+                if nbytes > mine.get(request, 0.0):
+                    mine[request] = nbytes
+        return out
 
 
 @dataclass

@@ -151,7 +151,7 @@ def prefill(cfg: dict[str, Any]) -> None:
     from laxflow.adapters.mooncake import TransferEngine
     from laxflow.adapters.mooncake_config import MooncakeAdapterConfig
     from laxflow.testbed.mfs_io import RX_PORT
-    from laxflow.testbed.worker import GlooAllToAll, Tagger, _drain, _listen
+    from laxflow.testbed.worker import GlooAllToAll, Tagger, _drain, _listen, job_traffic
 
     rank, L = cfg["rank"], cfg["layers"]
     reuse, kv_bytes = cfg["reuse_bytes"], cfg["kv_bytes"]
@@ -168,7 +168,8 @@ def prefill(cfg: dict[str, Any]) -> None:
         # The wrapper calls this on the first transfer of a request that names its deadline, before
         # that transfer's SUBMIT: the request and its batch are known to the daemon when its reads arrive.
         hooks().register_request(str(request), deadline, 1000, reused_tokens=1000)
-        hooks().batch_formed(f"b{request}-r{rank}", [str(request)], compute_s=L * cfg["compute_s"])
+        hooks().batch_formed(f"b{request}-r{rank}", [str(request)], compute_s=L * cfg["compute_s"],
+                             traffic=job_traffic(cfg, request))
 
     engine = TransferEngine(config=MooncakeAdapterConfig(gate=GateConfig(shm_name=shm, workers=2 * L + 4),
                                                          static_dscp=static, on_deadline=on_deadline if hooks else None))

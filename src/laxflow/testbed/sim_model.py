@@ -69,6 +69,7 @@ from laxflow.sim.events import EventQueue, Priority
 from laxflow.testbed.decision_trace import DecisionTrace
 from laxflow.testbed.fabric import parse_rate
 from laxflow.testbed.mfs_io import RX_PORT
+from laxflow.testbed.worker import job_traffic
 from laxflow.testbed.scenario import ScenarioConfig, ack_dscp, stage_dscp
 from laxflow.testbed.sim_wire import GOODPUT, MSS, TC_OF_DSCP, Window, Wire, htb_burst
 HOSTS, KVSTORE, DECODE = 4, 2, 3
@@ -416,7 +417,10 @@ class _Rank:
         if d is not None:
             deadline = m.arrivals[req] + m.slo if math.isfinite(m.slo) else None
             d.now(lambda now: d.core.register_request(str(rid), deadline, 1000, 1000))
-            d.now(lambda now: d.core.batch_formed(batch, [str(rid)], now, compute=L * m.cfg.compute_ms / 1000))
+            traffic = job_traffic({"layers": L, "kv_bytes": m.cfg.kv_bytes, "a2a_bytes": m.cfg.a2a_bytes,
+                                   "reuse_bytes": m.cfg.reuse_bytes}, rid)  # as the testbed's ranks declare it
+            d.now(lambda now: d.core.batch_formed(batch, [str(rid)], now, compute=L * m.cfg.compute_ms / 1000,
+                                                  traffic=traffic))
         for layer in range(L):
             if d is None:
                 self._ask(layer, m.static_dscp(1) if m.mode != "off" else 0, None)

@@ -139,6 +139,21 @@ def _listen(port: int) -> socket.socket:
     return ls
 
 
+def job_traffic(cfg: dict[str, Any], request: int) -> dict[str, dict[str, float]]:
+    """What a rank's engine knows of a request's bytes when it forms the batch, per daemon port.
+
+    Sent: every layer's KV write and all_to_all share on ``eth0``; received:
+    every layer's reuse read on the receive port. The coordinator's
+    feasibility check (MFS Algorithm 1) orders and prunes requests with it;
+    without it the check saw only the messages already submitted.
+    """
+    from laxflow.testbed.mfs_io import RX_PORT
+
+    layers = cfg["layers"]
+    return {"eth0": {str(request): float(layers * (cfg["kv_bytes"] + cfg["a2a_bytes"]))},
+            RX_PORT: {str(request): float(layers * cfg["reuse_bytes"])}}
+
+
 def _daemon_io(cfg: dict[str, Any]):
     """The host daemon's client in mode ``on``, else None (plain sends)."""
     if not cfg.get("daemon"):
@@ -323,7 +338,7 @@ def prefill(cfg: dict[str, Any]) -> None:
         batch = f"b{rid}-r{rank}"
         if io is not None:
             io.hooks().register_request(str(rid), arrival + slo_s, 1000, reused_tokens=1000)
-            io.hooks().batch_formed(batch, [str(rid)], compute_s=L * cfg["compute_s"])
+            io.hooks().batch_formed(batch, [str(rid)], compute_s=L * cfg["compute_s"], traffic=job_traffic(cfg, rid))
 
         def reader(events: list[threading.Event] = layer_in, rid: int = rid) -> None:
             # Stage 1: every layer's read is asked for at once (a batch read); each is its own message,
