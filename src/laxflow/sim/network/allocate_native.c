@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "table_native.h"
+
 /* np.maximum / np.minimum on doubles: NaN from either operand propagates. */
 static inline double np_max(double a, double b) { return (a >= b || a != a) ? a : b; }
 static inline double np_min(double a, double b) { return (a <= b || a != a) ? a : b; }
@@ -149,6 +151,49 @@ static void water_fill(struct work *w, int64_t k, const int64_t *flows, const do
     }
 }
 
+/* Buffers for an allocation of ``flows`` flows with ``entries`` entries
+ * over ``links`` links, grown as needed; map stays all -1 between calls. */
+int lxf_scratch_reserve(struct lxf_scratch *s, int64_t links, int64_t entries, int64_t flows)
+{
+    if (links < 1)
+        links = 1;
+    if (entries < 1)
+        entries = 1;
+    if (flows < 1)
+        flows = 1;
+    if (links > s->links) {
+        int32_t *m = realloc(s->map, sizeof(int32_t) * (size_t)links);
+        if (!m)
+            return -1;
+        memset(m, 0xff, sizeof(int32_t) * (size_t)links);
+        s->map = m;
+        s->links = links;
+    }
+    if (entries > s->entries || flows > s->flows) {
+        int64_t e = entries > s->entries ? 2 * entries : s->entries, f = flows > s->flows ? 2 * flows : s->flows;
+        int32_t *loc = realloc(s->loc, sizeof(int32_t) * (size_t)e);
+        if (loc)
+            s->loc = loc;
+        int64_t *used = realloc(s->used, sizeof(int64_t) * (size_t)e);
+        if (used)
+            s->used = used;
+        double *dbl = realloc(s->dbl, sizeof(double) * (size_t)(5 * e + f + 1));
+        if (dbl)
+            s->dbl = dbl;
+        char *chr = realloc(s->chr, (size_t)(e + f + 1));
+        if (chr)
+            s->chr = chr;
+        int64_t *idx = realloc(s->idx, sizeof(int64_t) * (size_t)(3 * f + 1));
+        if (idx)
+            s->idx = idx;
+        if (!loc || !used || !dbl || !chr || !idx)
+            return -1;
+        s->entries = e;
+        s->flows = f;
+    }
+    return 0;
+}
+
 /* allocator.allocate: rates[n] of all flows.  from_level < 0 with
  * has_from = 0: recompute every level; prev_rate may be NULL.  Returns 0, or
  * -1 when out of memory or -2 for a link out of range (the caller then
@@ -157,23 +202,41 @@ int lxf_allocate(int64_t n, const int64_t *ptr, const int64_t *link, const doubl
                  const double *cap, const double *capacity, int64_t num_links, int has_from, int64_t from_level,
                  const double *prev_rate, double rel_below, double rel_above, double sat_eps, double *rates)
 {
+    struct lxf_scratch s;
+    memset(&s, 0, sizeof s);
+    int rc = lxf_allocate_scratch(&s, n, ptr, link, weight, level, cap, capacity, num_links, has_from, from_level,
+                                  prev_rate, rel_below, rel_above, sat_eps, rates);
+    free(s.map);
+    free(s.loc);
+    free(s.used);
+    free(s.dbl);
+    free(s.chr);
+    free(s.idx);
+    return rc;
+}
+
+/* lxf_allocate on the buffers of s (kept by the caller between calls). */
+int lxf_allocate_scratch(struct lxf_scratch *s, int64_t n, const int64_t *ptr, const int64_t *link,
+                         const double *weight, const int64_t *level, const double *cap, const double *capacity,
+                         int64_t num_links, int has_from, int64_t from_level, const double *prev_rate,
+                         double rel_below, double rel_above, double sat_eps, double *rates)
+{
     int64_t nnz = ptr[n];
-    int rc = -1;
-    int32_t *map = malloc(sizeof(int32_t) * (size_t)(num_links > 0 ? num_links : 1));
-    int32_t *loc = malloc(sizeof(int32_t) * (size_t)(nnz > 0 ? nnz : 1));
-    int64_t *used = malloc(sizeof(int64_t) * (size_t)(nnz > 0 ? nnz : 1));
-    double *dbl = malloc(sizeof(double) * (size_t)(5 * (nnz > 0 ? nnz : 1) + n + 1));
-    char *chr = malloc((size_t)(nnz + n + 1));
-    int64_t *idx = malloc(sizeof(int64_t) * (size_t)(3 * n + 1));
-    if (!map || !loc || !used || !dbl || !chr || !idx)
-        goto out;
-    memset(map, 0xff, sizeof(int32_t) * (size_t)num_links);
+    if (n == 0)
+        return 0;
+    if (lxf_scratch_reserve(s, num_links, nnz, n))
+        return -1;
+    int32_t *map = s->map, *loc = s->loc;
+    int64_t *used = s->used, *idx = s->idx;
+    double *dbl = s->dbl;
+    char *chr = s->chr;
     int32_t nloc = 0;
     for (int64_t e = 0; e < nnz; e++) {
         int64_t l = link[e];
         if (l < 0 || l >= num_links) {  /* the NumPy path raises the IndexError */
-            rc = -2;
-            goto out;
+            for (int32_t j = 0; j < nloc; j++)
+                map[used[j]] = -1;
+            return -2;
         }
         if (map[l] < 0) {
             map[l] = nloc;
@@ -181,6 +244,8 @@ int lxf_allocate(int64_t n, const int64_t *ptr, const int64_t *link, const doubl
         }
         loc[e] = map[l];
     }
+    for (int32_t j = 0; j < nloc; j++)  /* map is all -1 again for the next call */
+        map[used[j]] = -1;
     double *residual = dbl, *limit = dbl + nnz, *load = dbl + 2 * nnz, *share = dbl + 3 * nnz, *sum = dbl + 4 * nnz;
     double *best = dbl + 5 * nnz;
     int64_t *order = idx, *alive = idx + n, *count = idx + 2 * n;
@@ -259,15 +324,7 @@ int lxf_allocate(int64_t n, const int64_t *ptr, const int64_t *link, const doubl
         }
         a = b;
     }
-    rc = 0;
-out:
-    free(map);
-    free(loc);
-    free(used);
-    free(dbl);
-    free(chr);
-    free(idx);
-    return rc;
+    return 0;
 }
 
 /* Usage.link_load(rate)[link] / capacity[link] for every entry: the

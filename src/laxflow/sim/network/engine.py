@@ -18,13 +18,15 @@ Events (all on the shared :class:`~laxflow.sim.events.EventQueue`):
   rates. Levels below the lowest one an event touched keep their rates, which
   is exact (see :func:`~laxflow.sim.network.allocator.allocate`).
 
-Live-flow state is kept in Python lists in admission order, with the Flow
-objects alongside (a serving run has 1-3 live flows at the median, where a
-NumPy call costs more than the arithmetic); NumPy takes over in the
-per-flow passes when many flows are live (``VECTOR_FROM``), doing the same
-float operations, and the rate allocation runs in C (see
-:mod:`~laxflow.sim.network.allocator`). Flows that finish are dropped before
-the next decision.
+Every per-flow number (bytes left, rate, the last decision, the usage
+vectors as one CSR) lives in a C table (``table_native.c``, built with the
+allocator at install), which also runs the per-event passes over them:
+bytes sent since the last event, the link-load average, finished flows, the
+next completion, what a decision moved, and the rate allocation (see
+:mod:`~laxflow.sim.network.allocator`; with its C path switched off the
+rates come from NumPy, bit-identical). The Flow objects, their callbacks and
+the events stay here. Flows that finish are dropped before the next
+decision.
 
 ``Snapshot.link_load`` is an exponentially weighted moving average of each
 link's utilization (used bytes/s over capacity) with time constant
@@ -36,8 +38,6 @@ engine's piecewise-constant rates.
 from __future__ import annotations
 
 import math
-from itertools import accumulate
-from operator import truediv
 from functools import cached_property
 from typing import Callable
 
@@ -46,8 +46,14 @@ import numpy as np
 from laxflow.policy.base import Decision, FlowPolicy, Snapshot
 from laxflow.policy.flow import STAGE_CODES, STAGE_OF_CODE, Flow, Stage
 from laxflow.sim.events import EventQueue, Priority
-from laxflow.sim.network.allocator import CapacityBuffer, Usage, allocate, allocate_lists
+from laxflow.sim.network import allocator
+from laxflow.sim.network.allocator import SATURATED_REL_EPS, Usage, allocate
 from laxflow.sim.network.topology import Topology
+
+try:  # the live-flow table in C (table_native.c), built at install with the allocator
+    from laxflow.sim.network._allocate_native import ffi as _ffi, lib as _lib
+except ImportError:  # pragma: no cover - an install without the build
+    _ffi = _lib = None
 
 # A flow with at most this fraction of its bytes left is done: flows that end
 # at the same time in exact arithmetic then complete at the same event.
@@ -55,18 +61,12 @@ DONE_REL_EPS = 1e-9
 # ... and so is one whose last bytes would take less than this (relative to
 # now) to send: its finish time is not representable as later than now.
 DONE_TIME_EPS = 1e-12
-# From this many live flows the per-flow passes (bytes sent, completions) run
-# in NumPy; below it in Python floats (the same operations, so the same bits).
-VECTOR_FROM = 192
-# Up to this many live flows their CSR is looked up by their usage arrays
-# (the same few shapes recur); from _CSR_CUT_FROM on, finished flows are cut
-# out of the CSR rather than rebuilding it.
-_CSR_CACHE_UP_TO = 8
-_CSR_CUT_FROM = 48
-_NUM_CODES = max(STAGE_CODES.values()) + 1  # bincount length over stage codes
 _STAGE_ITEMS = tuple(STAGE_OF_CODE.items())
 _INF = math.inf
 _I64 = np.dtype(np.int64)
+_F64 = np.dtype(np.float64)
+_U8 = np.dtype(np.uint8)
+_REL_BELOW, _REL_ABOVE = 1.0 - allocator.REL_EPS, 1.0 + allocator.REL_EPS  # as the allocator computes them
 
 Callback = Callable[[Flow], None]
 
@@ -92,55 +92,43 @@ class FluidNetwork:
     ) -> None:
         if not load_window > 0:
             raise ValueError(f"load_window must be > 0 s (got {load_window!r})")
+        if _lib is None:
+            raise RuntimeError(
+                "the network engine's C part (laxflow.sim.network._allocate_native) is not built: "
+                "reinstall laxflow with a C compiler (make install)"
+            )
         self.topology = topology
         self.policy = policy
         self.queue = queue if queue is not None else EventQueue()
         self.load_window = float(load_window)
         self.capacity = topology.capacity
         self._capacity_list = self.capacity.tolist()
-        self._capacity_buf = CapacityBuffer(self.capacity)
-        self.bytes_delivered_by_stage: dict[Stage, float] = {s: 0.0 for s in Stage}
         # The moving average is kept only when someone reads it: the policy
         # (``reads_link_load``) or the owner (``track_link_load=True``).
         self._track_load = policy.reads_link_load if track_link_load is None else bool(track_link_load)
-        self._link_load = np.zeros(topology.num_links)
-        self._load_idle = True  # link_load and the utilization are all 0 (until the first rates)
+        capacity = np.ascontiguousarray(self.capacity, dtype=np.float64)
+        table = _lib.lxf_table_new(capacity.size, _ffi.from_buffer("double[]", capacity), self._track_load,
+                                   self.load_window)
+        if table == _ffi.NULL:
+            raise MemoryError("no memory for the network's flow table")
+        self._table = _ffi.gc(table, _lib.lxf_table_free)
+        # The table's link-load array, viewed (never reallocated while the table lives).
+        self._link_load = np.frombuffer(_ffi.buffer(table.load, 8 * capacity.size), dtype=np.float64)
         self.events = 0  # engine events handled (completions, timers, recomputes)
 
-        # Live flows, one entry per flow in admission order in every list.
+        # Live flows in admission order, as the table's rows (which hold every number).
         self._flows: list[Flow] = []
         self._callbacks: list[Callback | None] = []
-        self._remaining: list[float] = []
-        self._rate: list[float] = []
-        self._size: list[float] = []
-        self._arrival: list[float] = []
-        self._stage: list[int] = []
-        # Fastest rate each flow could get alone (min over its links of
-        # capacity / weight): capacities never change, so it is set once.
-        self._bneck: list[float] = []
-        self._links: list[np.ndarray] = []  # merged usage vector per flow
-        self._weights: list[np.ndarray] = []
-        self._nnz: list[int] = []  # entries per flow
-        self._dead: list[bool] = []
-        self._gone: list[int] = []  # positions of dead flows, until the next compaction
-        # The last decision per flow (-1 / inf / -1 / 0 before the first).
-        self._level: list[int] = []
-        self._cap: list[float] = []
-        self._queue: list[int] = []
-        self._dscp: list[int] = []
-        self._csr: Usage | None = None  # the live usage vectors as one CSR (built when rates are needed)
-        self._csr_cache: dict[tuple[int, ...], tuple] = {}  # CSR of a few flows' usage arrays, by their ids
-        self._pending: list[tuple[Flow, Callback | None, np.ndarray, np.ndarray, float]] = []
+        self._gone: list[int] = []  # positions of finished flows, until the next compaction
+        self._pending: list[tuple] = []  # (flow, callback, links, weights, entries, bottleneck rate)
+        self._ints = _ffi.new("int64_t[]", 64)  # out-buffer of positions for the table (grown as needed)
+        self._ints_room = 64
+        self._out = _ffi.new("int64_t[3]")  # small out-values of the table's calls
         # Merged usage of read-only (links, weights) arrays, by their ids: the
         # serving simulator gives every flow of one transfer shape the same
         # frozen arrays, so each shape is merged and checked once. The value
         # holds the arrays themselves, so their ids cannot be reused.
         self._usage_cache: dict[tuple[int, int], tuple] = {}
-        self._removed_min_level: int | None = None  # lowest level a removal touched
-        # Utilization of the links live flows use (all others are at 0), as
-        # (link indices, values): the average's update touches only those.
-        self._util_links = np.zeros(0, dtype=np.int64)
-        self._util = np.zeros(0)
         self._t = self.queue.now  # time up to which bytes are accounted
         self._recompute_at: float | None = None
         self._completion_gen = 0
@@ -159,6 +147,12 @@ class FluidNetwork:
                 "(pass track_link_load=True to FluidNetwork to keep it)"
             )
         return self._link_load
+
+    @property
+    def bytes_delivered_by_stage(self) -> dict[Stage, float]:
+        """Bytes delivered so far per stage (a new dict per call)."""
+        delivered = self._table.delivered
+        return {stage: delivered[code] for code, stage in _STAGE_ITEMS}
 
     @property
     def live(self) -> list[Flow]:
@@ -181,12 +175,12 @@ class FluidNetwork:
         now = self.queue.now
         if flow.finish is not None or id(flow) in self._members:
             raise ValueError(f"flow {flow.id!r} was already added")
-        links, weights, bneck = self._usage_of(flow)
+        usage = self._usage_of(flow)
         if flow.arrival < now:
             flow.arrival = now
         if now > self._t:
             self._advance(now)
-        self._pending.append((flow, on_complete, links, weights, bneck))
+        self._pending.append((flow, on_complete, *usage))
         self._members.add(id(flow))
         if self._recompute_at != now:
             self._schedule_recompute()
@@ -199,8 +193,9 @@ class FluidNetwork:
         if self._recompute_at != now:
             self._schedule_recompute()
 
-    def _usage_of(self, flow: Flow) -> tuple[np.ndarray, np.ndarray, float]:
-        """The flow's merged usage vector and its bottleneck rate alone (min of capacity / weight)."""
+    def _usage_of(self, flow: Flow) -> tuple:
+        """The flow's merged usage vector (as C arrays), its entry count and
+        its bottleneck rate alone (min of capacity / weight)."""
         if not (math.isfinite(flow.size) and flow.size > 0):
             raise ValueError(f"flow {flow.id!r}: size must be finite and > 0 (got {flow.size!r})")
         links, weights = flow.links, flow.weights
@@ -208,15 +203,17 @@ class FluidNetwork:
         if frozen:
             hit = self._usage_cache.get((id(links), id(weights)))
             if hit is not None:
-                return hit[2], hit[3], hit[4]
+                return hit[2]
         merged, merged_w = _merge_links(flow, self.topology.num_links)
         capacity = self._capacity_list
         bneck = min([capacity[link] / w for link, w in zip(merged.tolist(), merged_w.tolist())])
+        # (from_buffer keeps the arrays alive as long as the C views live)
+        usage = (_ffi.from_buffer("int64_t[]", merged), _ffi.from_buffer("double[]", merged_w), merged.size, bneck)
         if frozen:
             if len(self._usage_cache) >= 4096:  # bounded: many distinct frozen arrays is not the serving case
                 self._usage_cache.clear()
-            self._usage_cache[(id(links), id(weights))] = (links, weights, merged, merged_w, bneck)
-        return merged, merged_w, bneck
+            self._usage_cache[(id(links), id(weights))] = (links, weights, usage)
+        return usage
 
     def _position(self, flow: Flow) -> int | None:
         self._compact()
@@ -227,14 +224,14 @@ class FluidNetwork:
     def rate_of(self, flow: Flow) -> float:
         """Current rate of ``flow`` in bytes/s (0 if not live or not yet allocated)."""
         i = self._position(flow)
-        return 0.0 if i is None else float(self._rate[i])
+        return 0.0 if i is None else float(self._table.rate[i])
 
     def remaining_of(self, flow: Flow) -> float:
         """Bytes ``flow`` still has to send at ``queue.now``."""
         self._advance(self.queue.now)
         i = self._position(flow)
         if i is not None:
-            return float(self._remaining[i])
+            return float(self._table.remaining[i])
         return float(flow.size) if id(flow) in self._members else 0.0  # pending: nothing sent yet
 
     def run(self, until: float = float("inf")) -> int:
@@ -246,44 +243,9 @@ class FluidNetwork:
     def _advance(self, now: float) -> None:
         """Account bytes and link load from the last event up to ``now``."""
         dt = now - self._t
-        if dt <= 0:
-            return
-        self._t = now
-        n = len(self._rate)
-        if n >= VECTOR_FROM:
-            sent = np.array(self._rate) * dt
-            remaining = np.array(self._remaining)
-            np.minimum(sent, remaining, out=sent)
-            remaining -= sent
-            self._remaining = remaining.tolist()
-            by_stage = np.bincount(self._stage, weights=sent, minlength=_NUM_CODES).tolist()
-            self._add_delivered(by_stage)
-        elif n:
-            # As the NumPy pass: sent = min(rate * dt, remaining) (np.minimum
-            # keeps the first when equal), summed per stage in flow order from 0.0.
-            by_stage = [0.0] * _NUM_CODES
-            remaining = self._remaining
-            for i, (rate, left, code) in enumerate(zip(self._rate, remaining, self._stage)):
-                sent = rate * dt
-                if not sent <= left:
-                    sent = left
-                remaining[i] = left - sent
-                by_stage[code] += sent
-            self._add_delivered(by_stage)
-        if self._load_idle or not self._track_load:
-            return  # nothing ever loaded a link (or nobody reads it): the average stays 0
-        # load <- util + (load - util) * decay: where util is 0 that is
-        # load * decay, the same float result, done in one pass in place.
-        decay = math.exp(-dt / self.load_window)
-        load, links, util = self._link_load, self._util_links, self._util
-        old = load[links]
-        load *= decay
-        load[links] = util + (old - util) * decay
-
-    def _add_delivered(self, by_stage: list[float]) -> None:
-        delivered = self.bytes_delivered_by_stage
-        for code, stage in _STAGE_ITEMS:
-            delivered[stage] += by_stage[code]
+        if dt > 0:
+            self._t = now
+            _lib.lxf_table_advance(self._table, dt)
 
     def _schedule_recompute(self) -> None:
         now = self.queue.now
@@ -291,23 +253,14 @@ class FluidNetwork:
             self._recompute_at = now
             self.queue.push(now, Priority.RECOMPUTE, self._on_recompute)
 
-    # -- events ---------------------------------------------------------------
+    def _int_buffer(self, n: int):
+        """The out-buffer of positions, with room for ``n``."""
+        if n > self._ints_room:
+            self._ints_room = max(n, 2 * self._ints_room)
+            self._ints = _ffi.new("int64_t[]", self._ints_room)
+        return self._ints
 
-    def _finished(self, now: float) -> list[int]:
-        """Positions of the live flows whose last bytes are in at ``now``."""
-        if len(self._rate) >= VECTOR_FROM:
-            remaining = np.array(self._remaining)
-            done = (remaining <= np.array(self._size) * DONE_REL_EPS) | (
-                remaining <= np.array(self._rate) * DONE_TIME_EPS * max(1.0, abs(now))
-            )
-            done &= ~np.array(self._dead, dtype=bool)
-            return done.nonzero()[0].tolist()
-        scale = max(1.0, abs(now))
-        return [
-            i
-            for i, (left, size, rate, dead) in enumerate(zip(self._remaining, self._size, self._rate, self._dead))
-            if not dead and (left <= size * DONE_REL_EPS or left <= rate * DONE_TIME_EPS * scale)
-        ]
+    # -- events ---------------------------------------------------------------
 
     def _on_completion(self, gen: int) -> None:
         if gen != self._completion_gen:
@@ -315,23 +268,15 @@ class FluidNetwork:
         self.events += 1
         now = self.queue.now
         self._advance(now)
-        finished = self._finished(now)
-        if not finished:
+        # The flows whose last bytes are in: the table delivers what they
+        # still counted as remaining and marks them done.
+        out = self._int_buffer(len(self._flows))
+        k = _lib.lxf_table_complete(self._table, now, DONE_REL_EPS, DONE_TIME_EPS, out, self._out)
+        if not k:
             self._schedule_completion()  # rounding left a sliver: go again
             return
-        # Bytes still counted as remaining are delivered now.
-        by_stage = [0.0] * _NUM_CODES
-        remaining, rate, dead = self._remaining, self._rate, self._dead
-        for i in finished:
-            by_stage[self._stage[i]] += remaining[i]
-            remaining[i] = 0.0
-            rate[i] = 0.0
-            dead[i] = True
-        self._add_delivered(by_stage)
+        finished = _ffi.unpack(out, k)
         self._gone.extend(finished)
-        low = min([self._level[i] for i in finished])
-        if low >= 0:
-            self._removed_min_level = low if self._removed_min_level is None else min(self._removed_min_level, low)
         # (Link utilisation is refreshed by the recompute at this same time,
         # before any time passes.)
         # Callbacks may look at the network (live, rate_of), which compacts
@@ -363,48 +308,38 @@ class FluidNetwork:
         self._admit_pending()
         n = len(self._flows)
         if n == 0:
-            self._util_links, self._util = np.zeros(0, dtype=np.int64), np.zeros(0)
-            self._removed_min_level = None
+            _lib.lxf_table_idle(self._table)
             self._completion_gen += 1
             return
         snap = EngineSnapshot.of(self, now)
         decision = self.policy.decide(snap)
         snap.close()
-        level_l, cap_l, queue_l, dscp_l = self._check(decision, n)
-        old_level, old_cap, old_queue, old_dscp = self._level, self._cap, self._queue, self._dscp
-        # Flows whose level or cap changed (new flows have level -1) need new
-        # rates; those and flows whose queue or DSCP changed need their Flow
-        # objects updated.
-        if level_l[:kept] == old_level[:kept] and cap_l[:kept] == old_cap[:kept]:
-            # The usual case: no earlier flow moved (list equality is the same
-            # elementwise ==; caps are never NaN), only the new ones.
-            moved = list(range(kept, n))
-            if queue_l[:kept] == old_queue[:kept] and dscp_l[:kept] == old_dscp[:kept]:
-                changed = moved
-            else:
-                changed = [i for i in range(n) if i >= kept or queue_l[i] != old_queue[i] or dscp_l[i] != old_dscp[i]]
-        elif n >= VECTOR_FROM:
-            level, cap = np.array(level_l, dtype=np.int64), np.array(cap_l, dtype=np.float64)
-            queue, dscp = np.array(queue_l, dtype=np.int64), np.array(dscp_l, dtype=np.int64)
-            moved_mask = (np.array(old_level) != level) | (np.array(old_cap) != cap)
-            moved = moved_mask.nonzero()[0].tolist()
-            changed = (moved_mask | (np.array(old_queue) != queue) | (np.array(old_dscp) != dscp)).nonzero()[0].tolist()
-        else:
-            moved = [i for i in range(n) if level_l[i] != old_level[i] or cap_l[i] != old_cap[i]]
-            changed = [
-                i for i in range(n)
-                if level_l[i] != old_level[i] or cap_l[i] != old_cap[i] or queue_l[i] != old_queue[i]
-                or dscp_l[i] != old_dscp[i]
-            ]
-        self._allocate(level_l, cap_l, moved)
-        flows = self._flows
-        for i in changed:
-            flow = flows[i]
-            flow.level = level_l[i]
-            flow.cap = cap_l[i]
-            flow.queue = queue_l[i]
-            flow.dscp = dscp_l[i]
-        self._level, self._cap, self._queue, self._dscp = level_l, cap_l, queue_l, dscp_l
+        level, cap, queue, dscp = self._check(decision, n)
+        # The table checks the values, stores the decision, and says which
+        # positions changed (their Flow objects are updated) and from which
+        # level rates must be recomputed (levels below it keep theirs, which
+        # is exact: see allocator.allocate).
+        changed_buf, out = self._int_buffer(n), self._out
+        rc = _lib.lxf_table_decide(
+            self._table, kept, _buffer("int64_t[]", level), _ffi.NULL if cap is None else _buffer("double[]", cap),
+            _buffer("int64_t[]", queue), _buffer("uint8_t[]", dscp), changed_buf, out, out + 1,
+        )
+        if rc:
+            self._bad_decision(rc)
+        from_level = out[1]
+        if from_level >= 0:
+            self._allocate(from_level)
+        if out[0]:
+            changed = _ffi.unpack(changed_buf, out[0])
+            level_l, queue_l, dscp_l = level.tolist(), queue.tolist(), dscp.tolist()
+            cap_l = [_INF] * n if cap is None else cap.tolist()
+            flows = self._flows
+            for i in changed:
+                flow = flows[i]
+                flow.level = level_l[i]
+                flow.cap = cap_l[i]
+                flow.queue = queue_l[i]
+                flow.dscp = dscp_l[i]
         for t in decision.timers:
             if t > now and t not in self._timers and math.isfinite(t):
                 self._timers.add(t)
@@ -413,9 +348,10 @@ class FluidNetwork:
 
     # -- recompute pieces -------------------------------------------------------
 
-    def _check(self, decision: Decision, n: int) -> tuple[list, list, list, list]:
-        """The decision's level, cap, queue and DSCP as lists, validated (one
-        clear error naming the policy and field)."""
+    def _check(self, decision: Decision, n: int) -> tuple:
+        """The decision's level, cap (None: no caps), queue and DSCP as
+        arrays of the table's types, their shapes and types checked (one
+        clear error naming the policy and field); the table checks the values."""
         name = type(self.policy).__name__
         level = decision.level
         if type(level) is not np.ndarray:
@@ -427,229 +363,106 @@ class FluidNetwork:
                 raise ValueError(f"policy {name}: decision.level must be integers")
         if level.dtype != _I64:
             level = level.astype(np.int64)
-        level_l = level.tolist()
-        if min(level_l) < 0:
-            raise ValueError(f"policy {name}: decision.level must be >= 0")
-        if decision.cap is None:
-            cap_l = [_INF] * n
-        else:
-            cap = np.asarray(decision.cap, dtype=np.float64)
+        cap = decision.cap
+        if cap is not None:
+            cap = np.asarray(cap, dtype=np.float64)
             if cap.shape != (n,):
                 raise ValueError(f"policy {name}: decision.cap has shape {cap.shape}, expected ({n},)")
-            cap_l = cap.tolist()
-            if not all(c >= 0 for c in cap_l):  # also catches NaN
-                raise ValueError(f"policy {name}: decision.cap must be >= 0 (inf for none)")
         queue = decision.queue
         if type(queue) is not np.ndarray:
             queue = np.asarray(queue)
-        if queue.shape != (n,) or queue.dtype.kind not in "iu" or min(queue_l := queue.tolist()) < 0:
-            raise ValueError(f"policy {name}: decision.queue must be {n} integers >= 0 (one per flow)")
+        if queue.shape != (n,) or queue.dtype.kind not in "iu":
+            self._bad_decision(_lib.LXF_BAD_QUEUE)
+        if queue.dtype != _I64:
+            queue = queue.astype(np.int64)
         dscp = decision.dscp
         if type(dscp) is not np.ndarray:
             dscp = np.asarray(dscp)
-        if dscp.shape != (n,) or dscp.dtype != np.uint8 or max(dscp_l := dscp.tolist()) > 63:
-            raise ValueError(f"policy {name}: decision.dscp must be {n} uint8 codepoints in 0..63 (one per flow)")
-        return level_l, cap_l, queue_l, dscp_l
+        if dscp.shape != (n,) or dscp.dtype != _U8:
+            self._bad_decision(_lib.LXF_BAD_DSCP)
+        return level, cap, queue, dscp
 
-    def _allocate(self, level_l: list[int], cap_l: list[float], moved: list[int]) -> None:
-        """Rates for the new decision, reusing the levels no change touched
-        (``moved``: positions whose level or cap is not the last decision's)."""
-        old = self._level
-        touched = []
-        if moved:
-            touched.append(min([level_l[i] for i in moved]))
-            prev = [old[i] for i in moved if old[i] >= 0]
-            if prev:
-                touched.append(min(prev))
-        if self._removed_min_level is not None:
-            touched.append(self._removed_min_level)
-        self._removed_min_level = None
-        if not touched:
-            return  # same flows, levels and caps: same rates
-        from_level = min(touched)
-        if len(level_l) == 1 and not self._track_load:
-            # One flow: what allocate computes (water_fill's one-flow case on
-            # the full capacities: the smallest capacity / weight, which is
-            # the bottleneck rate, then max(0, min(it, cap))), or its kept rate
-            # when its level is below every touched one.
-            if from_level <= level_l[0]:
-                share, c = self._bneck[0], cap_l[0]
-                m = c if c < share else share
-                self._rate = [m if m > 0.0 else 0.0]
-            return
-        usage = self._usage()
-        rate = allocate_lists(self._capacity_buf, usage, level_l, cap_l, from_level, self._rate)
-        if rate is None:  # no C module (or it refused): the same rates from NumPy
-            rate = allocate(self.capacity, usage, np.array(level_l, dtype=np.int64), np.array(cap_l, dtype=np.float64),
-                            from_level=from_level, prev_rate=np.array(self._rate)).tolist()
-        self._rate = rate
-        if not self._track_load:
-            return
-        # Per entry (a link may repeat: the same value is then written twice).
-        self._util_links = usage.link
-        self._util = usage.entry_utilization(np.array(rate), self.capacity)
-        self._load_idle = False
+    def _bad_decision(self, rc: int) -> None:
+        name, n = type(self.policy).__name__, len(self._flows)
+        message = {
+            _lib.LXF_BAD_LEVEL: "decision.level must be >= 0",
+            _lib.LXF_BAD_CAP: "decision.cap must be >= 0 (inf for none)",
+            _lib.LXF_BAD_QUEUE: f"decision.queue must be {n} integers >= 0 (one per flow)",
+            _lib.LXF_BAD_DSCP: f"decision.dscp must be {n} uint8 codepoints in 0..63 (one per flow)",
+        }
+        raise ValueError(f"policy {name}: {message[rc]}")
 
-    def _usage(self) -> Usage:
-        """The live flows' usage vectors as one CSR (cached until the live set changes)."""
-        if self._csr is None:
-            links, weights = self._links, self._weights
-            key = None
-            if len(links) <= _CSR_CACHE_UP_TO:
-                # A few flows: the same sets of transfer shapes come back (a
-                # unit's collective beside its P2D flows, layer after layer),
-                # so their CSR is kept by the usage arrays' ids. The entry
-                # holds the arrays, so the ids cannot be reused while it lives.
-                key = (*map(id, links), *map(id, weights))
-                hit = self._csr_cache.get(key)
-                if hit is not None:
-                    self._csr = hit[0]
-                    return hit[0]
-            ptr = np.array(list(accumulate(self._nnz, initial=0)), dtype=np.int64)
-            self._csr = Usage(ptr, np.concatenate(links), np.concatenate(weights))
-            if key is not None:
-                if len(self._csr_cache) >= 4096:
-                    self._csr_cache.clear()
-                self._csr_cache[key] = (self._csr, list(links), list(weights))
-        return self._csr
+    def _allocate(self, from_level: int) -> None:
+        """Rates for the decision just stored, recomputed from ``from_level`` on."""
+        table = self._table
+        if allocator.NATIVE:
+            rc = _lib.lxf_table_allocate(table, from_level, _REL_BELOW, _REL_ABOVE, SATURATED_REL_EPS)
+            if rc == 0:
+                return
+            if rc == -1:
+                raise MemoryError("no memory for the rate allocation")
+        # The allocator's NumPy path (tests switch C off to compare): the same rates.
+        n = len(self._flows)
+        ptr = self._column(table.ptr, n + 1, _I64)
+        usage = Usage(ptr, self._column(table.link, int(ptr[-1]), _I64), self._column(table.weight, int(ptr[-1]), _F64))
+        rate = allocate(self.capacity, usage, self._column(table.level, n, _I64), self._column(table.cap, n, _F64),
+                        from_level=from_level, prev_rate=self._column(table.rate, n, _F64))
+        np.frombuffer(_ffi.buffer(table.rate, 8 * n), dtype=np.float64)[:] = rate
+        if _lib.lxf_table_util(table):
+            raise MemoryError("no memory for the link utilization")
+
+    @staticmethod
+    def _column(pointer, n: int, dtype: np.dtype) -> np.ndarray:
+        """A copy of n values of one of the table's columns."""
+        return np.frombuffer(_ffi.buffer(pointer, n * dtype.itemsize), dtype=dtype).copy()
 
     def _schedule_completion(self) -> None:
         self._completion_gen += 1
-        if len(self._rate) >= VECTOR_FROM:
-            rate = np.array(self._rate)
-            moving = (rate > 0).nonzero()[0]
-            times = (np.array(self._remaining)[moving] / rate[moving]).tolist()
-            if not times:
-                return
-        elif self._rate and 0.0 not in self._rate:  # every flow moves (rates are >= 0): no filter needed
-            times = map(truediv, self._remaining, self._rate)
-        else:
-            times = [left / rate for left, rate in zip(self._remaining, self._rate) if rate > 0]
-            if not times:
-                return
-        self.queue.push(self.queue.now + min(times), Priority.COMPLETION, self._on_completion, self._completion_gen)
+        dt = _lib.lxf_table_next(self._table)
+        if dt >= 0:
+            self.queue.push(self.queue.now + dt, Priority.COMPLETION, self._on_completion, self._completion_gen)
 
     # -- live-set bookkeeping -----------------------------------------------------
 
-    _COLUMNS = ("_flows", "_callbacks", "_remaining", "_rate", "_size", "_arrival", "_stage", "_bneck", "_links",
-                "_weights", "_nnz", "_dead", "_level", "_cap", "_queue", "_dscp")
-
     def _compact(self) -> None:
-        """Drop finished flows from the lists (order kept)."""
+        """Drop finished flows from the table and the lists (order kept)."""
         gone = self._gone
         if not gone:
             return
-        gone.sort(reverse=True)
-        u = self._csr
-        block = gone[0] - gone[-1] == len(gone) - 1  # one run of positions (gone has no repeats)
-        if u is not None and len(self._nnz) >= _CSR_CUT_FROM and block:
-            # Many flows, the finished ones side by side: cut their entries
-            # out of the CSR by slicing.
-            a, b = gone[-1], gone[0] + 1
-            ea, eb = int(u.ptr[a]), int(u.ptr[b])
-            self._csr = Usage(np.concatenate((u.ptr[:a], u.ptr[b:] - (eb - ea))),
-                              np.concatenate((u.link[:ea], u.link[eb:])), np.concatenate((u.weight[:ea], u.weight[eb:])))
-        elif u is not None and len(self._nnz) >= _CSR_CUT_FROM:
-            # Many flows: cut the finished ones' entries out of the CSR in a
-            # few passes rather than rebuilding it from every flow's arrays.
-            keep = np.ones(len(self._nnz), dtype=bool)
-            keep[gone] = False
-            counts = np.array(self._nnz, dtype=np.int64)
-            entry_keep = np.repeat(keep, counts)
-            ptr = np.zeros(len(self._nnz) - len(gone) + 1, dtype=np.int64)
-            np.cumsum(counts[keep], out=ptr[1:])
-            self._csr = Usage(ptr, u.link[entry_keep], u.weight[entry_keep])
-        else:
-            self._csr = None
-        if len(gone) == 1:  # the usual case, without the getattr per column
+        _lib.lxf_table_compact(self._table)
+        if len(gone) == 1:  # the usual case
             i = gone[0]
-            del self._flows[i], self._callbacks[i], self._remaining[i], self._rate[i], self._size[i]
-            del self._arrival[i], self._stage[i], self._bneck[i], self._links[i], self._weights[i], self._nnz[i]
-            del self._dead[i], self._level[i], self._cap[i], self._queue[i], self._dscp[i]
-        elif block:
-            # One block (flows admitted together, such as a batch's P2D
-            # flows of one layer, often finish together): one slice per column.
-            a, b = gone[-1], gone[0] + 1
-            for name in self._COLUMNS:
-                del getattr(self, name)[a:b]
-        elif len(gone) > 8:  # many, scattered: each column rebuilt once
+            del self._flows[i], self._callbacks[i]
+        else:
             drop = set(gone)
             keep = [i for i in range(len(self._flows)) if i not in drop]
-            for name in self._COLUMNS:
-                column = getattr(self, name)
-                setattr(self, name, [column[i] for i in keep])
-        else:
-            for name in self._COLUMNS:
-                column = getattr(self, name)
-                for i in gone:
-                    del column[i]
+            self._flows = [self._flows[i] for i in keep]
+            self._callbacks = [self._callbacks[i] for i in keep]
         gone.clear()
         self._pos = None
 
     def _admit_pending(self) -> None:
-        """Append the flows added since the last recompute to the live lists."""
+        """Append the flows added since the last recompute to the table and the lists."""
         pending = self._pending
         if not pending:
             return
-        k = len(pending)
-        if k == 1:
-            # The common case: one flow, appended column by column. A few
-            # flows' CSR is found again by _usage; many flows' is appended to.
-            flow, callback, links, weights, bneck = pending[0]
-            u = self._csr
-            if u is not None and len(self._nnz) >= _CSR_CUT_FROM:
-                self._csr = Usage(np.concatenate((u.ptr, (int(u.ptr[-1]) + links.size,))),
-                                  np.concatenate((u.link, links)), np.concatenate((u.weight, weights)))
-            else:
-                self._csr = None
-            size = float(flow.size)
+        table, add = self._table, _lib.lxf_table_add
+        for flow, callback, links, weights, entries, bneck in pending:
+            if add(table, float(flow.size), float(flow.arrival), STAGE_CODES[flow.stage], bneck, entries, links,
+                   weights):
+                raise MemoryError("no memory for the network's flow table")
             self._flows.append(flow)
             self._callbacks.append(callback)
-            self._remaining.append(size)
-            self._size.append(size)
-            self._rate.append(0.0)
-            self._arrival.append(float(flow.arrival))
-            self._stage.append(STAGE_CODES[flow.stage])
-            self._bneck.append(bneck)
-            self._links.append(links)
-            self._weights.append(weights)
-            self._nnz.append(links.size)
-            self._dead.append(False)
-            self._level.append(-1)
-            self._cap.append(_INF)
-            self._queue.append(-1)
-            self._dscp.append(0)
-            pending.clear()
-            self._pos = None
-            return
-        flows = [p[0] for p in pending]
-        self._flows.extend(flows)
-        self._callbacks.extend([p[1] for p in pending])
-        size = [float(f.size) for f in flows]
-        self._remaining.extend(size)
-        self._size.extend(size)
-        self._rate.extend([0.0] * k)
-        self._arrival.extend([float(f.arrival) for f in flows])
-        self._stage.extend([STAGE_CODES[f.stage] for f in flows])
-        self._bneck.extend([p[4] for p in pending])
-        self._links.extend([p[2] for p in pending])
-        self._weights.extend([p[3] for p in pending])
-        self._nnz.extend([p[2].size for p in pending])
-        u = self._csr
-        if u is not None:  # append the new flows' entries
-            ends = u.ptr[-1] + np.cumsum([p[2].size for p in pending])
-            self._csr = Usage(
-                np.concatenate([u.ptr, ends]),
-                np.concatenate([u.link] + [p[2] for p in pending]),
-                np.concatenate([u.weight] + [p[3] for p in pending]),
-            )
-        self._dead.extend([False] * k)
-        self._level.extend([-1] * k)
-        self._cap.extend([_INF] * k)
-        self._queue.extend([-1] * k)
-        self._dscp.extend([0] * k)
         pending.clear()
         self._pos = None
+
+
+def _buffer(ctype: str, a: np.ndarray):
+    """The array's buffer for C (copied first if it is not contiguous: from_buffer refuses)."""
+    try:
+        return _ffi.from_buffer(ctype, a)
+    except ValueError:
+        return _ffi.from_buffer(ctype, np.ascontiguousarray(a))
 
 
 def _merge_links(flow: Flow, num_links: int) -> tuple[np.ndarray, np.ndarray]:
@@ -710,7 +523,7 @@ class EngineSnapshot(Snapshot):
 
     @cached_property
     def remaining(self) -> np.ndarray:  # type: ignore[override]
-        return np.array(self._engine()._remaining, dtype=np.float64)
+        return self._column("remaining", _F64)
 
     @cached_property
     def link_load(self) -> np.ndarray:  # type: ignore[override]
@@ -719,16 +532,20 @@ class EngineSnapshot(Snapshot):
 
     @cached_property
     def size(self) -> np.ndarray:
-        return np.array(self._engine()._size, dtype=np.float64)
+        return self._column("size", _F64)
 
     @cached_property
     def arrival(self) -> np.ndarray:
-        return np.array(self._engine()._arrival, dtype=np.float64)
+        return self._column("arrival", _F64)
 
     @cached_property
     def stage(self) -> np.ndarray:
-        return np.array(self._engine()._stage, dtype=np.int8)
+        return self._column("stage", np.dtype(np.int8))
 
     @cached_property
     def bottleneck_rate(self) -> np.ndarray:
-        return np.array(self._engine()._bneck, dtype=np.float64)
+        return self._column("bneck", _F64)
+
+    def _column(self, name: str, dtype: np.dtype) -> np.ndarray:
+        table = self._engine()._table
+        return FluidNetwork._column(getattr(table, name), len(self.flows), dtype)

@@ -1,0 +1,378 @@
+/* The network engine's live-flow table in C: every per-flow number the
+ * engine keeps between events (bytes left, rate, the last decision, the
+ * usage vectors as one CSR), and the passes over them that run at every
+ * event: accounting the bytes sent since the last event and the link-load
+ * average, finding the flows that finished, the next completion time,
+ * applying a decision (what moved, from which level rates must be
+ * recomputed) and the rate allocation itself.
+ *
+ * engine.py (FluidNetwork) owns one table per network and calls these
+ * functions through cffi on its own thread; the Flow objects, callbacks and
+ * events stay in Python.  Every float operation is the one the engine's
+ * Python code did before (and allocate_native.c's allocation), in the same
+ * order, so runs are bit-identical (bench/sim_digest.py checks it).
+ * Compiled with -ffp-contract=off (see allocate_build.py).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "table_native.h"
+
+#define NUM_CODES 4   /* stage codes 0..3 (laxflow.policy.flow.STAGE_CODES) */
+
+static int grow(void **p, int64_t *room, int64_t need, size_t elem)
+{
+    if (need <= *room)
+        return 0;
+    int64_t r = *room > 0 ? *room : 16;
+    while (r < need)
+        r *= 2;
+    void *q = realloc(*p, (size_t)r * elem);
+    if (!q)
+        return -1;
+    *p = q;
+    *room = r;
+    return 0;
+}
+
+/* Room for n flows and nnz entries in every column. */
+static int reserve(struct lxf_table *t, int64_t n, int64_t nnz)
+{
+    if (n > t->room) {
+        int64_t r = t->room > 0 ? t->room : 16;
+        while (r < n)
+            r *= 2;
+        double **dcols[] = {&t->remaining, &t->rate, &t->size, &t->arrival, &t->bneck, &t->cap};
+        for (size_t i = 0; i < sizeof dcols / sizeof *dcols; i++) {
+            double *q = realloc(*dcols[i], (size_t)r * sizeof(double));
+            if (!q)
+                return -1;
+            *dcols[i] = q;
+        }
+        int64_t **icols[] = {&t->level, &t->queue, &t->dscp};
+        for (size_t i = 0; i < sizeof icols / sizeof *icols; i++) {
+            int64_t *q = realloc(*icols[i], (size_t)r * sizeof(int64_t));
+            if (!q)
+                return -1;
+            *icols[i] = q;
+        }
+        int8_t *st = realloc(t->stage, (size_t)r);
+        if (!st)
+            return -1;
+        t->stage = st;
+        uint8_t *dd = realloc(t->dead, (size_t)r);
+        if (!dd)
+            return -1;
+        t->dead = dd;
+        int64_t *pp = realloc(t->ptr, (size_t)(r + 1) * sizeof(int64_t));
+        if (!pp)
+            return -1;
+        t->ptr = pp;
+        t->room = r;
+    }
+    if (nnz > t->nnz_room) {
+        int64_t r = t->nnz_room;
+        int64_t r1 = r;
+        if (grow((void **)&t->link, &r, nnz, sizeof(int64_t)) || grow((void **)&t->weight, &r1, nnz, sizeof(double)))
+            return -1;
+        t->nnz_room = r < r1 ? r : r1;
+    }
+    return 0;
+}
+
+struct lxf_table *lxf_table_new(int64_t num_links, const double *capacity, int track, double load_window)
+{
+    struct lxf_table *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->num_links = num_links;
+    t->track = track;
+    t->load_window = load_window;
+    t->load_idle = 1;
+    t->removed_min = -1;
+    t->capacity = malloc(sizeof(double) * (size_t)(num_links > 0 ? num_links : 1));
+    t->load = calloc((size_t)(num_links > 0 ? num_links : 1), sizeof(double));
+    if (!t->capacity || !t->load || reserve(t, 16, 64)) {
+        lxf_table_free(t);
+        return NULL;
+    }
+    memcpy(t->capacity, capacity, sizeof(double) * (size_t)num_links);
+    t->ptr[0] = 0;
+    return t;
+}
+
+void lxf_table_free(struct lxf_table *t)
+{
+    if (!t)
+        return;
+    void *cols[] = {t->remaining, t->rate, t->size, t->arrival, t->bneck, t->cap, t->level, t->queue, t->dscp,
+                    t->stage, t->dead, t->ptr, t->link, t->weight, t->capacity, t->load, t->util_link, t->util,
+                    t->old, t->rates, t->scratch.map, t->scratch.loc, t->scratch.used, t->scratch.dbl,
+                    t->scratch.chr, t->scratch.idx};
+    for (size_t i = 0; i < sizeof cols / sizeof *cols; i++)
+        free(cols[i]);
+    free(t);
+}
+
+/* Append a flow (nothing sent, rate 0, no decision yet).  Its entries must
+ * be merged (distinct links, weights > 0) and in range: the engine checks. */
+int lxf_table_add(struct lxf_table *t, double size, double arrival, int stage, double bneck, int64_t nnz,
+                  const int64_t *link, const double *weight)
+{
+    int64_t n = t->n, e0 = t->ptr[n];
+    if (reserve(t, n + 1, e0 + nnz))
+        return -1;
+    t->remaining[n] = size;
+    t->size[n] = size;
+    t->rate[n] = 0.0;
+    t->arrival[n] = arrival;
+    t->stage[n] = (int8_t)stage;
+    t->bneck[n] = bneck;
+    t->dead[n] = 0;
+    t->level[n] = -1;
+    t->cap[n] = INFINITY;
+    t->queue[n] = -1;
+    t->dscp[n] = 0;
+    memcpy(t->link + e0, link, sizeof(int64_t) * (size_t)nnz);
+    memcpy(t->weight + e0, weight, sizeof(double) * (size_t)nnz);
+    t->ptr[n + 1] = e0 + nnz;
+    t->n = n + 1;
+    return 0;
+}
+
+/* Bytes sent from the last event over dt seconds: sent = min(rate * dt,
+ * remaining) per flow, summed per stage in flow order from 0.0 and added to
+ * delivered; then the link-load average (module doc of engine.py). */
+void lxf_table_advance(struct lxf_table *t, double dt)
+{
+    if (!(dt > 0))
+        return;
+    int64_t n = t->n;
+    if (n) {
+        double by_stage[NUM_CODES] = {0.0, 0.0, 0.0, 0.0};
+        double *remaining = t->remaining, *rate = t->rate;
+        for (int64_t i = 0; i < n; i++) {
+            double left = remaining[i], sent = rate[i] * dt;
+            if (!(sent <= left))
+                sent = left;
+            remaining[i] = left - sent;
+            by_stage[t->stage[i]] += sent;
+        }
+        for (int c = 0; c < NUM_CODES; c++)
+            t->delivered[c] += by_stage[c];
+    }
+    if (t->load_idle || !t->track)
+        return;
+    /* load <- util + (load - util) * decay on the entries' links, load * decay elsewhere. */
+    double decay = exp(-dt / t->load_window);
+    int64_t m = t->nutil;
+    double *load = t->load;
+    for (int64_t e = 0; e < m; e++)
+        t->old[e] = load[t->util_link[e]];
+    for (int64_t l = 0; l < t->num_links; l++)
+        load[l] *= decay;
+    for (int64_t e = 0; e < m; e++)
+        load[t->util_link[e]] = t->util[e] + (t->old[e] - t->util[e]) * decay;
+}
+
+/* The live flows whose last bytes are in at now: their remaining bytes are
+ * delivered, their rate set to 0 and they are marked dead (compacted out
+ * later).  Writes their positions to out (room for n) and returns how many;
+ * *low gets the lowest level among them (-1 before any decision). */
+int64_t lxf_table_complete(struct lxf_table *t, double now, double rel_eps, double time_eps, int64_t *out,
+                           int64_t *low)
+{
+    double scale = fabs(now) > 1.0 ? fabs(now) : 1.0;
+    int64_t k = 0;
+    for (int64_t i = 0; i < t->n; i++) {
+        double left = t->remaining[i];
+        if (!t->dead[i] && (left <= t->size[i] * rel_eps || left <= t->rate[i] * time_eps * scale))
+            out[k++] = i;
+    }
+    if (!k)
+        return 0;
+    double by_stage[NUM_CODES] = {0.0, 0.0, 0.0, 0.0};
+    int64_t lo = INT64_MAX;
+    for (int64_t j = 0; j < k; j++) {
+        int64_t i = out[j];
+        by_stage[t->stage[i]] += t->remaining[i];
+        t->remaining[i] = 0.0;
+        t->rate[i] = 0.0;
+        t->dead[i] = 1;
+        if (t->level[i] < lo)
+            lo = t->level[i];
+    }
+    for (int c = 0; c < NUM_CODES; c++)
+        t->delivered[c] += by_stage[c];
+    if (lo >= 0)
+        t->removed_min = (t->removed_min < 0 || lo < t->removed_min) ? lo : t->removed_min;
+    *low = lo;
+    return k;
+}
+
+/* Drop the dead flows, keeping the order of the rest. */
+void lxf_table_compact(struct lxf_table *t)
+{
+    int64_t j = 0, e = 0;
+    for (int64_t i = 0; i < t->n; i++) {
+        if (t->dead[i])
+            continue;
+        int64_t a = t->ptr[i], b = t->ptr[i + 1];
+        if (j != i) {
+            t->remaining[j] = t->remaining[i];
+            t->rate[j] = t->rate[i];
+            t->size[j] = t->size[i];
+            t->arrival[j] = t->arrival[i];
+            t->bneck[j] = t->bneck[i];
+            t->cap[j] = t->cap[i];
+            t->level[j] = t->level[i];
+            t->queue[j] = t->queue[i];
+            t->dscp[j] = t->dscp[i];
+            t->stage[j] = t->stage[i];
+            t->dead[j] = 0;
+        }
+        if (e != a) {
+            memmove(t->link + e, t->link + a, sizeof(int64_t) * (size_t)(b - a));
+            memmove(t->weight + e, t->weight + a, sizeof(double) * (size_t)(b - a));
+        }
+        t->ptr[j] = e;
+        e += b - a;
+        j++;
+    }
+    t->ptr[j] = e;
+    t->n = j;
+}
+
+/* Time from now to the next completion: min(remaining / rate) over the
+ * flows that move; -1 when none does. */
+double lxf_table_next(const struct lxf_table *t)
+{
+    double best = -1.0;
+    int any = 0;
+    for (int64_t i = 0; i < t->n; i++) {
+        double r = t->rate[i];
+        if (r > 0) {
+            double d = t->remaining[i] / r;
+            if (!any || d < best) {
+                best = d;
+                any = 1;
+            }
+        }
+    }
+    return best;
+}
+
+/* No live flow: the utilization is all 0 and no removal is pending. */
+void lxf_table_idle(struct lxf_table *t)
+{
+    t->nutil = 0;
+    t->removed_min = -1;
+}
+
+/* Take a decision for the n live flows (the first ``kept`` had one before):
+ * checks it (returns LXF_BAD_LEVEL/CAP/QUEUE/DSCP), writes the positions
+ * whose level, cap, queue or DSCP changed to changed[] (*nchanged of them),
+ * stores it, and gives the level from which rates must be recomputed in
+ * *from_level (-1: none, rates stay).  cap NULL: no caps.  Rates are then
+ * set by lxf_table_allocate (or by the caller). */
+int lxf_table_decide(struct lxf_table *t, int64_t kept, const int64_t *level, const double *cap,
+                     const int64_t *queue, const uint8_t *dscp, int64_t *changed, int64_t *nchanged,
+                     int64_t *from_level)
+{
+    int64_t n = t->n;
+    for (int64_t i = 0; i < n; i++) {
+        if (level[i] < 0)
+            return LXF_BAD_LEVEL;
+        if (cap && !(cap[i] >= 0))
+            return LXF_BAD_CAP;
+        if (queue[i] < 0)
+            return LXF_BAD_QUEUE;
+        if (dscp[i] > 63)
+            return LXF_BAD_DSCP;
+    }
+    int64_t touched = INT64_MAX, k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double c = cap ? cap[i] : INFINITY;
+        int64_t old = t->level[i];
+        int moved = i >= kept || level[i] != old || c != t->cap[i];
+        if (moved) {
+            if (level[i] < touched)
+                touched = level[i];
+            if (old >= 0 && old < touched)
+                touched = old;
+        }
+        if (moved || queue[i] != t->queue[i] || (int64_t)dscp[i] != t->dscp[i])
+            changed[k++] = i;
+        t->level[i] = level[i];
+        t->cap[i] = c;
+        t->queue[i] = queue[i];
+        t->dscp[i] = dscp[i];
+    }
+    if (t->removed_min >= 0 && t->removed_min < touched)
+        touched = t->removed_min;
+    t->removed_min = -1;
+    *nchanged = k;
+    *from_level = touched == INT64_MAX ? -1 : touched;
+    return 0;
+}
+
+/* Rates of the live flows for the decision just taken, recomputed from
+ * from_level on (allocator.allocate), then the entries' utilization for the
+ * link-load average when it is kept. */
+int lxf_table_allocate(struct lxf_table *t, int64_t from_level, double rel_below, double rel_above, double sat_eps)
+{
+    int64_t n = t->n;
+    int64_t room = t->rates_room;
+    if (grow((void **)&t->rates, &room, n, sizeof(double)))
+        return -1;
+    t->rates_room = room;
+    int rc = lxf_allocate_scratch(&t->scratch, n, t->ptr, t->link, t->weight, t->level, t->cap, t->capacity,
+                                  t->num_links, 1, from_level, t->rate, rel_below, rel_above, sat_eps, t->rates);
+    if (rc)
+        return rc;
+    memcpy(t->rate, t->rates, sizeof(double) * (size_t)n);
+    return lxf_table_util(t);
+}
+
+/* The entries' utilization at the current rates (allocator.Usage.entry_utilization),
+ * kept for the link-load average; nothing when the average is not kept. */
+int lxf_table_util(struct lxf_table *t)
+{
+    if (!t->track)
+        return 0;
+    int64_t n = t->n, nnz = t->ptr[n];
+    int64_t r1 = t->util_room, r2 = t->util_room, r3 = t->util_room;
+    if (grow((void **)&t->util_link, &r1, nnz, sizeof(int64_t)) || grow((void **)&t->util, &r2, nnz, sizeof(double))
+        || grow((void **)&t->old, &r3, nnz, sizeof(double)))
+        return -1;
+    t->util_room = r1 < r2 ? (r1 < r3 ? r1 : r3) : (r2 < r3 ? r2 : r3);
+    /* Per link the sum of weight * rate in entry order from 0.0 (np.bincount),
+     * accumulated in util_link's slot via the scratch map. */
+    struct lxf_scratch *s = &t->scratch;
+    if (lxf_scratch_reserve(s, t->num_links, nnz, n))
+        return -1;
+    int32_t nloc = 0;
+    for (int64_t e = 0; e < nnz; e++) {
+        int64_t l = t->link[e];
+        if (s->map[l] < 0) {
+            s->map[l] = nloc;
+            s->used[nloc] = l;
+            s->dbl[nloc++] = 0.0;
+        }
+        s->loc[e] = s->map[l];
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t e = t->ptr[i]; e < t->ptr[i + 1]; e++)
+            s->dbl[s->loc[e]] += t->weight[e] * t->rate[i];
+    for (int64_t e = 0; e < nnz; e++) {
+        t->util_link[e] = t->link[e];
+        t->util[e] = s->dbl[s->loc[e]] / t->capacity[t->link[e]];
+    }
+    for (int32_t l = 0; l < nloc; l++)
+        s->map[s->used[l]] = -1;
+    t->nutil = nnz;
+    t->load_idle = 0;
+    return 0;
+}

@@ -1,0 +1,75 @@
+/* The live-flow table of the network engine (table_native.c) and the
+ * allocation scratch it shares with allocate_native.c. */
+#ifndef LAXFLOW_TABLE_NATIVE_H
+#define LAXFLOW_TABLE_NATIVE_H
+#include <stdint.h>
+
+/* lxf_table_decide's answers for a decision that breaks the contract. */
+#define LXF_BAD_LEVEL (-3)
+#define LXF_BAD_CAP (-4)
+#define LXF_BAD_QUEUE (-5)
+#define LXF_BAD_DSCP (-6)
+
+/* Allocation buffers kept between calls; map is all -1 between calls. */
+struct lxf_scratch {
+    int64_t links, entries, flows;  /* sizes the buffers hold */
+    int32_t *map;                   /* per link: local index or -1 */
+    int32_t *loc;                   /* per entry */
+    int64_t *used;                  /* per local link: its link */
+    double *dbl;                    /* 5 * entries + flows + 1 */
+    char *chr;                      /* entries + flows + 1 */
+    int64_t *idx;                   /* 3 * flows + 1 */
+};
+
+struct lxf_table {
+    int64_t n, room;                /* flows (live, and dead until compacted); columns' room */
+    int64_t nnz_room;
+    double *remaining, *rate, *size, *arrival, *bneck, *cap;
+    int64_t *level, *queue, *dscp;  /* the last decision (-1 / inf / -1 / 0 before the first) */
+    int8_t *stage;
+    uint8_t *dead;
+    int64_t *ptr;                   /* n + 1: CSR of the usage vectors */
+    int64_t *link;
+    double *weight;
+    double delivered[4];            /* bytes delivered per stage code */
+    int64_t num_links;
+    double *capacity;
+    double load_window;
+    int track, load_idle;
+    double *load;                   /* num_links: the link-load average */
+    int64_t nutil, util_room;       /* entries' links and utilization at the last allocation */
+    int64_t *util_link;
+    double *util, *old;
+    int64_t removed_min;            /* lowest level a completion touched since the last decision, -1 none */
+    double *rates;
+    int64_t rates_room;
+    struct lxf_scratch scratch;
+};
+
+int lxf_allocate_scratch(struct lxf_scratch *s, int64_t n, const int64_t *ptr, const int64_t *link,
+                         const double *weight, const int64_t *level, const double *cap, const double *capacity,
+                         int64_t num_links, int has_from, int64_t from_level, const double *prev_rate,
+                         double rel_below, double rel_above, double sat_eps, double *rates);
+int lxf_scratch_reserve(struct lxf_scratch *s, int64_t links, int64_t entries, int64_t flows);
+struct lxf_table *lxf_table_new(int64_t num_links, const double *capacity, int track, double load_window);
+void lxf_table_free(struct lxf_table *t);
+int lxf_table_util(struct lxf_table *t);
+int lxf_table_add(struct lxf_table *t, double size, double arrival, int stage, double bneck, int64_t nnz,
+                  const int64_t *link, const double *weight);
+void lxf_table_advance(struct lxf_table *t, double dt);
+int64_t lxf_table_complete(struct lxf_table *t, double now, double rel_eps, double time_eps, int64_t *out,
+                           int64_t *low);
+void lxf_table_compact(struct lxf_table *t);
+double lxf_table_next(const struct lxf_table *t);
+void lxf_table_idle(struct lxf_table *t);
+int lxf_table_decide(struct lxf_table *t, int64_t kept, const int64_t *level, const double *cap,
+                     const int64_t *queue, const uint8_t *dscp, int64_t *changed, int64_t *nchanged,
+                     int64_t *from_level);
+int lxf_table_allocate(struct lxf_table *t, int64_t from_level, double rel_below, double rel_above, double sat_eps);
+int lxf_allocate(int64_t n, const int64_t *ptr, const int64_t *link, const double *weight, const int64_t *level,
+                 const double *cap, const double *capacity, int64_t num_links, int has_from, int64_t from_level,
+                 const double *prev_rate, double rel_below, double rel_above, double sat_eps, double *rates);
+int lxf_entry_util(int64_t n, const int64_t *ptr, const int64_t *link, const double *weight, const double *rate,
+                   const double *capacity, int64_t num_links, double *util);
+
+#endif
