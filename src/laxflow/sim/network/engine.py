@@ -124,6 +124,8 @@ class FluidNetwork:
         self._ints = _ffi.new("int64_t[]", 64)  # out-buffer of positions for the table (grown as needed)
         self._ints_room = 64
         self._out = _ffi.new("int64_t[3]")  # small out-values of the table's calls
+        self._next = _ffi.new("double[1]")  # time to the next completion (-1: none)
+        self._cdata_cache: dict[int, tuple] = {}  # C buffers of read-only decision arrays, by id
         # Merged usage of read-only (links, weights) arrays, by their ids: the
         # serving simulator gives every flow of one transfer shape the same
         # frozen arrays, so each shape is merged and checked once. The value
@@ -315,20 +317,26 @@ class FluidNetwork:
         decision = self.policy.decide(snap)
         snap.close()
         level, cap, queue, dscp = self._check(decision, n)
-        # The table checks the values, stores the decision, and says which
-        # positions changed (their Flow objects are updated) and from which
-        # level rates must be recomputed (levels below it keep theirs, which
-        # is exact: see allocator.allocate).
-        changed_buf, out = self._int_buffer(n), self._out
-        rc = _lib.lxf_table_decide(
-            self._table, kept, _buffer("int64_t[]", level), _ffi.NULL if cap is None else _buffer("double[]", cap),
-            _buffer("int64_t[]", queue), _buffer("uint8_t[]", dscp), changed_buf, out, out + 1,
+        # The table checks the values, stores the decision, says which
+        # positions changed (their Flow objects are updated here), recomputes
+        # the rates from the lowest level that changed (levels below it keep
+        # theirs, which is exact: see allocator.allocate) and gives the time
+        # to the next completion.
+        changed_buf, out, table, native = self._int_buffer(n), self._out, self._table, allocator.NATIVE
+        cdata = self._cdata
+        rc = _lib.lxf_table_apply(
+            table, kept, cdata("int64_t[]", level), _ffi.NULL if cap is None else cdata("double[]", cap),
+            cdata("int64_t[]", queue), cdata("uint8_t[]", dscp), changed_buf, out, native, _REL_BELOW, _REL_ABOVE,
+            SATURATED_REL_EPS, self._next,
         )
         if rc:
+            if rc == -1:
+                raise MemoryError("no memory for the rate allocation")
             self._bad_decision(rc)
-        from_level = out[1]
-        if from_level >= 0:
-            self._allocate(from_level)
+        if not native:
+            if out[1] >= 0:
+                self._allocate_numpy(out[1])
+            self._next[0] = _lib.lxf_table_next(table)
         if out[0]:
             changed = _ffi.unpack(changed_buf, out[0])
             level_l, queue_l, dscp_l = level.tolist(), queue.tolist(), dscp.tolist()
@@ -344,7 +352,28 @@ class FluidNetwork:
             if t > now and t not in self._timers and math.isfinite(t):
                 self._timers.add(t)
                 self.queue.push(t, Priority.TIMER, self._on_timer, t)
-        self._schedule_completion()
+        self._completion_gen += 1
+        dt = self._next[0]
+        if dt >= 0:
+            self.queue.push(now + dt, Priority.COMPLETION, self._on_completion, self._completion_gen)
+
+    def _cdata(self, ctype: str, a: np.ndarray):
+        """The array's buffer for C; kept for read-only contiguous arrays (a
+        policy's cached decision comes back call after call), with the array
+        held so its id is not reused."""
+        if a.flags.writeable:
+            return _buffer(ctype, a)
+        hit = self._cdata_cache.get(id(a))
+        if hit is not None:
+            return hit[1]
+        try:
+            c = _ffi.from_buffer(ctype, a)
+        except ValueError:  # not contiguous: a copy, not kept (its source could change)
+            return _buffer(ctype, a)
+        if len(self._cdata_cache) >= 256:
+            self._cdata_cache.clear()
+        self._cdata_cache[id(a)] = (a, c)
+        return c
 
     # -- recompute pieces -------------------------------------------------------
 
@@ -392,17 +421,11 @@ class FluidNetwork:
         }
         raise ValueError(f"policy {name}: {message[rc]}")
 
-    def _allocate(self, from_level: int) -> None:
-        """Rates for the decision just stored, recomputed from ``from_level`` on."""
-        table = self._table
-        if allocator.NATIVE:
-            rc = _lib.lxf_table_allocate(table, from_level, _REL_BELOW, _REL_ABOVE, SATURATED_REL_EPS)
-            if rc == 0:
-                return
-            if rc == -1:
-                raise MemoryError("no memory for the rate allocation")
-        # The allocator's NumPy path (tests switch C off to compare): the same rates.
-        n = len(self._flows)
+    def _allocate_numpy(self, from_level: int) -> None:
+        """Rates for the decision just stored, recomputed from ``from_level``
+        on by the allocator's NumPy path (tests switch its C path off to
+        compare): the same rates as the table's own allocation."""
+        table, n = self._table, len(self._flows)
         ptr = self._column(table.ptr, n + 1, _I64)
         usage = Usage(ptr, self._column(table.link, int(ptr[-1]), _I64), self._column(table.weight, int(ptr[-1]), _F64))
         rate = allocate(self.capacity, usage, self._column(table.level, n, _I64), self._column(table.cap, n, _F64),

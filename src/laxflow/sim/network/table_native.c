@@ -376,3 +376,22 @@ int lxf_table_util(struct lxf_table *t)
     t->load_idle = 0;
     return 0;
 }
+
+/* One recompute after the policy's decision, in one call: lxf_table_decide,
+ * then (native) lxf_table_allocate when some level must be recomputed, then
+ * lxf_table_next.  out[0]: positions changed (in changed[]), out[1]: the
+ * level rates were recomputed from (-1: none); *next: lxf_table_next, or
+ * -1 without native (the caller allocates first, then asks). */
+int lxf_table_apply(struct lxf_table *t, int64_t kept, const int64_t *level, const double *cap, const int64_t *queue,
+                    const uint8_t *dscp, int64_t *changed, int64_t *out, int native, double rel_below,
+                    double rel_above, double sat_eps, double *next)
+{
+    int rc = lxf_table_decide(t, kept, level, cap, queue, dscp, changed, out, out + 1);
+    *next = -1.0;
+    if (rc || !native)
+        return rc;
+    if (out[1] >= 0 && (rc = lxf_table_allocate(t, out[1], rel_below, rel_above, sat_eps)))
+        return rc;
+    *next = lxf_table_next(t);
+    return 0;
+}

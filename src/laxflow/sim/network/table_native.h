@@ -65,6 +65,9 @@ void lxf_table_idle(struct lxf_table *t);
 int lxf_table_decide(struct lxf_table *t, int64_t kept, const int64_t *level, const double *cap,
                      const int64_t *queue, const uint8_t *dscp, int64_t *changed, int64_t *nchanged,
                      int64_t *from_level);
+int lxf_table_apply(struct lxf_table *t, int64_t kept, const int64_t *level, const double *cap, const int64_t *queue,
+                    const uint8_t *dscp, int64_t *changed, int64_t *out, int native, double rel_below,
+                    double rel_above, double sat_eps, double *next);
 int lxf_table_allocate(struct lxf_table *t, int64_t from_level, double rel_below, double rel_above, double sat_eps);
 int lxf_allocate(int64_t n, const int64_t *ptr, const int64_t *link, const double *weight, const int64_t *level,
                  const double *cap, const double *capacity, int64_t num_links, int has_from, int64_t from_level,
