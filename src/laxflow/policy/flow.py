@@ -49,6 +49,8 @@ STAGE_NONE = 0
 STAGE_CODES: dict[Stage, int] = {Stage.REUSE: 1, Stage.COLLECTIVE: 2, Stage.P2D: 3}
 STAGE_OF_CODE: dict[int, Stage] = {code: stage for stage, code in STAGE_CODES.items()}
 
+_INF = float("inf")
+
 
 @dataclass(eq=False)
 class Flow:
@@ -95,6 +97,56 @@ class Flow:
         self.weights = np.asarray(self.weights, dtype=np.float64)
         if self.links.shape != self.weights.shape or self.links.ndim != 1 or self.links.size == 0:
             raise ValueError(f"flow {self.id!r}: links and weights must be equal-length, non-empty 1-D")
+
+    @classmethod
+    def trusted(
+        cls,
+        id: str,
+        size: float,
+        links: np.ndarray,
+        weights: np.ndarray,
+        *,
+        arrival: float = 0.0,
+        stage: Stage = Stage.P2D,
+        request: str = "",
+        batch: str = "",
+        deadline: float | None = None,
+        downstream: float = 0.0,
+        layer: int | None = None,
+        current_layer: int | None = None,
+        compute_done: bool = False,
+    ) -> "Flow":
+        """The flow the constructor would build, without its conversions and checks.
+
+        For callers that issue many flows from arrays they already hold: the
+        serving simulator's batches, whose transfer shapes come from
+        ``Cluster.pattern`` (int64 ``links`` and float64 ``weights``, 1-D,
+        equal length, non-empty, read-only). The arrays are kept as given (the
+        constructor's ``np.asarray`` returns such arrays unchanged too), so the
+        result equals ``Flow(...)``'s in every field; anything else passed here
+        is the caller's bug, not caught.
+        """
+        # Plain attribute stores: the fastest way to fill a new instance (a
+        # __dict__.update needs a keyword dict built first).
+        flow = cls.__new__(cls)
+        flow.id = id
+        flow.size = size
+        flow.links = links
+        flow.weights = weights
+        flow.arrival = arrival
+        flow.stage = stage
+        flow.request = request = request or id
+        flow.batch = batch or request
+        flow.deadline = deadline
+        flow.downstream = downstream
+        flow.layer = layer
+        flow.current_layer = current_layer
+        flow.compute_done = compute_done
+        flow.level = flow.queue = flow.dscp = None
+        flow.cap = _INF
+        flow.finish = None
+        flow.state = {}
+        return flow
 
     @property
     def due(self) -> float | None:
