@@ -86,16 +86,15 @@ static void water_fill(struct work *w, int64_t k, const int64_t *flows, const do
             for (int64_t e = start[f]; e < start[f] + count[f]; e++)
                 load[loc[e]] += weight[e];
         }
-        for (int64_t i = 0; i < m; i++) {
-            int64_t f = alive[i];
-            for (int64_t e = start[f]; e < start[f] + count[f]; e++)
-                share[loc[e]] = residual[loc[e]] / load[loc[e]];  /* load > 0: weights are > 0 */
-        }
-        for (int64_t i = 0; i < m; i++) {  /* np.minimum.reduceat, then the cap */
+        for (int64_t i = 0; i < m; i++) {  /* each link's share, and np.minimum.reduceat of them, then the cap */
             int64_t f = alive[i], a = start[f];
-            double b = share[loc[a]];
-            for (int64_t e = a + 1; e < a + count[f]; e++)
-                b = np_min(b, share[loc[e]]);
+            double b = residual[loc[a]] / load[loc[a]];  /* load > 0: weights are > 0 */
+            share[loc[a]] = b;
+            for (int64_t e = a + 1; e < a + count[f]; e++) {
+                double sh = residual[loc[e]] / load[loc[e]];
+                share[loc[e]] = sh;
+                b = np_min(b, sh);
+            }
             if (capped)
                 b = np_min(b, cap[f]);
             best[i] = b;
@@ -227,9 +226,7 @@ int lxf_allocate_scratch(struct lxf_scratch *s, int64_t n, const int64_t *ptr, c
     if (lxf_scratch_reserve(s, num_links, nnz, n))
         return -1;
     int32_t *map = s->map, *loc = s->loc;
-    int64_t *used = s->used, *idx = s->idx;
-    double *dbl = s->dbl;
-    char *chr = s->chr;
+    int64_t *used = s->used;
     int32_t nloc = 0;
     for (int64_t e = 0; e < nnz; e++) {
         int64_t l = link[e];
@@ -246,18 +243,38 @@ int lxf_allocate_scratch(struct lxf_scratch *s, int64_t n, const int64_t *ptr, c
     }
     for (int32_t j = 0; j < nloc; j++)  /* map is all -1 again for the next call */
         map[used[j]] = -1;
-    double *residual = dbl, *limit = dbl + nnz, *load = dbl + 2 * nnz, *share = dbl + 3 * nnz, *sum = dbl + 4 * nnz;
-    double *best = dbl + 5 * nnz;
+    lxf_allocate_mapped(s, n, ptr, loc, weight, level, cap, capacity, used, NULL, nloc, nnz, has_from, from_level,
+                        prev_rate, rel_below, rel_above, sat_eps, rates);
+    return 0;
+}
+
+/* The allocation once every entry has its link's slot loc[e] in the
+ * per-link scratch arrays (slot_room of them): the nslots slots in use are
+ * slot[j] (NULL: j), holding link capidx[j].  s must have room for n flows,
+ * slot_room slots and ptr[n] entries. */
+void lxf_allocate_mapped(struct lxf_scratch *s, int64_t n, const int64_t *ptr, const int32_t *loc,
+                         const double *weight, const int64_t *level, const double *cap, const double *capacity,
+                         const int64_t *capidx, const int64_t *slot, int64_t nslots, int64_t slot_room, int has_from,
+                         int64_t from_level, const double *prev_rate, double rel_below, double rel_above,
+                         double sat_eps, double *rates)
+{
+    int64_t *idx = s->idx;
+    double *dbl = s->dbl;
+    char *chr = s->chr;
+    int64_t m = slot_room;
+    double *residual = dbl, *limit = dbl + m, *load = dbl + 2 * m, *share = dbl + 3 * m, *sum = dbl + 4 * m;
+    double *best = dbl + 5 * m;
     int64_t *order = idx, *alive = idx + n, *count = idx + 2 * n;
-    for (int32_t l = 0; l < nloc; l++) {
-        residual[l] = capacity[used[l]];
-        limit[l] = capacity[used[l]] * sat_eps;
+    for (int64_t j = 0; j < nslots; j++) {
+        int64_t l = slot ? slot[j] : j;
+        residual[l] = capacity[capidx[j]];
+        limit[l] = capacity[capidx[j]] * sat_eps;
     }
     for (int64_t i = 0; i < n; i++) {
         count[i] = ptr[i + 1] - ptr[i];
         rates[i] = 0.0;
     }
-    struct work w = {ptr, count, loc, weight, residual, load, share, sum, chr, alive, best, chr + nnz,
+    struct work w = {ptr, count, loc, weight, residual, load, share, sum, chr, alive, best, chr + m,
                      rel_below, rel_above};
     int64_t lowest = level[0], highest = level[0];
     for (int64_t i = 1; i < n; i++) {
@@ -293,8 +310,8 @@ int lxf_allocate_scratch(struct lxf_scratch *s, int64_t n, const int64_t *ptr, c
     }
     int64_t first = 0;
     if (has_from && prev_rate) {
-        for (int32_t l = 0; l < nloc; l++)
-            sum[l] = 0.0;
+        for (int64_t j = 0; j < nslots; j++)
+            sum[slot ? slot[j] : j] = 0.0;
         for (int64_t i = 0; i < n; i++) {  /* link_load of the kept levels, in entry order */
             double r = level[i] < from_level ? prev_rate[i] : 0.0;
             if (level[i] < from_level)
@@ -302,7 +319,8 @@ int lxf_allocate_scratch(struct lxf_scratch *s, int64_t n, const int64_t *ptr, c
             for (int64_t e = ptr[i]; e < ptr[i + 1]; e++)
                 sum[loc[e]] += weight[e] * r;
         }
-        for (int32_t l = 0; l < nloc; l++) {
+        for (int64_t j = 0; j < nslots; j++) {
+            int64_t l = slot ? slot[j] : j;
             residual[l] = residual[l] - sum[l];
             if (residual[l] <= limit[l])
                 residual[l] = 0.0;
@@ -324,7 +342,6 @@ int lxf_allocate_scratch(struct lxf_scratch *s, int64_t n, const int64_t *ptr, c
         }
         a = b;
     }
-    return 0;
 }
 
 /* Usage.link_load(rate)[link] / capacity[link] for every entry: the

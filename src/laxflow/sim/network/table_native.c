@@ -73,11 +73,11 @@ static int reserve(struct lxf_table *t, int64_t n, int64_t nnz)
         t->room = r;
     }
     if (nnz > t->nnz_room) {
-        int64_t r = t->nnz_room;
-        int64_t r1 = r;
-        if (grow((void **)&t->link, &r, nnz, sizeof(int64_t)) || grow((void **)&t->weight, &r1, nnz, sizeof(double)))
+        int64_t r = t->nnz_room, r1 = r, r2 = r;
+        if (grow((void **)&t->link, &r, nnz, sizeof(int64_t)) || grow((void **)&t->weight, &r1, nnz, sizeof(double))
+            || grow((void **)&t->loc, &r2, nnz, sizeof(int32_t)))
             return -1;
-        t->nnz_room = r < r1 ? r : r1;
+        t->nnz_room = r < r1 ? (r < r2 ? r : r2) : (r1 < r2 ? r1 : r2);
     }
     return 0;
 }
@@ -92,9 +92,15 @@ struct lxf_table *lxf_table_new(int64_t num_links, const double *capacity, int t
     t->load_window = load_window;
     t->load_idle = 1;
     t->removed_min = -1;
-    t->capacity = malloc(sizeof(double) * (size_t)(num_links > 0 ? num_links : 1));
-    t->load = calloc((size_t)(num_links > 0 ? num_links : 1), sizeof(double));
-    if (!t->capacity || !t->load || reserve(t, 16, 64)) {
+    size_t links = (size_t)(num_links > 0 ? num_links : 1);
+    t->capacity = malloc(sizeof(double) * links);
+    t->load = calloc(links, sizeof(double));
+    t->refs = calloc(links, sizeof(int64_t));
+    t->used = malloc(sizeof(int64_t) * links);
+    t->used_pos = malloc(sizeof(int64_t) * links);
+    t->acc = malloc(sizeof(double) * links);
+    if (num_links > INT32_MAX || !t->capacity || !t->load || !t->refs || !t->used || !t->used_pos || !t->acc
+        || reserve(t, 16, 64)) {
         lxf_table_free(t);
         return NULL;
     }
@@ -108,7 +114,8 @@ void lxf_table_free(struct lxf_table *t)
     if (!t)
         return;
     void *cols[] = {t->remaining, t->rate, t->size, t->arrival, t->bneck, t->cap, t->level, t->queue, t->dscp,
-                    t->stage, t->dead, t->ptr, t->link, t->weight, t->capacity, t->load, t->util_link, t->util,
+                    t->stage, t->dead, t->ptr, t->link, t->weight, t->loc, t->refs, t->used, t->used_pos, t->acc,
+                    t->capacity, t->load, t->util_link, t->util,
                     t->old, t->rates, t->scratch.map, t->scratch.loc, t->scratch.used, t->scratch.dbl,
                     t->scratch.chr, t->scratch.idx};
     for (size_t i = 0; i < sizeof cols / sizeof *cols; i++)
@@ -137,6 +144,14 @@ int lxf_table_add(struct lxf_table *t, double size, double arrival, int stage, d
     t->dscp[n] = 0;
     memcpy(t->link + e0, link, sizeof(int64_t) * (size_t)nnz);
     memcpy(t->weight + e0, weight, sizeof(double) * (size_t)nnz);
+    for (int64_t e = 0; e < nnz; e++) {
+        int64_t l = link[e];
+        t->loc[e0 + e] = (int32_t)l;
+        if (t->refs[l]++ == 0) {
+            t->used_pos[l] = t->nused;
+            t->used[t->nused++] = l;
+        }
+    }
     t->ptr[n + 1] = e0 + nnz;
     t->n = n + 1;
     return 0;
@@ -217,8 +232,17 @@ void lxf_table_compact(struct lxf_table *t)
 {
     int64_t j = 0, e = 0;
     for (int64_t i = 0; i < t->n; i++) {
-        if (t->dead[i])
+        if (t->dead[i]) {
+            for (int64_t e = t->ptr[i]; e < t->ptr[i + 1]; e++) {
+                int64_t l = t->link[e];
+                if (--t->refs[l] == 0) {  /* out of the used links: the last one takes its place */
+                    int64_t p = t->used_pos[l], last = t->used[--t->nused];
+                    t->used[p] = last;
+                    t->used_pos[last] = p;
+                }
+            }
             continue;
+        }
         int64_t a = t->ptr[i], b = t->ptr[i + 1];
         if (j != i) {
             t->remaining[j] = t->remaining[i];
@@ -236,6 +260,7 @@ void lxf_table_compact(struct lxf_table *t)
         if (e != a) {
             memmove(t->link + e, t->link + a, sizeof(int64_t) * (size_t)(b - a));
             memmove(t->weight + e, t->weight + a, sizeof(double) * (size_t)(b - a));
+            memmove(t->loc + e, t->loc + a, sizeof(int32_t) * (size_t)(b - a));
         }
         t->ptr[j] = e;
         e += b - a;
@@ -328,10 +353,14 @@ int lxf_table_allocate(struct lxf_table *t, int64_t from_level, double rel_below
     if (grow((void **)&t->rates, &room, n, sizeof(double)))
         return -1;
     t->rates_room = room;
-    int rc = lxf_allocate_scratch(&t->scratch, n, t->ptr, t->link, t->weight, t->level, t->cap, t->capacity,
-                                  t->num_links, 1, from_level, t->rate, rel_below, rel_above, sat_eps, t->rates);
-    if (rc)
-        return rc;
+    if (n == 0)
+        return 0;
+    /* Each link is its own slot in the per-link scratch (no map per call). */
+    int64_t nnz = t->ptr[n], slots = nnz > t->num_links ? nnz : t->num_links;
+    if (lxf_scratch_reserve(&t->scratch, 1, slots, n))
+        return -1;
+    lxf_allocate_mapped(&t->scratch, n, t->ptr, t->loc, t->weight, t->level, t->cap, t->capacity, t->used, t->used,
+                        t->nused, t->num_links, 1, from_level, t->rate, rel_below, rel_above, sat_eps, t->rates);
     memcpy(t->rate, t->rates, sizeof(double) * (size_t)n);
     return lxf_table_util(t);
 }
@@ -348,30 +377,17 @@ int lxf_table_util(struct lxf_table *t)
         || grow((void **)&t->old, &r3, nnz, sizeof(double)))
         return -1;
     t->util_room = r1 < r2 ? (r1 < r3 ? r1 : r3) : (r2 < r3 ? r2 : r3);
-    /* Per link the sum of weight * rate in entry order from 0.0 (np.bincount),
-     * accumulated in util_link's slot via the scratch map. */
-    struct lxf_scratch *s = &t->scratch;
-    if (lxf_scratch_reserve(s, t->num_links, nnz, n))
-        return -1;
-    int32_t nloc = 0;
-    for (int64_t e = 0; e < nnz; e++) {
-        int64_t l = t->link[e];
-        if (s->map[l] < 0) {
-            s->map[l] = nloc;
-            s->used[nloc] = l;
-            s->dbl[nloc++] = 0.0;
-        }
-        s->loc[e] = s->map[l];
-    }
+    /* Per link the sum of weight * rate in entry order from 0.0 (np.bincount). */
+    double *acc = t->acc;
+    for (int64_t j = 0; j < t->nused; j++)
+        acc[t->used[j]] = 0.0;
     for (int64_t i = 0; i < n; i++)
         for (int64_t e = t->ptr[i]; e < t->ptr[i + 1]; e++)
-            s->dbl[s->loc[e]] += t->weight[e] * t->rate[i];
+            acc[t->link[e]] += t->weight[e] * t->rate[i];
     for (int64_t e = 0; e < nnz; e++) {
         t->util_link[e] = t->link[e];
-        t->util[e] = s->dbl[s->loc[e]] / t->capacity[t->link[e]];
+        t->util[e] = acc[t->link[e]] / t->capacity[t->link[e]];
     }
-    for (int32_t l = 0; l < nloc; l++)
-        s->map[s->used[l]] = -1;
     t->nutil = nnz;
     t->load_idle = 0;
     return 0;

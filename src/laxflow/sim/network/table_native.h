@@ -31,6 +31,11 @@ struct lxf_table {
     int64_t *ptr;                   /* n + 1: CSR of the usage vectors */
     int64_t *link;
     double *weight;
+    int32_t *loc;                   /* per entry: its link as the allocation's slot */
+    int64_t *refs;                  /* num_links: live flows using each link */
+    int64_t *used, *used_pos;       /* the links with refs > 0 (nused, any order), each one's place there */
+    int64_t nused;
+    double *acc;                    /* num_links, scratch of lxf_table_util */
     double delivered[4];            /* bytes delivered per stage code */
     int64_t num_links;
     double *capacity;
@@ -50,6 +55,11 @@ int lxf_allocate_scratch(struct lxf_scratch *s, int64_t n, const int64_t *ptr, c
                          const double *weight, const int64_t *level, const double *cap, const double *capacity,
                          int64_t num_links, int has_from, int64_t from_level, const double *prev_rate,
                          double rel_below, double rel_above, double sat_eps, double *rates);
+void lxf_allocate_mapped(struct lxf_scratch *s, int64_t n, const int64_t *ptr, const int32_t *loc,
+                         const double *weight, const int64_t *level, const double *cap, const double *capacity,
+                         const int64_t *capidx, const int64_t *slot, int64_t nslots, int64_t slot_room, int has_from,
+                         int64_t from_level, const double *prev_rate, double rel_below, double rel_above,
+                         double sat_eps, double *rates);
 int lxf_scratch_reserve(struct lxf_scratch *s, int64_t links, int64_t entries, int64_t flows);
 struct lxf_table *lxf_table_new(int64_t num_links, const double *capacity, int track, double load_window);
 void lxf_table_free(struct lxf_table *t);
