@@ -62,6 +62,12 @@ class EventQueue:
         """Time of the next event, or +inf when the queue is empty."""
         return self._heap[0][0] if self._heap else float("inf")
 
+    def nothing_else_now(self) -> bool:
+        """No other event is due at ``now``: an event pushed now at any
+        priority would be the next to run (so its owner may run it in place)."""
+        heap = self._heap
+        return not heap or heap[0][0] > self.now
+
     def step(self) -> bool:
         """Pop the next event, advance ``now`` to it, run it. False when empty."""
         if not self._heap:

@@ -402,3 +402,22 @@ def test_oversubscribed_uplink_limits_cross_leaf_traffic():
     assert net.rate_of(local) == pytest.approx(5.0)
     net.run()
     assert [f.finish for f in cross] == pytest.approx([2.0] * 4)
+
+
+def test_recompute_after_a_completion_waits_for_same_time_owner_events():
+    """A completion's recompute runs in place only when nothing else is due
+    at that time; an owner event at the same time (here a COMPUTE end that
+    adds a flow) runs first, and the one recompute sees its flow."""
+    policy = Recorder()
+    queue = EventQueue()
+    net = FluidNetwork(one_link(), policy, queue)
+    a = Flow.on_path("A", 1.0, [0])
+    b = Flow.on_path("B", 1.0, [0])
+    queue.push(0.0, Priority.ARRIVAL, net.add_flow, a)
+    queue.push(1.0, Priority.COMPUTE, net.add_flow, b)  # due when A completes
+    net.run()
+    assert a.finish == 1.0 and b.finish == 2.0
+    assert policy.calls == [(0.0, ["A"]), (1.0, ["B"])]  # one decision at 1, after B was added
+    assert queue.nothing_else_now()
+    queue.push(queue.now, Priority.TIMER, lambda: None)
+    assert not queue.nothing_else_now()

@@ -291,13 +291,26 @@ class FluidNetwork:
             self.policy.on_complete(flow, now)
             if callback is not None:
                 callback(flow)
-        self._schedule_recompute()
+        self._recompute_after_event()
 
     def _on_timer(self, time: float) -> None:
         self._timers.discard(time)
         self.events += 1
         self._advance(self.queue.now)
-        self._schedule_recompute()
+        self._recompute_after_event()
+
+    def _recompute_after_event(self) -> None:
+        """The recompute this event calls for: run in place when no other
+        event is due at this time (it would be the next one popped, so the
+        order of handlers is the same), else pushed to run after them."""
+        now = self.queue.now
+        if self._recompute_at == now:
+            return
+        if self.queue.nothing_else_now():
+            self._recompute_at = now
+            self._on_recompute()
+        else:
+            self._schedule_recompute()
 
     def _on_recompute(self) -> None:
         now = self.queue.now
