@@ -411,13 +411,14 @@ def test_recompute_after_a_completion_waits_for_same_time_owner_events():
     policy = Recorder()
     queue = EventQueue()
     net = FluidNetwork(one_link(), policy, queue)
-    a = Flow.on_path("A", 1.0, [0])
-    b = Flow.on_path("B", 1.0, [0])
+    a, b, c = Flow.on_path("A", 1.0, [0]), Flow.on_path("B", 1.0, [0]), Flow.on_path("C", 3.0, [0])
     queue.push(0.0, Priority.ARRIVAL, net.add_flow, a)
-    queue.push(1.0, Priority.COMPUTE, net.add_flow, b)  # due when A completes
+    queue.push(0.0, Priority.ARRIVAL, net.add_flow, c)
+    queue.push(2.0, Priority.COMPUTE, net.add_flow, b)  # due when A completes (rate 1/2)
     net.run()
-    assert a.finish == 1.0 and b.finish == 2.0
-    assert policy.calls == [(0.0, ["A"]), (1.0, ["B"])]  # one decision at 1, after B was added
+    assert a.finish == 2.0
+    # One decision at 2, after B was added (not one for C alone first).
+    assert policy.calls[:2] == [(0.0, ["A", "C"]), (2.0, ["C", "B"])]
     assert queue.nothing_else_now()
     queue.push(queue.now, Priority.TIMER, lambda: None)
     assert not queue.nothing_else_now()
