@@ -411,3 +411,14 @@ int lxf_table_apply(struct lxf_table *t, int64_t kept, const int64_t *level, con
     *next = lxf_table_next(t);
     return 0;
 }
+
+/* The link-load average clipped to [0, 1] (np.minimum(np.maximum(load, 0), 1):
+ * NaN stays NaN), into out[num_links]. */
+void lxf_table_load_clipped(const struct lxf_table *t, double *out)
+{
+    for (int64_t l = 0; l < t->num_links; l++) {
+        double v = t->load[l];
+        v = (v >= 0.0 || v != v) ? v : 0.0;
+        out[l] = (v <= 1.0 || v != v) ? v : 1.0;
+    }
+}
