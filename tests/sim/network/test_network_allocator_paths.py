@@ -85,37 +85,65 @@ def test_native_path_takes_the_numpy_dtypes_it_is_given():
     assert got.tolist() == want.tolist()
 
 
-@pytest.mark.skipif(not allocator.NATIVE, reason="the C allocation module is not built")
-@pytest.mark.parametrize("seed", range(20))
-def test_entry_utilization_in_c_equals_numpy(seed, monkeypatch):
-    capacity, usage, level, cap, prev, _ = random_case(seed)
-    rate = allocate(capacity, usage, level, cap) + prev
-    c = usage.entry_utilization(rate, capacity)
-    monkeypatch.setattr(allocator, "NATIVE", False)
-    assert c.tolist() == usage.entry_utilization(rate, capacity).tolist()
-    assert c.tolist() == (usage.link_load(rate, capacity.size)[usage.link] / capacity[usage.link]).tolist()
+def table_of(capacity: np.ndarray, usage: Usage, level: np.ndarray, cap: np.ndarray, prev: np.ndarray):
+    """The engine's C flow table holding these flows, their decision and earlier rates."""
+    from laxflow.sim.network._allocate_native import ffi, lib
+
+    table = ffi.gc(lib.lxf_table_new(capacity.size, ffi.from_buffer("double[]", capacity), 1, 0.01), lib.lxf_table_free)
+    for i in range(usage.num_flows):
+        a, b = int(usage.ptr[i]), int(usage.ptr[i + 1])
+        links, weights = usage.link[a:b].copy(), usage.weight[a:b].copy()
+        assert lib.lxf_table_add(table, 1.0, 0.0, 1, 1.0, b - a, ffi.from_buffer("int64_t[]", links),
+                                 ffi.from_buffer("double[]", weights)) == 0
+    n = usage.num_flows
+    changed, out = ffi.new("int64_t[]", n), ffi.new("int64_t[2]")
+    level, cap = level.astype(np.int64), np.ascontiguousarray(cap)
+    queue, dscp = np.zeros(n, np.int64), np.zeros(n, np.uint8)
+    assert lib.lxf_table_decide(table, 0, ffi.from_buffer("int64_t[]", level), ffi.from_buffer("double[]", cap),
+                                ffi.from_buffer("int64_t[]", queue), ffi.from_buffer("uint8_t[]", dscp), changed,
+                                out, out + 1) == 0
+    for i in range(n):
+        table.rate[i] = float(prev[i])
+    return table, lib, ffi
 
 
 @pytest.mark.skipif(not allocator.NATIVE, reason="the C allocation module is not built")
 @pytest.mark.parametrize("seed", range(60))
-def test_allocate_lists_equals_allocate(seed):
-    """The engine's list entry point (levels, caps and earlier rates as Python
-    lists, the CSR's C buffers made once) gives allocate's rates bit for bit,
-    on a second call with the same Usage too."""
+def test_flow_table_allocation_equals_allocate(seed):
+    """The engine's allocation in its C table (each link its own slot, the
+    links in use reference-counted) gives allocate's rates bit for bit, for
+    a partial recompute from a level and a full one."""
     capacity, usage, level, cap, prev, from_level = random_case(seed)
-    buf = allocator.CapacityBuffer(capacity)
-    for _ in range(2):
-        got = allocator.allocate_lists(buf, usage, level.tolist(), cap.tolist(), from_level, prev.tolist())
-        assert got == allocate(capacity, usage, level, cap, from_level=from_level, prev_rate=prev).tolist()
-        got = allocator.allocate_lists(buf, usage, level.tolist(), cap.tolist(), None, prev.tolist())
-        assert got == allocate(capacity, usage, level, cap).tolist()
+    n = usage.num_flows
+    for start, want in ((from_level, allocate(capacity, usage, level, cap, from_level=from_level, prev_rate=prev)),
+                        (0, allocate(capacity, usage, level, cap))):
+        table, lib, _ = table_of(capacity, usage, level, cap, prev)
+        assert lib.lxf_table_allocate(table, start, 1.0 - allocator.REL_EPS, 1.0 + allocator.REL_EPS,
+                                      allocator.SATURATED_REL_EPS) == 0
+        assert [table.rate[i] for i in range(n)] == want.tolist()
 
 
-def test_allocate_lists_declines_what_it_cannot_pass(monkeypatch):
-    """A non-int64 CSR or no C module: None (the engine then calls allocate)."""
-    capacity, usage, level, cap, prev, _ = random_case(3)
-    buf = allocator.CapacityBuffer(capacity)
-    odd = Usage(usage.ptr.astype(np.int32), usage.link, usage.weight)
-    assert allocator.allocate_lists(buf, odd, level.tolist(), cap.tolist(), None, prev.tolist()) is None
-    monkeypatch.setattr(allocator, "NATIVE", False)
-    assert allocator.allocate_lists(buf, usage, level.tolist(), cap.tolist(), None, prev.tolist()) is None
+@pytest.mark.skipif(not allocator.NATIVE, reason="the C allocation module is not built")
+@pytest.mark.parametrize("seed", range(20))
+def test_flow_table_utilization_equals_numpy(seed):
+    """Each entry's link utilization the table keeps for the link-load
+    average is NumPy's link_load(rate)[link] / capacity[link], bit for bit,
+    also after flows left (the links in use are counted down)."""
+    capacity, usage, level, cap, prev, _ = random_case(seed)
+    rate = allocate(capacity, usage, level, cap) + prev
+    table, lib, _ = table_of(capacity, usage, level, cap, rate)
+    assert lib.lxf_table_util(table) == 0
+    want = usage.link_load(rate, capacity.size)[usage.link] / capacity[usage.link]
+    assert [table.util[e] for e in range(table.nutil)] == want.tolist()
+    if usage.num_flows > 1:  # the first flow finishes: the rest's utilization without it
+        out, low = np.zeros(usage.num_flows, np.int64), np.zeros(1, np.int64)
+        table.remaining[0] = 0.0
+        from laxflow.sim.network._allocate_native import ffi
+        assert lib.lxf_table_complete(table, 1.0, 1e-9, 1e-12, ffi.from_buffer("int64_t[]", out),
+                                      ffi.from_buffer("int64_t[]", low)) >= 1
+        assert out[0] == 0
+        lib.lxf_table_compact(table)
+        rest = Usage(usage.ptr[1:] - usage.ptr[1], usage.link[usage.ptr[1]:], usage.weight[usage.ptr[1]:])
+        assert lib.lxf_table_util(table) == 0
+        want = rest.link_load(rate[1:], capacity.size)[rest.link] / capacity[rest.link]
+        assert [table.util[e] for e in range(table.nutil)] == want.tolist()

@@ -73,19 +73,6 @@ class Usage:
         """Bytes/s on each link when flow i runs at ``rate[i]``."""
         return np.bincount(self.link, weights=self.weight * np.repeat(rate, self.nnz), minlength=num_links)
 
-    def entry_utilization(self, rate: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-        """``link_load(rate)[link] / capacity[link]``: each entry's link's utilization (in C when built)."""
-        if NATIVE:
-            util = np.empty(self.link.size)
-            rc = _lib.lxf_entry_util(
-                self.num_flows, _arg(_INT64S, self.ptr, _I64), _arg(_INT64S, self.link, _I64),
-                _arg(_DOUBLES, self.weight, _F64), _arg(_DOUBLES, rate, _F64),
-                _arg(_DOUBLES, capacity, _F64), capacity.size, _ffi.from_buffer(_DOUBLES, util),
-            )
-            if rc == 0:
-                return util
-        return self.link_load(rate, capacity.size)[self.link] / capacity[self.link]
-
 
 def water_fill(
     residual: np.ndarray,
@@ -282,47 +269,6 @@ def _allocate_native(
         _REL_BELOW, _REL_ABOVE, SATURATED_REL_EPS, _ffi.from_buffer(_DOUBLES, rates),
     )
     return rates if rc == 0 else None
-
-
-def allocate_lists(
-    capacity: "CapacityBuffer", usage: Usage, level: list[int], cap: list[float], from_level: int | None,
-    prev_rate: list[float],
-) -> list[float] | None:
-    """``allocate`` in C on the engine's lists (``level`` ints >= 0, ``cap``
-    floats, ``prev_rate`` one per flow), returning the rates as a list; None
-    when the C module is off or could not run (the caller then calls
-    :func:`allocate` on arrays, which is bit-identical). Called by the engine
-    on every recompute: cffi copies the short lists into C arrays, which costs
-    less than building NumPy arrays and their buffers."""
-    if not NATIVE:
-        return None
-    n = len(level)
-    rates = _ffi.new("double[]", n)
-    buffers = usage.__dict__.get("_c_buffers")
-    if buffers is None:  # made once per Usage (the engine keeps a few flows' Usage for reuse)
-        ptr, link, weight = usage.ptr, usage.link, usage.weight
-        if ptr.dtype != _I64 or link.dtype != _I64 or weight.dtype != _F64:
-            return None
-        try:
-            buffers = (_ffi.from_buffer(_INT64S, ptr), _ffi.from_buffer(_INT64S, link),
-                       _ffi.from_buffer(_DOUBLES, weight))
-        except ValueError:  # a non-contiguous usage array (from_buffer refuses it)
-            return None
-        usage.__dict__["_c_buffers"] = buffers
-    rc = _lib.lxf_allocate(
-        n, buffers[0], buffers[1], buffers[2], level, cap, capacity.buffer, capacity.size, from_level is not None,
-        0 if from_level is None else from_level, prev_rate, _REL_BELOW, _REL_ABOVE, SATURATED_REL_EPS, rates,
-    )
-    return _ffi.unpack(rates, n) if rc == 0 else None
-
-
-class CapacityBuffer:
-    """Link capacities (float64, read-only) and their C buffer, made once per engine for :func:`allocate_lists`."""
-
-    def __init__(self, capacity: np.ndarray) -> None:
-        self.array = np.ascontiguousarray(capacity, dtype=np.float64)
-        self.size = int(self.array.size)
-        self.buffer = _ffi.from_buffer(_DOUBLES, self.array) if _ffi is not None else None
 
 
 def _snap_saturated(residual: np.ndarray, capacity: np.ndarray, links: np.ndarray | None = None) -> None:

@@ -365,7 +365,7 @@ int lxf_table_allocate(struct lxf_table *t, int64_t from_level, double rel_below
     return lxf_table_util(t);
 }
 
-/* The entries' utilization at the current rates (allocator.Usage.entry_utilization),
+/* The entries' utilization at the current rates (Usage.link_load(rate)[link] / capacity[link]),
  * kept for the link-load average; nothing when the average is not kept. */
 int lxf_table_util(struct lxf_table *t)
 {

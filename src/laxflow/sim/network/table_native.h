@@ -83,7 +83,5 @@ int lxf_table_allocate(struct lxf_table *t, int64_t from_level, double rel_below
 int lxf_allocate(int64_t n, const int64_t *ptr, const int64_t *link, const double *weight, const int64_t *level,
                  const double *cap, const double *capacity, int64_t num_links, int has_from, int64_t from_level,
                  const double *prev_rate, double rel_below, double rel_above, double sat_eps, double *rates);
-int lxf_entry_util(int64_t n, const int64_t *ptr, const int64_t *link, const double *weight, const double *rate,
-                   const double *capacity, int64_t num_links, double *util);
 
 #endif
