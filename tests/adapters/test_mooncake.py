@@ -326,3 +326,30 @@ def test_records_keep_each_transfer_permit_and_times(pair):
     finally:
         eng.close()
         daemon.close()
+
+
+GLOG_PROBE = (
+    "from laxflow.adapters.mooncake import TransferEngine\n"
+    "e = TransferEngine()\n"
+    "assert e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', '') == 0\n"
+)
+
+
+@pytest.mark.parametrize("level,quiet", [("3", True), ("0", False)])
+def test_wrapper_applies_glog_minloglevel_to_mooncake(level, quiet):
+    """The wheel's glog (built with gflags) reads no GLOG_* variable; the
+    wrapper gives it the user's GLOG_minloglevel: at 3 Mooncake's start-up
+    INFO/WARNING lines are gone, at 0 they are there."""
+    env = dict(os.environ, GLOG_minloglevel=level)
+    proc = subprocess.run([sys.executable, "-c", GLOG_PROBE], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    glog_lines = [line for line in proc.stderr.splitlines() if line[:1] in "IWE" and "transfer_engine" in line]
+    assert (not glog_lines) if quiet else glog_lines, proc.stderr[-2000:]
+
+
+def test_bad_glog_minloglevel_is_one_clear_error():
+    from laxflow.adapters.mooncake_config import apply_glog_level
+
+    with pytest.raises(UserError, match="GLOG_minloglevel: expected 0"):
+        apply_glog_level({"GLOG_minloglevel": "loud"})
+    assert apply_glog_level({}) is None

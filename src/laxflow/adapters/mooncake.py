@@ -73,7 +73,7 @@ from itertools import count
 from typing import Any, Mapping
 
 from laxflow.adapters.gate import PermitGate
-from laxflow.adapters.mooncake_config import MooncakeAdapterConfig
+from laxflow.adapters.mooncake_config import MooncakeAdapterConfig, apply_glog_level
 from laxflow.adapters.sockets import TcpSocket, set_dscp, socket_inodes, tcp_sockets, unacked_bytes
 from laxflow.protocol.shm import Gate, Permit, Stage, TagKind, TagValue
 
@@ -134,6 +134,7 @@ class TransferEngine:
         if engine is None:
             from mooncake.engine import TransferEngine as MooncakeEngine
 
+            apply_glog_level()
             engine = MooncakeEngine()
         self._engine = engine
         self.config = config or MooncakeAdapterConfig.from_env()

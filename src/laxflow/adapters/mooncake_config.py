@@ -35,6 +35,8 @@ place that combines them (read by :mod:`laxflow.adapters.mooncake`):
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
@@ -43,6 +45,52 @@ from laxflow.adapters.gate import DEFAULT_SHM_NAME, GateConfig
 from laxflow.errors import UserError
 
 TENT_PRIO_HIGH, TENT_PRIO_MEDIUM, TENT_PRIO_LOW = 0, 1, 2
+_GLOG_MINLOGLEVEL = "_ZN3fLI17FLAGS_minloglevelE"  # glog's FLAGS_minloglevel (C++ name)
+log = logging.getLogger(__name__)
+
+
+def apply_glog_level(env: Mapping[str, str] | None = None) -> int | None:
+    """Give Mooncake's glog the ``GLOG_minloglevel`` of ``env`` (default: ours).
+
+    The ``mooncake-transfer-engine`` wheels bundle a glog built with gflags,
+    which reads no ``GLOG_*`` environment variable, so Mooncake logs every
+    INFO line whatever the user set. Called after ``mooncake.engine`` is
+    imported (its glog is then loaded): writes the level (0 INFO .. 3 FATAL)
+    into the loaded glog's ``FLAGS_minloglevel``. Returns the level applied,
+    or None when the variable is unset or no glog is loaded; a value that is
+    not 0..3 is one clear error.
+    """
+    raw = (os.environ if env is None else env).get("GLOG_minloglevel", "").strip()
+    if not raw:
+        return None
+    try:
+        level = int(raw)
+    except ValueError:
+        level = -1
+    if not 0 <= level <= 3:
+        raise UserError(f"GLOG_minloglevel: expected 0 (INFO) .. 3 (FATAL), got {raw!r}")
+    path = _loaded_glog()
+    if path is None:
+        return None
+    try:
+        ctypes.c_int32.in_dll(ctypes.CDLL(path), _GLOG_MINLOGLEVEL).value = level
+    except (OSError, ValueError) as exc:  # not the glog we know: its logging stays as it is
+        log.debug("cannot set FLAGS_minloglevel in %s: %s", path, exc)
+        return None
+    return level
+
+
+def _loaded_glog() -> str | None:
+    """Path of the glog shared library mapped into this process, if any."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rstrip("\n").partition("/")[2]
+                if path and "libglog" in os.path.basename(path):
+                    return "/" + path
+    except OSError:
+        return None
+    return None
 
 
 def _env_int(env: Mapping[str, str], name: str, lo: int, hi: int) -> int | None:

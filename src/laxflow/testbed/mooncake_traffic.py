@@ -59,6 +59,9 @@ def _pattern(seed: str, n: int) -> bytes:
 def _engine(address: str) -> Any:
     from mooncake.engine import TransferEngine
 
+    from laxflow.adapters.mooncake_config import apply_glog_level
+
+    apply_glog_level()  # our GLOG_minloglevel (quiet()), which Mooncake's glog does not read itself
     engine = TransferEngine()
     if engine.initialize(address, "P2PHANDSHAKE", "tcp", "") != 0:
         raise SystemExit(f"mooncake: initialize({address!r}, P2PHANDSHAKE, tcp) failed")
@@ -295,7 +298,9 @@ ROLES = {"mc_kvstore": kvstore, "mc_decode": decode, "mc_prefill": prefill}
 
 def quiet(env: dict[str, str] | None) -> dict[str, str]:
     """``env`` (None: ours) with Mooncake's glog at FATAL only: P2P handshake mode logs an ERROR line
-    ("Local segment descriptor not found") per engine and peer that is part of its normal start."""
+    ("Local segment descriptor not found") per engine and peer that is part of its normal start.
+    The roles apply it with :func:`~laxflow.adapters.mooncake_config.apply_glog_level` (the wheel's
+    glog reads no environment variable)."""
     return dict(os.environ if env is None else env, GLOG_minloglevel="3")
 
 
