@@ -65,6 +65,7 @@ _INF = math.inf
 _I64 = np.dtype(np.int64)
 _F64 = np.dtype(np.float64)
 _U8 = np.dtype(np.uint8)
+_INT64S, _DOUBLES, _UINT8S = "int64_t[]", "double[]", "uint8_t[]"  # C types of the decision's arrays
 _REL_BELOW, _REL_ABOVE = 1.0 - allocator.REL_EPS, 1.0 + allocator.REL_EPS  # as the allocator computes them
 
 Callback = Callable[[Flow], None]
@@ -124,7 +125,7 @@ class FluidNetwork:
         self._ints_room = 64
         self._out = _ffi.new("int64_t[3]")  # small out-values of the table's calls
         self._next = _ffi.new("double[1]")  # time to the next completion (-1: none)
-        self._cdata_cache: dict[int, tuple] = {}  # C buffers of read-only decision arrays, by id
+        self._cdata_cache: dict[tuple, tuple] = {}  # C buffers of checked read-only decision arrays, by (id, C type)
         # Merged usage of read-only (links, weights) arrays, by their ids: the
         # serving simulator gives every flow of one transfer shape the same
         # frozen arrays, so each shape is merged and checked once. The value
@@ -328,19 +329,27 @@ class FluidNetwork:
         snap = EngineSnapshot.of(self, now)
         decision = self.policy.decide(snap)
         snap.close()
-        level, cap, queue, dscp = self._check(decision, n)
+        level, queue, dscp, cap = decision.level, decision.queue, decision.dscp, decision.cap
+        known = self._cdata_cache
+        hl, hq, hd = known.get((id(level), _INT64S)), known.get((id(queue), _INT64S)), known.get((id(dscp), _UINT8S))
+        if hl is not None and hq is not None and hd is not None and cap is None \
+                and len(level) == n and len(queue) == n and len(dscp) == n:
+            # Read-only arrays that passed _check before as they are (a
+            # policy's cached decision): their C buffers again.
+            args = (hl[1], _ffi.NULL, hq[1], hd[1])
+        else:
+            level, cap, queue, dscp = self._check(decision, n)
+            cdata = self._cdata
+            args = (cdata(_INT64S, level), _ffi.NULL if cap is None else cdata(_DOUBLES, cap), cdata(_INT64S, queue),
+                    cdata(_UINT8S, dscp))
         # The table checks the values, stores the decision, says which
         # positions changed (their Flow objects are updated here), recomputes
         # the rates from the lowest level that changed (levels below it keep
         # theirs, which is exact: see allocator.allocate) and gives the time
         # to the next completion.
         changed_buf, out, table, native = self._int_buffer(n), self._out, self._table, allocator.NATIVE
-        cdata = self._cdata
-        rc = _lib.lxf_table_apply(
-            table, kept, cdata("int64_t[]", level), _ffi.NULL if cap is None else cdata("double[]", cap),
-            cdata("int64_t[]", queue), cdata("uint8_t[]", dscp), changed_buf, out, native, _REL_BELOW, _REL_ABOVE,
-            SATURATED_REL_EPS, self._next,
-        )
+        rc = _lib.lxf_table_apply(table, kept, *args, changed_buf, out, native, _REL_BELOW, _REL_ABOVE,
+                                  SATURATED_REL_EPS, self._next)
         if rc:
             if rc == -1:
                 raise MemoryError("no memory for the rate allocation")
@@ -370,12 +379,14 @@ class FluidNetwork:
             self.queue.push(now + dt, Priority.COMPLETION, self._on_completion, self._completion_gen)
 
     def _cdata(self, ctype: str, a: np.ndarray):
-        """The array's buffer for C; kept for read-only contiguous arrays (a
-        policy's cached decision comes back call after call), with the array
-        held so its id is not reused."""
+        """The (checked) array's buffer for C; kept for read-only contiguous
+        arrays by (id, C type), with the array held so its id is not reused:
+        a policy's cached decision comes back call after call, and is then
+        known to have passed _check as it is."""
         if a.flags.writeable:
             return _buffer(ctype, a)
-        hit = self._cdata_cache.get(id(a))
+        key = (id(a), ctype)
+        hit = self._cdata_cache.get(key)
         if hit is not None:
             return hit[1]
         try:
@@ -384,7 +395,7 @@ class FluidNetwork:
             return _buffer(ctype, a)
         if len(self._cdata_cache) >= 256:
             self._cdata_cache.clear()
-        self._cdata_cache[id(a)] = (a, c)
+        self._cdata_cache[key] = (a, c)
         return c
 
     # -- recompute pieces -------------------------------------------------------
