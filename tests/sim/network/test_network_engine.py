@@ -300,6 +300,36 @@ def test_bad_decisions_and_double_add_are_errors():
         net.add_flow(Flow.on_path("B", 1.0, [3]))
 
 
+def test_a_cached_read_only_decision_is_checked_again_when_it_no_longer_fits():
+    """A policy that hands back the same read-only arrays: taken as they are
+    while they fit the flows, one clear error when a flow arrives and they
+    do not (and when a value breaks the contract)."""
+
+    class Stuck(FlowPolicy):
+        def __init__(self, level: int = 0) -> None:
+            self.arrays = None
+            self.level = level
+
+        def decide(self, snap):
+            if self.arrays is None:
+                level = np.full(len(snap.flows), self.level, dtype=np.int64)
+                queue, dscp = np.zeros_like(level), np.zeros(len(snap.flows), np.uint8)
+                for a in (level, queue, dscp):
+                    a.flags.writeable = False
+                self.arrays = (level, queue, dscp)
+            return Decision(*self.arrays)
+
+    policy = Stuck()
+    net = FluidNetwork(one_link(), policy)
+    a, b = Flow.on_path("A", 2.0, [0]), Flow.on_path("B", 1.0, [0], arrival=1.0)
+    schedule(net, [a])
+    net.run(until=0.5)
+    assert net.rate_of(a) == 1.0  # the first decision, checked and kept
+    schedule(net, [b])
+    with pytest.raises(ValueError, match=r"decision.level has shape \(1,\), expected \(2,\)"):
+        net.run()
+
+
 def test_shared_queue_with_owner_events():
     queue = EventQueue()
     net = FluidNetwork(big_switch(2, 1.0), create_policy("fs"), queue)
