@@ -66,6 +66,7 @@ _I64 = np.dtype(np.int64)
 _F64 = np.dtype(np.float64)
 _U8 = np.dtype(np.uint8)
 _INT64S, _DOUBLES, _UINT8S = "int64_t[]", "double[]", "uint8_t[]"  # C types of the decision's arrays
+_COMPLETION = int(Priority.COMPLETION)
 _REL_BELOW, _REL_ABOVE = 1.0 - allocator.REL_EPS, 1.0 + allocator.REL_EPS  # as the allocator computes them
 
 Callback = Callable[[Flow], None]
@@ -115,6 +116,8 @@ class FluidNetwork:
         # The table's link-load array, viewed (never reallocated while the table lives).
         self._link_load = np.frombuffer(_ffi.buffer(table.load, 8 * capacity.size), dtype=np.float64)
         self.events = 0  # engine events handled (completions, timers, recomputes)
+        # policy.on_complete, or None when the policy does not override FlowPolicy's no-op.
+        self._policy_on_complete = None if type(policy).on_complete is FlowPolicy.on_complete else policy.on_complete
 
         # Live flows in admission order, as the table's rows (which hold every number).
         self._flows: list[Flow] = []
@@ -177,7 +180,11 @@ class FluidNetwork:
         now = self.queue.now
         if flow.finish is not None or id(flow) in self._members:
             raise ValueError(f"flow {flow.id!r} was already added")
-        usage = self._usage_of(flow)
+        links, weights = flow.links, flow.weights
+        hit = self._usage_cache.get((id(links), id(weights)))
+        # (as _usage_of's cache hit: the entry holds these arrays, still read-only, and the size is valid)
+        usage = hit[2] if hit is not None and not (links.flags.writeable or weights.flags.writeable) \
+            and 0 < flow.size < _INF else self._usage_of(flow)
         if flow.arrival < now:
             flow.arrival = now
         if now > self._t:
@@ -283,12 +290,15 @@ class FluidNetwork:
         # before any time passes.)
         # Callbacks may look at the network (live, rate_of), which compacts
         # the lists: take the flows out first.
-        done_flows = [(self._flows[i], self._callbacks[i]) for i in finished]
+        flows, callbacks, members = self._flows, self._callbacks, self._members
+        done_flows = [(flows[i], callbacks[i]) for i in finished]
         for flow, _ in done_flows:
             flow.finish = now
-            self._members.discard(id(flow))
+            members.discard(id(flow))
+        on_complete = self._policy_on_complete  # None: the policy keeps FlowPolicy's no-op
         for flow, callback in done_flows:
-            self.policy.on_complete(flow, now)
+            if on_complete is not None:
+                on_complete(flow, now)
             if callback is not None:
                 callback(flow)
         self._recompute_after_event()
@@ -347,7 +357,8 @@ class FluidNetwork:
         # the rates from the lowest level that changed (levels below it keep
         # theirs, which is exact: see allocator.allocate) and gives the time
         # to the next completion.
-        changed_buf, out, table, native = self._int_buffer(n), self._out, self._table, allocator.NATIVE
+        changed_buf = self._ints if n <= self._ints_room else self._int_buffer(n)
+        out, table, native = self._out, self._table, allocator.NATIVE
         rc = _lib.lxf_table_apply(table, kept, *args, changed_buf, out, native, _REL_BELOW, _REL_ABOVE,
                                   SATURATED_REL_EPS, self._next)
         if rc:
@@ -376,7 +387,7 @@ class FluidNetwork:
         self._completion_gen += 1
         dt = self._next[0]
         if dt >= 0:
-            self.queue.push(now + dt, Priority.COMPLETION, self._on_completion, self._completion_gen)
+            self.queue.push(now + dt, _COMPLETION, self._on_completion, self._completion_gen)
 
     def _cdata(self, ctype: str, a: np.ndarray):
         """The (checked) array's buffer for C; kept for read-only contiguous
