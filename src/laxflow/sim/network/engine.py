@@ -327,10 +327,13 @@ class FluidNetwork:
         if self._recompute_at == now:
             self._recompute_at = None
         self.events += 1
-        self._advance(now)
-        self._compact()
+        if now > self._t:
+            self._advance(now)
+        if self._gone:
+            self._compact()
         kept = len(self._flows)  # flows that had a decision; those admitted now follow them
-        self._admit_pending()
+        if self._pending:
+            self._admit_pending()
         n = len(self._flows)
         if n == 0:
             _lib.lxf_table_idle(self._table)
