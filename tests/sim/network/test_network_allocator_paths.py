@@ -96,12 +96,12 @@ def table_of(capacity: np.ndarray, usage: Usage, level: np.ndarray, cap: np.ndar
         assert lib.lxf_table_add(table, 1.0, 0.0, 1, 1.0, b - a, ffi.from_buffer("int64_t[]", links),
                                  ffi.from_buffer("double[]", weights)) == 0
     n = usage.num_flows
-    changed, out = ffi.new("int64_t[]", n), ffi.new("int64_t[2]")
+    changed, out = ffi.new("int64_t[]", 3 * n), ffi.new("int64_t[4]")
     level, cap = level.astype(np.int64), np.ascontiguousarray(cap)
     queue, dscp = np.zeros(n, np.int64), np.zeros(n, np.uint8)
     assert lib.lxf_table_decide(table, 0, ffi.from_buffer("int64_t[]", level), ffi.from_buffer("double[]", cap),
                                 ffi.from_buffer("int64_t[]", queue), ffi.from_buffer("uint8_t[]", dscp), changed,
-                                out, out + 1) == 0
+                                out) == 0
     for i in range(n):
         table.rate[i] = float(prev[i])
     return table, lib, ffi

@@ -126,7 +126,7 @@ class FluidNetwork:
         self._pending: list[tuple] = []  # (flow, callback, links, weights, entries, bottleneck rate)
         self._ints = _ffi.new("int64_t[]", 64)  # out-buffer of positions for the table (grown as needed)
         self._ints_room = 64
-        self._out = _ffi.new("int64_t[3]")  # small out-values of the table's calls
+        self._out = _ffi.new("int64_t[4]")  # small out-values of the table's calls
         self._next = _ffi.new("double[1]")  # time to the next completion (-1: none)
         self._cdata_cache: dict[tuple, tuple] = {}  # C buffers of checked read-only decision arrays, by (id, C type)
         # Merged usage of read-only (links, weights) arrays, by their ids: the
@@ -360,7 +360,7 @@ class FluidNetwork:
         # the rates from the lowest level that changed (levels below it keep
         # theirs, which is exact: see allocator.allocate) and gives the time
         # to the next completion.
-        changed_buf = self._ints if n <= self._ints_room else self._int_buffer(n)
+        changed_buf = self._ints if 3 * n <= self._ints_room else self._int_buffer(3 * n)
         out, table, native = self._out, self._table, allocator.NATIVE
         rc = _lib.lxf_table_apply(table, kept, *args, changed_buf, out, native, _REL_BELOW, _REL_ABOVE,
                                   SATURATED_REL_EPS, self._next)
@@ -372,15 +372,21 @@ class FluidNetwork:
             if out[1] >= 0:
                 self._allocate_numpy(out[1])
             self._next[0] = _lib.lxf_table_next(table)
+        # The Flow objects' copies of the decision, where they changed (often
+        # only levels: a new batch shifts the dense ranks of many flows).
+        flows = self._flows
         if out[0]:
-            changed = _ffi.unpack(changed_buf, out[0])
-            level_l, queue_l, dscp_l = level.tolist(), queue.tolist(), dscp.tolist()
+            level_l = level.tolist()
+            for i in _ffi.unpack(changed_buf, out[0]):
+                flows[i].level = level_l[i]
+        if out[2]:
             cap_l = [_INF] * n if cap is None else cap.tolist()
-            flows = self._flows
-            for i in changed:
+            for i in _ffi.unpack(changed_buf + n, out[2]):
+                flows[i].cap = cap_l[i]
+        if out[3]:
+            queue_l, dscp_l = queue.tolist(), dscp.tolist()
+            for i in _ffi.unpack(changed_buf + 2 * n, out[3]):
                 flow = flows[i]
-                flow.level = level_l[i]
-                flow.cap = cap_l[i]
                 flow.queue = queue_l[i]
                 flow.dscp = dscp_l[i]
         for t in decision.timers:

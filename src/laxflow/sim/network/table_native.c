@@ -297,14 +297,15 @@ void lxf_table_idle(struct lxf_table *t)
 }
 
 /* Take a decision for the n live flows (the first ``kept`` had one before):
- * checks it (returns LXF_BAD_LEVEL/CAP/QUEUE/DSCP), writes the positions
- * whose level, cap, queue or DSCP changed to changed[] (*nchanged of them),
- * stores it, and gives the level from which rates must be recomputed in
- * *from_level (-1: none, rates stay).  cap NULL: no caps.  Rates are then
- * set by lxf_table_allocate (or by the caller). */
+ * checks it (returns LXF_BAD_LEVEL/CAP/QUEUE/DSCP), stores it, and says
+ * what changed, for the Flow objects: the positions whose level changed in
+ * changed[0..out[0]), whose cap changed in changed[n..n+out[2]), whose queue
+ * or DSCP changed in changed[2n..2n+out[3]) (new flows in all three); and
+ * in out[1] the level from which rates must be recomputed (-1: none, rates
+ * stay).  cap NULL: no caps.  Rates are then set by lxf_table_allocate (or
+ * by the caller). */
 int lxf_table_decide(struct lxf_table *t, int64_t kept, const int64_t *level, const double *cap,
-                     const int64_t *queue, const uint8_t *dscp, int64_t *changed, int64_t *nchanged,
-                     int64_t *from_level)
+                     const int64_t *queue, const uint8_t *dscp, int64_t *changed, int64_t *out)
 {
     int64_t n = t->n;
     for (int64_t i = 0; i < n; i++) {
@@ -317,19 +318,24 @@ int lxf_table_decide(struct lxf_table *t, int64_t kept, const int64_t *level, co
         if (dscp[i] > 63)
             return LXF_BAD_DSCP;
     }
-    int64_t touched = INT64_MAX, k = 0;
+    int64_t touched = INT64_MAX, nl = 0, nc = 0, nq = 0;
+    int64_t *lv = changed, *cp = changed + n, *qd = changed + 2 * n;
     for (int64_t i = 0; i < n; i++) {
         double c = cap ? cap[i] : INFINITY;
         int64_t old = t->level[i];
-        int moved = i >= kept || level[i] != old || c != t->cap[i];
-        if (moved) {
+        int fresh = i >= kept, level_moved = fresh || level[i] != old, cap_moved = fresh || c != t->cap[i];
+        if (level_moved || cap_moved) {
             if (level[i] < touched)
                 touched = level[i];
             if (old >= 0 && old < touched)
                 touched = old;
         }
-        if (moved || queue[i] != t->queue[i] || (int64_t)dscp[i] != t->dscp[i])
-            changed[k++] = i;
+        if (level_moved)
+            lv[nl++] = i;
+        if (cap_moved)
+            cp[nc++] = i;
+        if (fresh || queue[i] != t->queue[i] || (int64_t)dscp[i] != t->dscp[i])
+            qd[nq++] = i;
         t->level[i] = level[i];
         t->cap[i] = c;
         t->queue[i] = queue[i];
@@ -338,8 +344,10 @@ int lxf_table_decide(struct lxf_table *t, int64_t kept, const int64_t *level, co
     if (t->removed_min >= 0 && t->removed_min < touched)
         touched = t->removed_min;
     t->removed_min = -1;
-    *nchanged = k;
-    *from_level = touched == INT64_MAX ? -1 : touched;
+    out[0] = nl;
+    out[1] = touched == INT64_MAX ? -1 : touched;
+    out[2] = nc;
+    out[3] = nq;
     return 0;
 }
 
@@ -395,14 +403,14 @@ int lxf_table_util(struct lxf_table *t)
 
 /* One recompute after the policy's decision, in one call: lxf_table_decide,
  * then (native) lxf_table_allocate when some level must be recomputed, then
- * lxf_table_next.  out[0]: positions changed (in changed[]), out[1]: the
- * level rates were recomputed from (-1: none); *next: lxf_table_next, or
- * -1 without native (the caller allocates first, then asks). */
+ * lxf_table_next.  changed[] (room 3n) and out[4] as lxf_table_decide
+ * gives them; *next: lxf_table_next, or -1 without native (the caller
+ * allocates first, then asks). */
 int lxf_table_apply(struct lxf_table *t, int64_t kept, const int64_t *level, const double *cap, const int64_t *queue,
                     const uint8_t *dscp, int64_t *changed, int64_t *out, int native, double rel_below,
                     double rel_above, double sat_eps, double *next)
 {
-    int rc = lxf_table_decide(t, kept, level, cap, queue, dscp, changed, out, out + 1);
+    int rc = lxf_table_decide(t, kept, level, cap, queue, dscp, changed, out);
     *next = -1.0;
     if (rc || !native)
         return rc;

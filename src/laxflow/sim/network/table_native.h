@@ -74,8 +74,7 @@ double lxf_table_next(const struct lxf_table *t);
 void lxf_table_idle(struct lxf_table *t);
 void lxf_table_load_clipped(const struct lxf_table *t, double *out);
 int lxf_table_decide(struct lxf_table *t, int64_t kept, const int64_t *level, const double *cap,
-                     const int64_t *queue, const uint8_t *dscp, int64_t *changed, int64_t *nchanged,
-                     int64_t *from_level);
+                     const int64_t *queue, const uint8_t *dscp, int64_t *changed, int64_t *out);
 int lxf_table_apply(struct lxf_table *t, int64_t kept, const int64_t *level, const double *cap, const int64_t *queue,
                     const uint8_t *dscp, int64_t *changed, int64_t *out, int native, double rel_below,
                     double rel_above, double sat_eps, double *next);
