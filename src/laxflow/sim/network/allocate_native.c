@@ -34,6 +34,8 @@ struct work {
     double *best;           /* per flow, scratch */
     char *freeze;           /* per flow, scratch */
     double below, above;    /* 1 - REL_EPS, 1 + REL_EPS */
+    int64_t *stamp;         /* per local link: the round that last touched it (see water_fill) */
+    int64_t *round;         /* the last round number handed out (kept across calls) */
 };
 
 /* allocator.water_fill for the k flows ``flows`` (global indices, in order):
@@ -67,24 +69,29 @@ static void water_fill(struct work *w, int64_t k, const int64_t *flows, const do
         alive[i] = flows[i];
         if (isfinite(cap[flows[i]]))
             capped = 1;
-        int64_t f = flows[i];
-        for (int64_t e = start[f]; e < start[f] + count[f]; e++)
-            residual[loc[e]] = np_max(residual[loc[e]], 0.0);
     }
+    int64_t *stamp = w->stamp;
     int64_t m = k;
     for (;;) {
+        /* np.bincount of the weights: in entry order, from 0.0 (0.0 + w is w,
+         * so a link's first entry this round sets it), with the link's other
+         * per-round scratch reset there too; and the residual clamped at 0
+         * (np.maximum(residual, 0) before the rounds: a no-op once done). */
+        int64_t round = ++*w->round;
         for (int64_t i = 0; i < m; i++) {
             int64_t f = alive[i];
             for (int64_t e = start[f]; e < start[f] + count[f]; e++) {
-                load[loc[e]] = 0.0;
-                blocked[loc[e]] = 0;
-                sum[loc[e]] = 0.0;
+                int32_t l = loc[e];
+                if (stamp[l] != round) {
+                    stamp[l] = round;
+                    load[l] = weight[e];
+                    blocked[l] = 0;
+                    sum[l] = 0.0;
+                    residual[l] = np_max(residual[l], 0.0);
+                } else {
+                    load[l] += weight[e];
+                }
             }
-        }
-        for (int64_t i = 0; i < m; i++) {  /* np.bincount: in entry order, from 0.0 */
-            int64_t f = alive[i];
-            for (int64_t e = start[f]; e < start[f] + count[f]; e++)
-                load[loc[e]] += weight[e];
         }
         for (int64_t i = 0; i < m; i++) {  /* each link's share, and np.minimum.reduceat of them, then the cap */
             int64_t f = alive[i], a = start[f];
@@ -168,6 +175,15 @@ int lxf_scratch_reserve(struct lxf_scratch *s, int64_t links, int64_t entries, i
         s->map = m;
         s->links = links;
     }
+    if (entries > s->stamps) {  /* one stamp per slot (slots <= entries), new ones never a round number */
+        int64_t e = 2 * entries;
+        int64_t *st = realloc(s->stamp, sizeof(int64_t) * (size_t)e);
+        if (!st)
+            return -1;
+        memset(st + s->stamps, 0, sizeof(int64_t) * (size_t)(e - s->stamps));
+        s->stamp = st;
+        s->stamps = e;
+    }
     if (entries > s->entries || flows > s->flows) {
         int64_t e = entries > s->entries ? 2 * entries : s->entries, f = flows > s->flows ? 2 * flows : s->flows;
         int32_t *loc = realloc(s->loc, sizeof(int32_t) * (size_t)e);
@@ -206,6 +222,7 @@ int lxf_allocate(int64_t n, const int64_t *ptr, const int64_t *link, const doubl
     int rc = lxf_allocate_scratch(&s, n, ptr, link, weight, level, cap, capacity, num_links, has_from, from_level,
                                   prev_rate, rel_below, rel_above, sat_eps, rates);
     free(s.map);
+    free(s.stamp);
     free(s.loc);
     free(s.used);
     free(s.dbl);
@@ -275,7 +292,7 @@ void lxf_allocate_mapped(struct lxf_scratch *s, int64_t n, const int64_t *ptr, c
         rates[i] = 0.0;
     }
     struct work w = {ptr, count, loc, weight, residual, load, share, sum, chr, alive, best, chr + m,
-                     rel_below, rel_above};
+                     rel_below, rel_above, s->stamp, &s->round};
     int64_t lowest = level[0], highest = level[0];
     for (int64_t i = 1; i < n; i++) {
         if (level[i] < lowest)

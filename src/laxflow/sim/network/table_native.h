@@ -19,6 +19,8 @@ struct lxf_scratch {
     double *dbl;                    /* 5 * entries + flows + 1 */
     char *chr;                      /* entries + flows + 1 */
     int64_t *idx;                   /* 3 * flows + 1 */
+    int64_t *stamp;                 /* stamps slots: per slot, the last water-filling round that used it */
+    int64_t stamps, round;          /* stamps' size; the last round number handed out */
 };
 
 struct lxf_table {
