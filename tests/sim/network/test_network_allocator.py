@@ -147,6 +147,17 @@ def test_a_sliver_after_kept_levels_is_snapped_too():
     assert again[7] == 0.0 and again.tolist() == full.tolist()
 
 
+def test_a_lone_flow_leaves_no_sliver_to_lower_levels():
+    # One flow of weight 0.7 alone at level 0 gets 25e9 / 0.7, and 0.7 times
+    # that leaves 3.8e-6 B/s of the link in floats: the level-1 flow behind
+    # it must get exactly 0 here too (the allocator's one-flow path).
+    capacity, weight = 25e9, 0.7
+    assert capacity - weight * (capacity / weight) > 0  # the rounding residue exists
+    usage = make_usage([{0: weight}, {0: 1.0}])
+    rates = run([capacity], usage, level=[0, 1])
+    assert rates.tolist() == [capacity / weight, 0.0]
+
+
 def reference(capacity, flows, level, cap):
     """Brute force: global progressive filling, one level at a time, tiny steps
     replaced by the exact next saturation point (one bottleneck per round)."""

@@ -36,18 +36,23 @@ struct work {
     double below, above;    /* 1 - REL_EPS, 1 + REL_EPS */
     int64_t *stamp;         /* per local link: the round that last touched it (see water_fill) */
     int64_t *round;         /* the last round number handed out (kept across calls) */
+    const double *limit;    /* per local link: the residual below which it is saturated */
 };
 
 /* allocator.water_fill for the k flows ``flows`` (global indices, in order):
- * writes rates[flows[i]], lowers residual. */
-static void water_fill(struct work *w, int64_t k, const int64_t *flows, const double *cap, double *rates)
+ * writes rates[flows[i]], lowers residual.  Returns 1 when it also did the
+ * caller's _snap_saturated on the flows' links (one flow, or every flow
+ * frozen in the first round: each link's residual then changes once, and
+ * is snapped right after), 0 when the caller must. */
+static int water_fill(struct work *w, int64_t k, const int64_t *flows, const double *cap, double *rates)
 {
     const int64_t *start = w->start, *count = w->count;
     const int32_t *loc = w->loc;
     const double *weight = w->weight;
     double *residual = w->residual;
+    const double *limit = w->limit;
     if (k == 0)
-        return;
+        return 1;
     if (k == 1) {
         int64_t f = flows[0], a = start[f], b = a + count[f];
         double share = residual[loc[a]] / weight[a];
@@ -57,9 +62,11 @@ static void water_fill(struct work *w, int64_t k, const int64_t *flows, const do
         double m = (c < share) ? c : share;   /* Python min(share, c) */
         double r = (m > 0.0) ? m : 0.0;       /* Python max(0.0, m) */
         rates[f] = r;
-        for (int64_t e = a; e < b; e++)
-            residual[loc[e]] = np_max(residual[loc[e]] - weight[e] * r, 0.0);
-        return;
+        for (int64_t e = a; e < b; e++) {  /* a flow's links are distinct */
+            double left = np_max(residual[loc[e]] - weight[e] * r, 0.0);
+            residual[loc[e]] = left <= limit[loc[e]] ? 0.0 : left;
+        }
+        return 1;
     }
     int64_t *alive = w->alive;
     double *best = w->best, *load = w->load, *share = w->share, *sum = w->sum;
@@ -72,7 +79,7 @@ static void water_fill(struct work *w, int64_t k, const int64_t *flows, const do
     }
     int64_t *stamp = w->stamp;
     int64_t m = k;
-    for (;;) {
+    for (int first = 1;; first = 0) {
         /* np.bincount of the weights: in entry order, from 0.0 (0.0 + w is w,
          * so a link's first entry this round sets it), with the link's other
          * per-round scratch reset there too; and the residual clamped at 0
@@ -142,13 +149,14 @@ static void water_fill(struct work *w, int64_t k, const int64_t *flows, const do
             for (int64_t e = start[f]; e < start[f] + count[f]; e++) {
                 int32_t l = loc[e];
                 if (blocked[l] != 2) {  /* once per link (blocked is not read again this round) */
-                    residual[l] = np_max(residual[l] - sum[l], 0.0);
+                    double left = np_max(residual[l] - sum[l], 0.0);
+                    residual[l] = (first && all && left <= limit[l]) ? 0.0 : left;  /* snapped: see above */
                     blocked[l] = 2;
                 }
             }
         }
         if (all)
-            return;
+            return first;
         int64_t j = 0;
         for (int64_t i = 0; i < m; i++)
             if (!freeze[i])
@@ -292,7 +300,7 @@ void lxf_allocate_mapped(struct lxf_scratch *s, int64_t n, const int64_t *ptr, c
         rates[i] = 0.0;
     }
     struct work w = {ptr, count, loc, weight, residual, load, share, sum, chr, alive, best, chr + m,
-                     rel_below, rel_above, s->stamp, &s->round};
+                     rel_below, rel_above, s->stamp, &s->round, limit};
     int64_t lowest = level[0], highest = level[0];
     for (int64_t i = 1; i < n; i++) {
         if (level[i] < lowest)
@@ -350,12 +358,13 @@ void lxf_allocate_mapped(struct lxf_scratch *s, int64_t n, const int64_t *ptr, c
         int64_t b = a + 1;
         while (b < n && level[order[b]] == level[order[a]])
             b++;
-        water_fill(&w, b - a, order + a, cap, rates);
-        for (int64_t i = a; i < b; i++) {  /* _snap_saturated on the level's links */
-            int64_t f = order[i];
-            for (int64_t e = ptr[f]; e < ptr[f + 1]; e++)
-                if (residual[loc[e]] <= limit[loc[e]])
-                    residual[loc[e]] = 0.0;
+        if (!water_fill(&w, b - a, order + a, cap, rates)) {
+            for (int64_t i = a; i < b; i++) {  /* _snap_saturated on the level's links */
+                int64_t f = order[i];
+                for (int64_t e = ptr[f]; e < ptr[f + 1]; e++)
+                    if (residual[loc[e]] <= limit[loc[e]])
+                        residual[loc[e]] = 0.0;
+            }
         }
         a = b;
     }
