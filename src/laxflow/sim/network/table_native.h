@@ -1,5 +1,7 @@
 /* The live-flow table of the network engine (table_native.c) and the
- * allocation scratch it shares with allocate_native.c. */
+ * allocation scratch it shares with allocate_native.c.  Also the cffi
+ * declarations of the module (allocate_build.py reads this file): keep it to
+ * plain declarations and integer #defines. */
 #ifndef LAXFLOW_TABLE_NATIVE_H
 #define LAXFLOW_TABLE_NATIVE_H
 #include <stdint.h>
