@@ -129,10 +129,9 @@ class FluidNetwork:
         self._out = _ffi.new("int64_t[4]")  # small out-values of the table's calls
         self._next = _ffi.new("double[1]")  # time to the next completion (-1: none)
         self._cdata_cache: dict[tuple, tuple] = {}  # C buffers of checked read-only decision arrays, by (id, C type)
-        # Merged usage of read-only (links, weights) arrays, by their ids: the
-        # serving simulator gives every flow of one transfer shape the same
-        # frozen arrays, so each shape is merged and checked once. The value
-        # holds the arrays themselves, so their ids cannot be reused.
+        # Merged usage of read-only (links, weights) arrays, by their ids
+        # (_merge_usage). The value holds the arrays themselves, so their ids
+        # cannot be reused.
         self._usage_cache: dict[tuple[int, int], tuple] = {}
         self._t = self.queue.now  # time up to which bytes are accounted
         self._recompute_at: float | None = None
@@ -180,11 +179,14 @@ class FluidNetwork:
         now = self.queue.now
         if flow.finish is not None or id(flow) in self._members:
             raise ValueError(f"flow {flow.id!r} was already added")
+        if not 0 < flow.size < _INF:  # (NaN fails too)
+            raise ValueError(f"flow {flow.id!r}: size must be finite and > 0 (got {flow.size!r})")
+        # A frozen transfer shape's merged usage is cached (see _merge_usage):
+        # the entry holds these very arrays, so their ids are theirs.
         links, weights = flow.links, flow.weights
         hit = self._usage_cache.get((id(links), id(weights)))
-        # (as _usage_of's cache hit: the entry holds these arrays, still read-only, and the size is valid)
         usage = hit[2] if hit is not None and not (links.flags.writeable or weights.flags.writeable) \
-            and 0 < flow.size < _INF else self._usage_of(flow)
+            else self._merge_usage(flow)
         if flow.arrival < now:
             flow.arrival = now
         if now > self._t:
@@ -202,23 +204,19 @@ class FluidNetwork:
         if self._recompute_at != now:
             self._schedule_recompute()
 
-    def _usage_of(self, flow: Flow) -> tuple:
+    def _merge_usage(self, flow: Flow) -> tuple:
         """The flow's merged usage vector (as C arrays), its entry count and
-        its bottleneck rate alone (min of capacity / weight)."""
-        if not (math.isfinite(flow.size) and flow.size > 0):
-            raise ValueError(f"flow {flow.id!r}: size must be finite and > 0 (got {flow.size!r})")
+        its bottleneck rate alone (min of capacity / weight); kept for
+        read-only (links, weights) arrays: the serving simulator gives every
+        flow of one transfer shape the same frozen arrays, so each shape is
+        merged and checked once."""
         links, weights = flow.links, flow.weights
-        frozen = not (links.flags.writeable or weights.flags.writeable)
-        if frozen:
-            hit = self._usage_cache.get((id(links), id(weights)))
-            if hit is not None:
-                return hit[2]
         merged, merged_w = _merge_links(flow, self.topology.num_links)
         capacity = self._capacity_list
         bneck = min([capacity[link] / w for link, w in zip(merged.tolist(), merged_w.tolist())])
         # (from_buffer keeps the arrays alive as long as the C views live)
         usage = (_ffi.from_buffer("int64_t[]", merged), _ffi.from_buffer("double[]", merged_w), merged.size, bneck)
-        if frozen:
+        if not (links.flags.writeable or weights.flags.writeable):
             if len(self._usage_cache) >= 4096:  # bounded: many distinct frozen arrays is not the serving case
                 self._usage_cache.clear()
             self._usage_cache[(id(links), id(weights))] = (links, weights, usage)
@@ -282,7 +280,7 @@ class FluidNetwork:
         out = self._int_buffer(len(self._flows))
         k = _lib.lxf_table_complete(self._table, now, DONE_REL_EPS, DONE_TIME_EPS, out, self._out)
         if not k:
-            self._schedule_completion()  # rounding left a sliver: go again
+            self._schedule_completion(_lib.lxf_table_next(self._table))  # rounding left a sliver: go again
             return
         finished = _ffi.unpack(out, k)
         self._gone.extend(finished)
@@ -393,10 +391,7 @@ class FluidNetwork:
             if t > now and t not in self._timers and math.isfinite(t):
                 self._timers.add(t)
                 self.queue.push(t, Priority.TIMER, self._on_timer, t)
-        self._completion_gen += 1
-        dt = self._next[0]
-        if dt >= 0:
-            self.queue.push(now + dt, _COMPLETION, self._on_completion, self._completion_gen)
+        self._schedule_completion(self._next[0])
 
     def _cdata(self, ctype: str, a: np.ndarray):
         """The (checked) array's buffer for C; kept for read-only contiguous
@@ -482,11 +477,11 @@ class FluidNetwork:
         """A copy of n values of one of the table's columns."""
         return np.frombuffer(_ffi.buffer(pointer, n * dtype.itemsize), dtype=dtype).copy()
 
-    def _schedule_completion(self) -> None:
+    def _schedule_completion(self, dt: float) -> None:
+        """The next completion, ``dt`` from now (the table's lxf_table_next; < 0: none), replacing any earlier one."""
         self._completion_gen += 1
-        dt = _lib.lxf_table_next(self._table)
         if dt >= 0:
-            self.queue.push(self.queue.now + dt, Priority.COMPLETION, self._on_completion, self._completion_gen)
+            self.queue.push(self.queue.now + dt, _COMPLETION, self._on_completion, self._completion_gen)
 
     # -- live-set bookkeeping -----------------------------------------------------
 
