@@ -9,6 +9,13 @@ segment's permit futex in between); when the daemon opens the message's gate, a 
 the transfer (``run(permit)``), pushes the COMPLETION event and resolves the
 future.  The caller never blocks on the daemon.
 
+A caller whose thread blocks anyway until the transfer may start (a
+collective: it stalls compute until it is done) uses :meth:`PermitGate.acquire`
+and :meth:`PermitGate.release` instead: SUBMIT, then the caller's own thread
+sleeps on the permit futex and runs the transfer itself, with no hand-off to
+the waiter and worker threads (each costs a wake-up, and on a busy host a
+wait for the GIL, on the transfer's critical path).
+
 Fails open, as the shim does: with no segment, a layout mismatch, a stale
 daemon heartbeat (before or while a message waits) or a full event ring, the
 transfer runs at once with ``permit=None`` and is counted in :attr:`stats`.
@@ -57,6 +64,23 @@ class GateConfig:
             raise ValueError(f"reattach_s: expected seconds > 0, got {self.reattach_s!r}")
 
 
+@dataclass(frozen=True)
+class Ticket:
+    """One message announced by :meth:`PermitGate.acquire`; hand it back to :meth:`PermitGate.release`.
+
+    ``permit`` is None when the message failed open (no daemon, a stale
+    heartbeat, a full ring): the transfer goes at once in its connection's class.
+    """
+
+    msg_id: int
+    request_id: int
+    stage: int
+    layer: int
+    nbytes: int
+    permit: Permit | None
+    generation: int
+
+
 @dataclass
 class _Waiting:
     msg_id: int
@@ -82,6 +106,9 @@ class PermitGate:
         self._why_bypass: str | None = "not attached yet"
         self._next_attach = 0.0
         self._generation = 0  # bumped whenever the mapped segment is replaced
+        # Segments replaced after a daemon restart: kept mapped until close(), since a
+        # thread may still sleep in wait_permits on one (unmapping under it would crash).
+        self._retired: list[Segment] = []
         self._waiting: dict[int, _Waiting] = {}
         self._wake = threading.Condition(self._lock)
         self._closed = False
@@ -107,7 +134,7 @@ class PermitGate:
         if not self._seg.live():
             self._why_bypass = f"segment {self.config.shm_name!r}: daemon heartbeat is stale"
             if now >= self._next_attach:  # a restarted daemon has a new segment under the same name
-                self._seg.close(unlink=False)
+                self._retired.append(self._seg)
                 self._seg = None
                 self._generation += 1  # messages announced to the old daemon are failed open
                 self._next_attach = now + self.config.reattach_s
@@ -166,6 +193,50 @@ class PermitGate:
                 return future
         self._dispatch(item, None)
         return future
+
+    def acquire(self, request_id: int, stage: int, layer: int, nbytes: int, handle: int = 0) -> Ticket:
+        """Announce one message and block the calling thread until the daemon permits it.
+
+        For callers whose thread waits for the transfer anyway (a collective);
+        the caller then runs the transfer itself and reports it with
+        :meth:`release`. Fails open like :meth:`submit`: with no segment, a full
+        ring, a daemon whose heartbeat goes stale while the message waits, or a
+        replaced segment, the ticket comes back at once with ``permit=None``.
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("PermitGate is closed")
+            seg = self._attach_locked()
+            msg_id = 0
+            if seg is not None:
+                msg_id = seg.alloc_msg_id()
+                if not seg.push_event(EventKind.SUBMIT, msg_id, request_id, nbytes, stage, layer, handle):
+                    seg, msg_id = None, 0  # ring full: counted by the segment, fail open
+            self.stats["submitted"] += 1
+            generation = self._generation
+            if seg is None:
+                self.stats["bypassed"] += 1
+                return Ticket(0, request_id, stage, layer, nbytes, None, generation)
+        while True:
+            with self._lock:
+                seg = self._attach_locked() if not self._closed else None
+                if seg is None or generation != self._generation:
+                    self.stats["failopen"] += 1
+                    return Ticket(msg_id, request_id, stage, layer, nbytes, None, generation)
+                seq = seg.permit_seq()  # read before the permit: no lost wake-up
+                permit = seg.get_permit(msg_id)
+                if permit is not None and permit.gate == Gate.OPEN:
+                    self.stats["released"] += 1
+                    return Ticket(msg_id, request_id, stage, layer, nbytes, permit, generation)
+            seg.wait_permits(seq, self.config.poll_s)  # outside the lock (GIL released): others go on
+
+    def release(self, ticket: Ticket, nbytes: int | None = None) -> None:
+        """The transfer of an acquired message ended: COMPLETION with ``nbytes`` (default: the announced size)."""
+        with self._lock:
+            self.stats["completed"] += 1
+            if ticket.msg_id and self._seg is not None and ticket.generation == self._generation:
+                self._seg.push_event(EventKind.COMPLETION, ticket.msg_id, ticket.request_id,
+                                     ticket.nbytes if nbytes is None else nbytes, ticket.stage, ticket.layer)
 
     # -------------------------------------------------------------- waiter
 
@@ -294,3 +365,6 @@ class PermitGate:
             if self._seg is not None:
                 self._seg.close(unlink=False)
                 self._seg = None
+            for old in self._retired:
+                old.close(unlink=False)
+            self._retired.clear()

@@ -20,7 +20,6 @@ rendezvous store's).  Called on the rank's main thread.
 
 from __future__ import annotations
 
-import threading
 from contextlib import contextmanager
 from typing import Iterable, Iterator
 
@@ -36,6 +35,8 @@ class GlooCollectives:
         self._gate = PermitGate(config)
         self._before = set(socket_inodes())  # not Gloo's: they existed before it connected
         self._own: set[int] | None = None  # Gloo's connections, once pinned
+        self._pinned: dict[int, int] | None = None  # pinned connections still open: inode -> fd
+        self._dscp_set: dict[int, int] = {}  # inode -> the DSCP last written to its IP_TOS
 
     def pin_sockets(self, peers: Iterable[str] | None = None) -> int:
         """Take the connections opened since this object was made as Gloo's, and mark only those from now on.
@@ -49,6 +50,7 @@ class GlooCollectives:
         want = None if peers is None else set(peers)
         self._own = {s.inode for s in tcp_sockets() if s.state == "ESTABLISHED" and s.inode not in self._before
                      and (want is None or s.remote[0] in want)}
+        self._pinned = None
         return len(self._own)
 
     @property
@@ -57,34 +59,42 @@ class GlooCollectives:
 
     @contextmanager
     def collective(self, request: int, layer: int, nbytes: int) -> Iterator[Permit | None]:
-        """Wait for the permit, mark Gloo's sockets, run the body, report completion."""
-        granted = threading.Event()
-        finished = threading.Event()
-        holder: list[Permit | None] = []
+        """Wait for the permit, mark Gloo's sockets, run the body, report completion.
 
-        def run(permit: Permit | None) -> None:  # worker thread: holds the message open
-            holder.append(permit)
-            granted.set()
-            finished.wait()
-
-        future = self._gate.submit(run, request, Stage.COLLECTIVE, layer, nbytes)
-        granted.wait()
-        permit = holder[0]
+        The calling thread waits for the permit itself (``PermitGate.acquire``):
+        the collective blocks it anyway, and no thread hand-off sits between
+        the permit and the all_to_all. COMPLETION carries ``nbytes`` also when
+        the body raised (the bytes may have moved; the daemon must not wait
+        for them).
+        """
+        ticket = self._gate.acquire(request, Stage.COLLECTIVE, layer, nbytes)
+        permit = ticket.permit
         if permit is not None:
             self._mark(permit, request, layer, nbytes)
         try:
             yield permit
         finally:
-            finished.set()
-            future.result()
+            self._gate.release(ticket)
 
     def _mark(self, permit: Permit, request: int, layer: int, nbytes: int) -> None:
         tag = TagValue(permit.msg_id, request, nbytes, Stage.COLLECTIVE, layer, permit.dscp)
-        for sock in tcp_sockets():
-            mine = sock.inode in self._own if self._own is not None else sock.inode not in self._before
-            if sock.state == "ESTABLISHED" and mine:
-                set_dscp(sock.fd, sock.inode, permit.dscp)
-                self._gate.write_tag(TagKind.SOCKET, sock.fd, tag)
+        if self._own is not None:
+            # Pinned: Gloo's connections are known; no scan of the descriptor table per collective.
+            if self._pinned is None:
+                self._pinned = {s.inode: s.fd for s in tcp_sockets() if s.inode in self._own}
+            targets = list(self._pinned.items())
+        else:
+            targets = [(s.inode, s.fd) for s in tcp_sockets()
+                       if s.state == "ESTABLISHED" and s.inode not in self._before]
+        for inode, fd in targets:
+            if self._dscp_set.get(inode) != permit.dscp:  # IP_TOS sticks: set it only when the class moves
+                if not set_dscp(fd, inode, permit.dscp):
+                    self._dscp_set.pop(inode, None)
+                    if self._pinned is not None:
+                        self._pinned.pop(inode, None)  # closed (or its fd reused): Gloo's no more
+                    continue
+                self._dscp_set[inode] = permit.dscp
+            self._gate.write_tag(TagKind.SOCKET, fd, tag)
 
     def close(self) -> None:
         self._gate.close()
