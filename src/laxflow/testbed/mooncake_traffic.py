@@ -280,9 +280,11 @@ def prefill(cfg: dict[str, Any]) -> None:
             spans.setdefault(f"s{r.stage}_mooncake", []).append(r.moved - r.permitted)
             if r.op == "write":
                 spans.setdefault("s3_acked_after", []).append(r.done - r.moved)
+    extra: dict[str, Any] = {}
     if gloo:
         used.update(a2a.used)
-    print(json.dumps({"rank": rank, "cct": cct, "ttft": ttft, "permit_dscp": used if daemon else {},
+        extra["a2a_gate_s"] = a2a.gate_s
+    print(json.dumps({**extra, "rank": rank, "cct": cct, "ttft": ttft, "permit_dscp": used if daemon else {},
                       "reads_verified": reads_ok, "reads_bad": reads_bad, "writes_failed": bad_writes,
                       "mooncake_stats": dict(engine.stats),
                       "transfer_ms": {k: round(1000 * sum(v) / len(v), 2) for k, v in spans.items()}, "gate_stats": dict(engine.gate.stats)}), flush=True)

@@ -408,6 +408,9 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
         result["permit_dscp_prefill"] = used
         result["permit_wait_ms_prefill"] = {
             k: 1000 * sum(o.get("permit_wait_s", {}).get(k, 0.0) for o in outs) / len(outs) for k in ("1", "2", "3")}
+        gate = [x for o in outs for x in o.get("a2a_gate_s", [])[w * cfg.layers:]]
+        if gate:  # the Gloo adapter's own time per collective (permit, marking, completion), inside the CCT
+            result["a2a_gate_ms"] = round(1000 * statistics.fmean(gate), 3)
     else:
         result["dscp_by_stage"] = {str(k): v for k, v in dscp.items()}
     if cap is not None:

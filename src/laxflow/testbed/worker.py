@@ -239,13 +239,18 @@ class GlooAllToAll:
         self.nbytes = cfg["a2a_bytes"]
         self.send = torch.zeros(2 * self.nbytes, dtype=torch.uint8)  # half of it to the peer
         self.recv = torch.empty_like(self.send)
+        self.gate_s: list[float] = []  # per collective: time in the adapter, outside the all_to_all
 
     def run(self, request: int, layer: int) -> None:
         if self.coll is None:
             self.dist.all_to_all_single(self.recv, self.send)
             return
+        t0 = time.perf_counter()
         with self.coll.collective(request=request, layer=layer, nbytes=self.nbytes) as permit:
+            t1 = time.perf_counter()
             self.dist.all_to_all_single(self.recv, self.send)
+            t2 = time.perf_counter()
+        self.gate_s.append(t1 - t0 + time.perf_counter() - t2)
         if permit is not None:
             key = f"s2:{permit.dscp}"
             self.used[key] = self.used.get(key, 0) + 1
@@ -396,7 +401,8 @@ def prefill(cfg: dict[str, Any]) -> None:
         waits = {str(k): sum(v) / len(v) for k, v in io.waits.items()}
     else:
         waits = {}
-    print(json.dumps({"rank": rank, "cct": cct, "ttft": ttft, "permit_dscp": used, "permit_wait_s": waits,
+    gate = {"a2a_gate_s": a2a.gate_s} if gloo else {}
+    print(json.dumps({**gate, "rank": rank, "cct": cct, "ttft": ttft, "permit_dscp": used, "permit_wait_s": waits,
                       "compute_s": sum(compute) / len(compute), "compute_all_s": compute,
                       "timeline": timeline}),
           flush=True)
