@@ -25,7 +25,8 @@ Sections, one function each, each returning its keys (``--only NAME`` runs one):
   :class:`PermitGate`): ``permit_idle_p50_us``, ``permit_idle_p99_us``:
   submit-to-run latency of a message that follows ``--gap-ms`` of idleness
   (a layer's compute), daemon with the testbed's ``spin_us`` 0;
-  ``permit_idle_spin_*`` the same with the default ``spin_us``.
+  ``permit_idle_spin_*`` the same with the default ``spin_us``; ``permit_idle_acquire_*``
+  the same through ``PermitGate.acquire`` (a collective's path: the caller waits itself).
 * ``events`` (:func:`bench_event_rate`, node daemon): ``events_per_s``: the
   largest event rate one daemon sustains.
 
