@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 
 import pytest
 
@@ -107,3 +108,28 @@ def test_collective_marks_pinned_sockets_with_each_permits_class_and_tags_every_
         daemon.close()
         c.close()
         ls.close()
+
+
+def test_acquire_after_a_daemon_restart_is_gated_by_the_new_daemon():
+    first = SegmentDaemon(decide=lambda ev: (Gate.OPEN, 1, 38))
+    gate = PermitGate(GateConfig(shm_name=first.name, reattach_s=0.05, poll_s=0.01))
+    second = None
+    try:
+        ticket = gate.acquire(1, Stage.COLLECTIVE, 0, 10)
+        assert ticket.permit is not None and ticket.permit.dscp == 38
+        gate.release(ticket)
+        first.close()  # the daemon exits and removes its segment; a new one comes up under the same name
+        second = SegmentDaemon(decide=lambda ev: (Gate.OPEN, 1, 37), name=first.name)
+        deadline = time.monotonic() + 10
+        while True:  # announced to the old mapping until its heartbeat is stale: failed open, then re-attached
+            ticket = gate.acquire(2, Stage.COLLECTIVE, 0, 10)
+            gate.release(ticket)
+            if ticket.permit is not None:
+                break
+            assert time.monotonic() < deadline, gate.stats
+        assert ticket.permit.dscp == 37  # the new daemon's permit
+        second.wait_for(lambda evs: any(e["kind"] == EventKind.COMPLETION for e in evs))
+    finally:
+        gate.close()
+        if second is not None:
+            second.close()
