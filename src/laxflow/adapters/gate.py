@@ -175,15 +175,7 @@ class PermitGate:
         """
         future: Future = Future()
         with self._lock:
-            if self._closed:
-                raise RuntimeError("PermitGate is closed")
-            seg = self._attach_locked()
-            msg_id = 0
-            if seg is not None:
-                msg_id = seg.alloc_msg_id()
-                if not seg.push_event(EventKind.SUBMIT, msg_id, request_id, nbytes, stage, layer, handle):
-                    seg, msg_id = None, 0  # ring full: counted by the segment, fail open
-            self.stats["submitted"] += 1
+            seg, msg_id = self._announce_locked(request_id, stage, layer, nbytes, handle)
             item = _Waiting(msg_id, request_id, stage, layer, nbytes, run, future, self._generation)
             if seg is None:
                 self.stats["bypassed"] += 1
@@ -204,15 +196,7 @@ class PermitGate:
         replaced segment, the ticket comes back at once with ``permit=None``.
         """
         with self._lock:
-            if self._closed:
-                raise RuntimeError("PermitGate is closed")
-            seg = self._attach_locked()
-            msg_id = 0
-            if seg is not None:
-                msg_id = seg.alloc_msg_id()
-                if not seg.push_event(EventKind.SUBMIT, msg_id, request_id, nbytes, stage, layer, handle):
-                    seg, msg_id = None, 0  # ring full: counted by the segment, fail open
-            self.stats["submitted"] += 1
+            seg, msg_id = self._announce_locked(request_id, stage, layer, nbytes, handle)
             generation = self._generation
             if seg is None:
                 self.stats["bypassed"] += 1
@@ -232,11 +216,21 @@ class PermitGate:
 
     def release(self, ticket: Ticket, nbytes: int | None = None) -> None:
         """The transfer of an acquired message ended: COMPLETION with ``nbytes`` (default: the announced size)."""
-        with self._lock:
-            self.stats["completed"] += 1
-            if ticket.msg_id and self._seg is not None and ticket.generation == self._generation:
-                self._seg.push_event(EventKind.COMPLETION, ticket.msg_id, ticket.request_id,
-                                     ticket.nbytes if nbytes is None else nbytes, ticket.stage, ticket.layer)
+        self._complete(ticket, ticket.nbytes if nbytes is None else nbytes)
+
+    def _announce_locked(self, request_id: int, stage: int, layer: int, nbytes: int, handle: int) -> tuple:
+        """SUBMIT one message (``submit`` and ``acquire``, under the lock): (segment, msg_id),
+        (None, 0) when bypassing (no segment, or a full ring: counted by the segment)."""
+        if self._closed:
+            raise RuntimeError("PermitGate is closed")
+        seg = self._attach_locked()
+        msg_id = 0
+        if seg is not None:
+            msg_id = seg.alloc_msg_id()
+            if not seg.push_event(EventKind.SUBMIT, msg_id, request_id, nbytes, stage, layer, handle):
+                seg, msg_id = None, 0  # ring full: counted by the segment, fail open
+        self.stats["submitted"] += 1
+        return seg, msg_id
 
     # -------------------------------------------------------------- waiter
 
@@ -292,7 +286,7 @@ class PermitGate:
         self._complete(item, item.nbytes)
         item.future.set_result(result)
 
-    def _complete(self, item: _Waiting, nbytes: int) -> None:
+    def _complete(self, item: _Waiting | Ticket, nbytes: int) -> None:
         with self._lock:
             self.stats["completed"] += 1
             if item.msg_id and self._seg is not None and item.generation == self._generation:
