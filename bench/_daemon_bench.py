@@ -169,8 +169,24 @@ def bench_permit_idle(args=None) -> dict:
 
     gap = float(getattr(args, "gap_ms", 20.0)) * 1e-3
     n = int(getattr(args, "idle_messages", 200))
+    def through_submit(gate: PermitGate, request: int) -> float:
+        t0 = time.monotonic()
+        started: list[float] = []
+        gate.submit(lambda permit: started.append(time.monotonic()), request, 2, 0, 65536, handle=1).result(timeout=10)
+        return started[0] - t0
+
+    def through_acquire(gate: PermitGate, request: int) -> float:
+        t0 = time.monotonic()
+        ticket = gate.acquire(request, 2, 0, 65536, handle=1)
+        waited = time.monotonic() - t0
+        if ticket.permit is None:
+            raise RuntimeError("permit_idle_acquire: the gate failed open; no daemon latency to time")
+        gate.release(ticket)
+        return waited
+
     out: dict = {}
-    for key, spin in (("permit_idle", 0), ("permit_idle_spin", 2000)):
+    for key, spin, one in (("permit_idle", 0, through_submit), ("permit_idle_spin", 2000, through_submit),
+                           ("permit_idle_acquire", 0, through_acquire)):
         with tempfile.TemporaryDirectory() as tmp:
             d = _Daemon(tmp, {"poll_us": 50, "stale_ms": 100, "spin_us": spin})
             gate = PermitGate(GateConfig(shm_name=d.shm))
@@ -180,41 +196,14 @@ def bench_permit_idle(args=None) -> dict:
                 lat: list[float] = []
                 for i in range(n):
                     time.sleep(gap)
-                    t0 = time.monotonic()
-                    started: list[float] = []
-                    gate.submit(lambda permit: started.append(time.monotonic()), request, 2, 0, 65536,
-                                handle=1).result(timeout=10)
-                    lat.append((started[0] - t0) * 1e6)
+                    lat.append(one(gate, request) * 1e6)
             finally:
                 gate.close()
                 d.close()
-        _percentiles(out, key, lat)
-    with tempfile.TemporaryDirectory() as tmp:
-        d = _Daemon(tmp, {"poll_us": 50, "stale_ms": 100, "spin_us": 0})
-        gate = PermitGate(GateConfig(shm_name=d.shm))
-        try:
-            request = 4546
-            gate.layer_boundary(request, 0)
-            lat = []
-            for i in range(n):
-                time.sleep(gap)
-                t0 = time.monotonic()
-                ticket = gate.acquire(request, 2, 0, 65536, handle=1)
-                lat.append((time.monotonic() - t0) * 1e6)
-                if ticket.permit is None:
-                    raise RuntimeError("permit_idle_acquire: the gate failed open; no daemon latency to time")
-                gate.release(ticket)
-        finally:
-            gate.close()
-            d.close()
-    _percentiles(out, "permit_idle_acquire", lat)
+        warm = np.array(lat[len(lat) // 10:])  # the first tenth warms the daemon and the caches
+        out[f"{key}_p50_us"] = round(float(np.percentile(warm, 50)), 1)
+        out[f"{key}_p99_us"] = round(float(np.percentile(warm, 99)), 1)
     return out
-
-
-def _percentiles(out: dict, key: str, lat: list[float]) -> None:
-    warm = np.array(lat[len(lat) // 10:])  # the first tenth warms the daemon and the caches
-    out[f"{key}_p50_us"] = round(float(np.percentile(warm, 50)), 1)
-    out[f"{key}_p99_us"] = round(float(np.percentile(warm, 99)), 1)
 
 
 if __name__ == "__main__":

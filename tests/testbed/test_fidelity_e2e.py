@@ -7,9 +7,7 @@ how close the two are (that is the bench's report, not a test).
 
 from __future__ import annotations
 
-import importlib.util
 import os
-from pathlib import Path
 
 import pytest
 
@@ -17,16 +15,13 @@ from laxflow.testbed import sim_model as sm
 from laxflow.testbed.fabric import existing_namespaces
 from laxflow.testbed.scenario import ScenarioConfig
 
-ROOT = Path(__file__).resolve().parents[2]
+from bench_module import load_bench
+
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="testbed needs root (network namespaces and qdiscs)")
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("testbed_fidelity", ROOT / "bench" / "testbed_fidelity.py")
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("testbed_fidelity")
 
 
 @root_only

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from bench_module import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("testbed_ratio", ROOT / "bench" / "testbed_ratio.py")
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("testbed_ratio")
 
 
 def _run(ratio: float, on_cct: float, gate: float | None = None) -> dict:
