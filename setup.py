@@ -50,5 +50,9 @@ class BuildExtWithShim(build_ext):
 
 setup(
     cmdclass={"build_ext": BuildExtWithShim},
-    cffi_modules=["src/laxflow/protocol/shm_build.py:ffibuilder", "src/laxflow/sim/network/allocate_build.py:ffibuilder"],
+    cffi_modules=[
+        "src/laxflow/protocol/shm_build.py:ffibuilder",
+        "src/laxflow/sim/network/allocate_build.py:ffibuilder",
+        "src/laxflow/policy/mfs_build.py:ffibuilder",
+    ],
 )

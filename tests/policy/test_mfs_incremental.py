@@ -17,6 +17,7 @@ import pytest
 
 from laxflow.policy import Flow, Snapshot, Stage
 from laxflow.policy.mfs import MfsPolicy
+from laxflow.policy.mfs_native import NATIVE
 from laxflow.policy.red import robust_effective_deadline
 from laxflow.sim.network.trace import decision_row
 
@@ -25,13 +26,23 @@ LINKS = 24
 
 def _incremental(**options):
     p = MfsPolicy(**options)
+    p.native = False
     p.incremental_from = p.incremental_below = 0  # this path for every size
     p.incremental_upto = 10**9
     return p
 
 
+def _native(**options):
+    if not NATIVE:
+        pytest.skip("laxflow.policy._mfs_native is not built")
+    p = MfsPolicy(**options)
+    p.native = True
+    return p
+
+
 def _from_scratch(few_flows, **options):
     p = MfsPolicy(**options)
+    p.native = False
     p.incremental = False
     p.few_flows = few_flows
     return p
@@ -107,6 +118,7 @@ class _Run:
         )  # fmt: skip
 
 
+@pytest.mark.parametrize("path", ["incremental", "native"])
 @pytest.mark.parametrize(
     "seed, few_flows, options, coordinator",
     [
@@ -117,9 +129,10 @@ class _Run:
         (5, 48, {}, True),
     ],
 )
-def test_incremental_equals_from_scratch_over_a_long_run(seed, few_flows, options, coordinator):
+def test_incremental_equals_from_scratch_over_a_long_run(path, seed, few_flows, options, coordinator):
+    """(And the native path: from scratch in C at every decision.)"""
     run = _Run(seed, shuffle=0.01)
-    inc, ref = _incremental(**options), _from_scratch(few_flows, **options)
+    inc, ref = (_incremental if path == "incremental" else _native)(**options), _from_scratch(few_flows, **options)
     decisions = big = 0
     for step in range(2500):
         snap = run.step((inc, ref))
@@ -173,6 +186,7 @@ def test_the_default_switches_paths_without_changing_a_decision():
     """Default thresholds: scalar for few flows, incremental above, back and forth."""
     run = _Run(7, shuffle=0.0)
     default, ref = MfsPolicy(), _from_scratch(48)
+    default.native = False
     sizes = set()
     for step in range(1500):
         if step % 300 < 150:
@@ -200,26 +214,30 @@ def test_unchanged_decisions_hand_out_read_only_arrays():
 def test_few_flow_decisions_equal_the_vectorized_path(seed, options):
     """A few live flows from several batches (the serving median), RED ranks
     and pruning changing under them: the scalar path (with its output arrays
-    reused by arbitration key), the incremental one and the vectorized one agree."""
+    reused by arbitration key), the incremental one, the native one and the
+    vectorized one agree."""
     options = dict(options)
     coordinator = options.pop("coordinator", False)
     run = _Run(seed, shuffle=0.0, done=0.3)
-    scalar, vector, inc = MfsPolicy(**options), _from_scratch(0, **options), _incremental(**options)
-    scalar.incremental = False
+    scalar, vector, inc = _from_scratch(48, **options), _from_scratch(0, **options), _incremental(**options)
+    native = _native(**options) if NATIVE else None
     small = 0
     for step in range(3000):
-        snap = run.step((scalar, vector, inc))
+        snap = run.step((scalar, vector, inc) + ((native,) if native else ()))
         if snap is None:
             run.arrive()
             continue
         if coordinator and step % 7 == 0:
             order = {b: int(run.rng.integers(0, 4)) for b in {f.batch for f in snap.flows}}
             pruned = [f.request for f in snap.flows if run.rng.random() < 0.05]
-            for p in (scalar, vector, inc):
-                p.set_order(order, pruned)
+            for p in (scalar, vector, inc, native):
+                if p is not None:
+                    p.set_order(order, pruned)
         want = decision_row(vector.decide(snap))
         assert decision_row(scalar.decide(snap)) == want, f"step {step}"
         assert decision_row(inc.decide(snap)) == want, f"step {step}"
+        if native is not None:
+            assert decision_row(native.decide(snap)) == want, f"step {step}"
         for p in (scalar, vector, inc):
             _assert_red_memo(p)
         small += 2 <= len(snap.flows) <= 10 and len({f.batch for f in snap.flows}) > 1

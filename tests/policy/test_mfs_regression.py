@@ -27,10 +27,11 @@ DATA = Path(__file__).resolve().parent / "data"
 # path -> MfsPolicy attributes: the default (scalar for few flows, incremental
 # above), the incremental path alone, and the two from-scratch paths alone.
 PATHS = {
-    "default": {},
-    "incremental": {"incremental_from": 0, "incremental_below": 0, "incremental_upto": 10**9},
-    "scalar": {"incremental": False},
-    "vectorized": {"incremental": False, "few_flows": 0},
+    "native": {"native": True},
+    "default": {"native": False},
+    "incremental": {"native": False, "incremental_from": 0, "incremental_below": 0, "incremental_upto": 10**9},
+    "scalar": {"native": False, "incremental": False},
+    "vectorized": {"native": False, "incremental": False, "few_flows": 0},
 }
 
 
@@ -59,7 +60,7 @@ def test_replayed_decisions_match_the_recording(name, path):
 
 
 @pytest.mark.parametrize("name", ["mfs_trace_default", "mfs_trace_pruning"])
-@pytest.mark.parametrize("other", ["vectorized", "incremental", "default"])
+@pytest.mark.parametrize("other", ["vectorized", "incremental", "default", "native"])
 def test_every_path_keeps_the_same_state(name, other):
     data = load(DATA / f"{name}.json.gz")
     scalar, vector = _policy(data, "scalar"), _policy(data, other)

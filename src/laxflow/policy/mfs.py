@@ -36,6 +36,10 @@ holds each flow's RMLQ level (before any pruning) whenever it changes.
 Infeasible explicit flows (MLU > 1 at their last evaluation) are counted in
 ``infeasible`` and stay at the top: their bytes still have to arrive.
 
+Decisions run in C (:mod:`laxflow.policy.mfs_native`) when the module is
+built, else on the Python paths (``mfs_scalar``, ``mfs_incremental`` and the
+vectorized one here); all give bit-identical decisions and state.
+
 Called by the network engine (``decide`` at every event, ``on_complete`` per
 finished flow), by the node daemon with the same objects, and by the
 coordinator's glue through ``set_order``. One instance per network.
@@ -55,6 +59,7 @@ from laxflow.policy.dscp import DscpMap
 from laxflow.policy.flow import STAGE_CODES, Flow, Stage
 from laxflow.policy.inter_request import LoadTableBuilder, schedule_table
 from laxflow.policy.mfs_incremental import LiveView, decide_incremental
+from laxflow.policy.mfs_native import NATIVE, NativeCore, decide_native
 from laxflow.policy.mfs_scalar import FEW_FLOWS, bottleneck, decide_few
 from laxflow.policy.mlu import level_of, mlu, thresholds
 from laxflow.policy.red import red_order, robust_effective_deadline
@@ -69,6 +74,9 @@ class MfsPolicy(FlowPolicy):
     """RMLQ with MLU/RLI promotion, RED order, pruning into a scavenger class."""
 
     name = "mfs"
+    # Every decision in C (mfs_native.py) when the module is built; False:
+    # the Python paths below. The same decisions and state either way.
+    native = NATIVE
     # Decisions keep state across calls and redo only what changed
     # (mfs_incremental.py). False: every decision from scratch, on the scalar
     # path (mfs_scalar.py) up to ``few_flows`` flows, vectorized above; the
@@ -116,6 +124,7 @@ class MfsPolicy(FlowPolicy):
         self._view = LiveView()  # the incremental path's kept state
         self._window_seen = math.nan  # the last snapshot load_window accepted
         self._few_out: dict[tuple, tuple] = {}  # the few-flow path's output arrays by arbitration keys
+        self._native: NativeCore | None = None  # the native path's C state, made on its first decision
 
     # ------------------------------------------------------------ coordinator
 
@@ -156,6 +165,8 @@ class MfsPolicy(FlowPolicy):
         if n == 0:
             empty = np.zeros(0, np.int64)
             return Decision(level=empty, queue=empty, dscp=np.zeros(0, np.uint8))
+        if self.native and NATIVE:
+            return decide_native(self, snap)
         floor = self.incremental_below if self._view.active else self.incremental_from
         if self.incremental and floor < n <= self.incremental_upto:
             return decide_incremental(self, snap)

@@ -1,8 +1,9 @@
 """The network engine's C part (``allocate_native.c``, ``table_native.c``)
-built under AddressSanitizer + UndefinedBehaviorSanitizer and driven through
-whole runs: a fluid run with three levels, caps, timers and up to dozens of
-live flows arriving and finishing, and small serving runs under FS and MFS
-(which keeps the link-load average). Any sanitizer report fails the test,
+and the mfs policy's (``mfs_native.c``) built under AddressSanitizer +
+UndefinedBehaviorSanitizer and driven through whole runs: a fluid run with
+three levels, caps, timers and up to dozens of live flows arriving and
+finishing, and small serving runs under FS and MFS (which keeps the
+link-load average and decides in C). Any sanitizer report fails the test,
 and the sanitized build must give the same results as the installed one."""
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from laxflow.policy import mfs_build
 from laxflow.sim.network import allocate_build
 
 NETWORK = Path(allocate_build.__file__).resolve().parent  # src/laxflow/sim/network
 PACKAGE = NETWORK.parents[1]  # src/laxflow
+POLICY = PACKAGE / "policy"
+SANITIZE = ["-std=gnu11", "-O1", "-g", "-ffp-contract=off", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all"]
 
 DRIVER = r'''
 import hashlib
@@ -27,6 +32,7 @@ from laxflow.policy import Decision, Flow, FlowPolicy, Stage
 from laxflow.sim.events import Priority
 from laxflow.sim.network import FluidNetwork, leaf_spine
 from laxflow.sim.network import _allocate_native
+from laxflow.policy import _mfs_native
 from laxflow.sim.serving.config import ClusterConfig, ServingConfig
 from laxflow.sim.serving.experiment import CAPACITY, RunSpec, build_workload
 from laxflow.sim.serving.simulator import ServingSimulator
@@ -64,6 +70,7 @@ for policy in ("fs", "mfs"):
     h.update(repr([(s.ttft.hex(), s.batch) for s in res.measured]).encode())
     h.update(str(res.network_events).encode())
 print(_allocate_native.__file__)
+print(_mfs_native.__file__)
 print(h.hexdigest())
 '''
 
@@ -80,18 +87,21 @@ def test_engine_native_part_under_asan_and_ubsan(tmp_path):
 
     asan, ubsan = _runtime("libasan.so"), _runtime("libubsan.so")
     pkg = tmp_path / "pkg"
-    shutil.copytree(PACKAGE, pkg / "laxflow", ignore=shutil.ignore_patterns("_allocate_native*", "__pycache__"))
-    ffi = FFI()
-    ffi.cdef(allocate_build.CDEF)
-    ffi.set_source(
-        "laxflow.sim.network._allocate_native", '#include <stdint.h>\n#include "table_native.h"\n',
-        sources=[str(NETWORK / "allocate_native.c"), str(NETWORK / "table_native.c")], include_dirs=[str(NETWORK)],
-        extra_compile_args=["-std=gnu11", "-O1", "-g", "-ffp-contract=off", "-fno-omit-frame-pointer",
-                            "-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
-        extra_link_args=["-fsanitize=address,undefined"],
-    )
-    built = ffi.compile(tmpdir=str(tmp_path / "build"))
-    shutil.copy(built, pkg / "laxflow" / "sim" / "network")
+    shutil.copytree(PACKAGE, pkg / "laxflow", ignore=shutil.ignore_patterns("_allocate_native*", "_mfs_native*",
+                                                                          "__pycache__"))
+    modules = [  # (module, cdef, header, sources, where it goes)
+        ("laxflow.sim.network._allocate_native", allocate_build.CDEF, "table_native.h",
+         [NETWORK / "allocate_native.c", NETWORK / "table_native.c"], NETWORK),
+        ("laxflow.policy._mfs_native", mfs_build.CDEF, "mfs_native.h", [POLICY / "mfs_native.c"],
+         POLICY),
+    ]  # fmt: skip
+    for name, cdef, header, sources, where in modules:
+        ffi = FFI()
+        ffi.cdef(cdef)
+        ffi.set_source(name, f'#include <stdint.h>\n#include "{header}"\n', sources=[str(x) for x in sources],
+                       include_dirs=[str(where)], extra_compile_args=SANITIZE, extra_link_args=["-fsanitize=address,undefined"])
+        built = ffi.compile(tmpdir=str(tmp_path / "build" / name))
+        shutil.copy(built, pkg / where.relative_to(PACKAGE.parent))
 
     plain = subprocess.run([sys.executable, "-c", DRIVER], capture_output=True, text=True, timeout=600)
     assert plain.returncode == 0, plain.stderr[-3000:]
@@ -100,6 +110,6 @@ def test_engine_native_part_under_asan_and_ubsan(tmp_path):
     sanitized = subprocess.run([sys.executable, "-c", DRIVER], capture_output=True, text=True, env=env, timeout=600)
     assert sanitized.returncode == 0, sanitized.stderr[-3000:]
     assert "runtime error" not in sanitized.stderr and "Sanitizer" not in sanitized.stderr, sanitized.stderr[-3000:]
-    module, digest = sanitized.stdout.split()
-    assert Path(module).is_relative_to(pkg)  # the sanitized build ran, not the installed one
-    assert digest == plain.stdout.split()[1]
+    *modules_run, digest = sanitized.stdout.split()
+    assert all(Path(m).is_relative_to(pkg) for m in modules_run)  # the sanitized builds ran, not the installed ones
+    assert digest == plain.stdout.split()[-1]

@@ -11,7 +11,7 @@ multiply and an add, which would round differently from NumPy.
 
 from __future__ import annotations
 
-import os
+import importlib.util
 from pathlib import Path
 
 from cffi import FFI
@@ -19,30 +19,13 @@ from cffi import FFI
 HERE = Path(__file__).resolve().parent
 
 
-def _cdef(header: Path) -> str:
-    """The cdef of the C API: ``header``'s declarations as they are (cffi drops
-    the comments), without its preprocessor lines; its ``#define`` constants
-    (not the include guard) as cffi's ``...`` (their values come from the
-    compiled header)."""
-    lines = []
-    for line in header.read_text().splitlines():
-        if line.startswith("#define ") and len(line.split()) > 2:
-            lines.append(f"#define {line.split()[1]} ...")
-        elif not line.startswith("#"):
-            lines.append(line)
-    return "\n".join(lines)
-
+_helpers = importlib.util.spec_from_file_location("laxflow_native_build", HERE.parent.parent / "native_build.py")
+native_build = importlib.util.module_from_spec(_helpers)
+_helpers.loader.exec_module(native_build)
 
 # table_native.h declares every C function Python calls (allocate_native.c's and table_native.c's).
-CDEF = _cdef(HERE / "table_native.h")
-
-
-def _rel(path: Path) -> str:
-    # setuptools wants sources relative to the project root when it can.
-    try:
-        return os.path.relpath(path, os.getcwd())
-    except ValueError:
-        return str(path)
+CDEF = native_build.cdef_of(HERE / "table_native.h")
+_rel = native_build.rel
 
 
 ffibuilder = FFI()
@@ -52,7 +35,7 @@ ffibuilder.set_source(
     '#include <stdint.h>\n#include "table_native.h"\n',
     sources=[_rel(HERE / "allocate_native.c"), _rel(HERE / "table_native.c")],
     include_dirs=[_rel(HERE)],
-    extra_compile_args=["-std=gnu11", "-O2", "-ffp-contract=off", "-fno-fast-math", "-Werror=implicit-function-declaration"],
+    extra_compile_args=native_build.NUMERIC_FLAGS,
 )
 
 if __name__ == "__main__":

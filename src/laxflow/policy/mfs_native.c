@@ -1,0 +1,288 @@
+/* The mfs policy's decision step (see mfs_native.h): mfs_scalar.decide_few
+ * in C.  Every float operation is the scalar path's, in its order; Python's
+ * min/max/bisect are spelled out where NaN or -0.0 could tell them apart. */
+#include "mfs_native.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct key {
+    int64_t q, e, u, r; /* arbitration.engine_levels' key: queue, explicit, RLI, RED rank */
+    int64_t pos;
+};
+
+static int grow_links(struct lxf_mfs *m)
+{
+    if (m->scratch_links >= m->num_links)
+        return 0;
+    int64_t n = m->num_links;
+    double *sent = realloc(m->sent, sizeof(double) * (size_t)n);
+    if (sent)
+        m->sent = sent;
+    uint8_t *has = realloc(m->has_sent, (size_t)n);
+    if (has)
+        m->has_sent = has;
+    int64_t *touched = realloc(m->touched, sizeof(int64_t) * (size_t)n);
+    if (touched)
+        m->touched = touched;
+    if (!sent || !has || !touched)
+        return -1;
+    memset(m->has_sent, 0, (size_t)n);
+    m->scratch_links = n;
+    return 0;
+}
+
+static int grow_flows(struct lxf_mfs *m, int64_t n)
+{
+    if (m->scratch_flows >= n)
+        return 0;
+    int64_t room = n > 2 * m->scratch_flows ? n : 2 * m->scratch_flows;
+    void *keys = realloc(m->keys, sizeof(struct key) * (size_t)room);
+    if (keys)
+        m->keys = keys;
+    uint8_t *is_new = realloc(m->is_new, (size_t)room);
+    if (is_new)
+        m->is_new = is_new;
+    if (!keys || !is_new)
+        return -1;
+    m->scratch_flows = room;
+    return 0;
+}
+
+void lxf_mfs_free(struct lxf_mfs *m)
+{
+    free(m->sent);
+    free(m->has_sent);
+    free(m->touched);
+    free(m->keys);
+    free(m->is_new);
+    m->sent = NULL;
+    m->has_sent = NULL;
+    m->touched = NULL;
+    m->keys = NULL;
+    m->is_new = NULL;
+    m->scratch_links = m->scratch_flows = 0;
+}
+
+/* bisect.bisect_right(a, x) */
+static int64_t bisect_right(const double *a, int64_t len, double x)
+{
+    int64_t lo = 0, hi = len;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (x < a[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* Python's max(a, b) and min(a, b) for two floats: the first unless the
+ * second compares strictly beyond it (NaN first stays). */
+static double py_max(double a, double b) { return b > a ? b : a; }
+static double py_min(double a, double b) { return b < a ? b : a; }
+
+/* mfs_scalar._candidate: the urgency flow i (slot s) would have now. */
+static int64_t candidate(const struct lxf_mfs *m, int64_t s, double current, double remaining,
+                         const double *link_load, double now, int *infeasible)
+{
+    int64_t k = m->levels;
+    if (!m->explicit_[s]) {
+        if (m->stage[s] == LXF_MFS_STAGE_COLLECTIVE)
+            return 0;
+        if (m->stage[s] == LXF_MFS_STAGE_P2D)
+            return k - 1;
+        double diff = m->target[s] - current;
+        if (isnan(diff))
+            return k - 1;
+        double x = py_min(py_max(diff, 0.0), (double)(k - 1));
+        return (int64_t)x;
+    }
+    int64_t link = m->bneck_link[s];
+    double rho = link_load[link] - m->explicit_load[link];
+    rho = py_min(py_max(rho, 0.0), 1.0);
+    double residual = (m->due[s] - now) * m->bneck_rate[s] * (1.0 - rho);
+    double mlu = residual > 0 ? remaining / residual : INFINITY;
+    if (mlu > 1.0)
+        *infeasible = 1;
+    return m->num_thresholds - bisect_right(m->thresholds, m->num_thresholds, mlu);
+}
+
+static int64_t queue_of_one(int64_t u, int explicit_, int64_t k) { return explicit_ ? u : (u + 1 < k - 1 ? u + 1 : k - 1); }
+
+/* Whether flow i (slot s, not new) may change level now: rmlq.eligible. */
+static int eligible(const struct lxf_mfs *m, int64_t s, double current, int done, int64_t tick)
+{
+    if (m->urgency[s] <= 0)
+        return 0;
+    double cur = current != current ? -INFINITY : current;
+    return cur > m->layer_at[s] || (m->explicit_[s] && done && tick > m->tick_at[s]);
+}
+
+/* MfsPolicy._advance_explicit_load with the bytes live explicit flows moved (mfs_scalar._measure). */
+static void measure(struct lxf_mfs *m, int64_t n, const int64_t *slot, const double *remaining, double dt,
+                    const int64_t *finished, int64_t n_finished)
+{
+    double *sent = m->sent, *load = m->explicit_load, *done = m->finished_bytes;
+    uint8_t *has = m->has_sent;
+    int64_t nt = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t s = slot[i];
+        if (!m->explicit_[s] || m->is_new[i])
+            continue;
+        int64_t link = m->bneck_link[s];
+        double prev = 0.0;
+        if (has[link])
+            prev = sent[link];
+        else {
+            has[link] = 1;
+            m->touched[nt++] = link;
+        }
+        sent[link] = prev + (m->last_rem[s] - remaining[i]) * m->bneck_weight[s];
+    }
+    double decay = exp(-dt / m->load_window);
+    for (int64_t j = 0; j < n_finished; j++) { /* the union: finished links not in sent, moved 0.0 + done */
+        int64_t link = finished[j];
+        if (!has[link]) {
+            has[link] = 1;
+            sent[link] = 0.0;
+            m->touched[nt++] = link;
+        }
+    }
+    for (int64_t j = 0; j < nt; j++) { /* the new value of each link that moved, from its old average */
+        int64_t link = m->touched[j];
+        double moved = n_finished ? sent[link] + done[link] : sent[link];
+        double span = m->capacity[link] * dt;
+        double util;
+        if (span > 0)
+            util = moved / span;
+        else
+            util = (moved == 0 || isnan(moved)) ? 0.0 : copysign(1.0, moved);
+        if (!(util >= 0.0))
+            util = 0.0;
+        else if (util > 1.0)
+            util = 1.0;
+        sent[link] = util + (load[link] - util) * decay;
+    }
+    for (int64_t l = 0; l < m->num_links; l++)
+        load[l] *= decay;
+    for (int64_t j = 0; j < nt; j++) {
+        int64_t link = m->touched[j];
+        load[link] = sent[link];
+        has[link] = 0;
+    }
+    for (int64_t j = 0; j < n_finished; j++)
+        done[finished[j]] = 0.0;
+}
+
+static int key_cmp(const void *pa, const void *pb)
+{
+    const struct key *a = pa, *b = pb;
+    if (a->q != b->q)
+        return a->q < b->q ? -1 : 1;
+    if (a->e != b->e)
+        return a->e < b->e ? -1 : 1;
+    if (a->u != b->u)
+        return a->u < b->u ? -1 : 1;
+    if (a->r != b->r)
+        return a->r < b->r ? -1 : 1;
+    return 0;
+}
+
+int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int64_t *new_pos, int64_t n_new,
+                   const double *current, const uint8_t *done, const double *remaining, const double *link_load,
+                   double now, double dt, const int64_t *finished, int64_t n_finished, int64_t *level,
+                   int64_t *queue, uint8_t *dscp, double *timer, int64_t *noted, int64_t *infeasible,
+                   int64_t *counts)
+{
+    if (grow_flows(m, n) || grow_links(m))
+        return LXF_MFS_NO_MEMORY;
+    int64_t k = m->levels;
+    int64_t tick = (int64_t)floor(now / m->period + 1e-9);
+    memset(m->is_new, 0, (size_t)n);
+    for (int64_t j = 0; j < n_new; j++)
+        m->is_new[new_pos[j]] = 1;
+    if (!link_load) { /* will an explicit flow's MLU be evaluated? (before anything changes) */
+        for (int64_t i = 0; i < n; i++) {
+            int64_t s = slot[i];
+            if (m->explicit_[s] && (m->is_new[i] || eligible(m, s, current[i], done[i], tick)))
+                return LXF_MFS_NEED_LOAD;
+        }
+    }
+    if (dt >= 0)
+        measure(m, n, slot, remaining, dt, finished, n_finished);
+
+    int64_t nn = 0, ni = 0;
+    for (int64_t j = 0; j < n_new; j++) { /* entry levels */
+        int64_t i = new_pos[j], s = slot[i];
+        double cur = current[i];
+        int bad = 0;
+        int64_t u = candidate(m, s, cur, remaining[i], link_load, now, &bad);
+        if (bad)
+            infeasible[ni++] = i;
+        m->urgency[s] = u;
+        m->layer_at[s] = cur != cur ? -INFINITY : cur;
+        m->tick_at[s] = tick;
+        noted[2 * nn] = i;
+        noted[2 * nn + 1] = queue_of_one(u, m->explicit_[s], k);
+        nn++;
+    }
+    for (int64_t i = 0; i < n; i++) { /* promotions */
+        int64_t s = slot[i];
+        if (m->is_new[i] || !eligible(m, s, current[i], done[i], tick))
+            continue;
+        int64_t urgency = m->urgency[s];
+        int bad = 0;
+        int64_t c = candidate(m, s, current[i], remaining[i], link_load, now, &bad);
+        if (bad)
+            infeasible[ni++] = i;
+        int64_t u = c < urgency ? c : urgency;
+        m->urgency[s] = u;
+        m->layer_at[s] = current[i] != current[i] ? -INFINITY : current[i];
+        m->tick_at[s] = tick;
+        if (u < urgency) {
+            noted[2 * nn] = i;
+            noted[2 * nn + 1] = queue_of_one(u, m->explicit_[s], k);
+            nn++;
+        }
+    }
+
+    struct key *keys = m->keys;
+    *timer = NAN;
+    for (int64_t i = 0; i < n; i++) { /* arbitration keys (arbitration.engine_levels) */
+        int64_t s = slot[i], u = m->urgency[s];
+        struct key *key = &keys[i];
+        key->pos = i;
+        if (m->pruned[m->request[s]] && m->stage[s] != LXF_MFS_STAGE_COLLECTIVE) {
+            key->q = k; /* the scavenger is one level */
+            key->e = key->u = key->r = 0;
+        } else if (m->explicit_[s]) {
+            key->q = u;
+            key->e = 1;
+            key->u = key->r = 0;
+            if (isnan(*timer) && u > 0 && done[i])
+                *timer = (double)(tick + 1) * m->period;
+        } else {
+            key->q = u + 1 < k - 1 ? u + 1 : k - 1;
+            key->e = 0;
+            key->u = u;
+            key->r = m->rank[m->batch[s]];
+        }
+        queue[i] = key->q;
+        dscp[i] = m->dscp_codes[key->q];
+    }
+    qsort(keys, (size_t)n, sizeof(struct key), key_cmp);
+    int64_t dense = -1;
+    for (int64_t j = 0; j < n; j++) {
+        if (j == 0 || key_cmp(&keys[j], &keys[j - 1]))
+            dense++;
+        level[keys[j].pos] = dense;
+    }
+    for (int64_t i = 0; i < n; i++)
+        m->last_rem[slot[i]] = remaining[i];
+    counts[0] = nn;
+    counts[1] = ni;
+    return 0;
+}

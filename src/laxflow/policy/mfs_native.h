@@ -1,0 +1,85 @@
+/* The mfs policy's decision step in C: laxflow/policy/mfs_native.c.
+ *
+ * One call per decision (MfsPolicy.decide -> mfs_native.decide_native):
+ * the explicit-load average, entry levels and promotions, arbitration keys,
+ * dense levels and the period timer, over every live flow, with the float
+ * operations of the scalar path (mfs_scalar.py) in the same order, so state
+ * and decisions are bit-identical to it.  Admission (a new flow's static
+ * facts), RED order and pruning stay in Python and run before the call.
+ *
+ * Units: bytes, bytes/s, seconds.  Arrays are the policy's own NumPy
+ * buffers (Rmlq's slot arrays, the per-batch rank, the per-request pruned
+ * flags, the per-link averages), bound in struct lxf_mfs and re-bound by the
+ * caller whenever one of them is replaced. */
+#ifndef LAXFLOW_MFS_NATIVE_H
+#define LAXFLOW_MFS_NATIVE_H
+
+#include <stdint.h>
+
+#define LXF_MFS_NEED_LOAD 1 /* an explicit flow's MLU is due: call again with link_load */
+#define LXF_MFS_NO_MEMORY -1
+/* laxflow.policy.flow.STAGE_CODES (checked on import) */
+#define LXF_MFS_STAGE_COLLECTIVE 2
+#define LXF_MFS_STAGE_P2D 3
+
+struct lxf_mfs {
+    /* RMLQ slot arrays (laxflow.policy.rmlq.Rmlq), indexed by slot */
+    int64_t *urgency;      /* MLU level or RLI, 0 most urgent */
+    const uint8_t *explicit_; /* numpy bool */
+    const int8_t *stage;   /* STAGE_CODES */
+    const double *target;  /* target layer, NaN if none */
+    const double *due;     /* due time (s), NaN if none */
+    const int64_t *bneck_link;
+    const double *bneck_rate;   /* bytes/s alone on the path */
+    const double *bneck_weight; /* the flow's weight on that link */
+    double *last_rem;      /* remaining bytes at the last decision */
+    const int64_t *batch;  /* batch index */
+    const int64_t *request; /* request index */
+    double *layer_at;      /* current layer when urgency was last set, -inf none */
+    int64_t *tick_at;      /* period tick when urgency was last set */
+    /* per batch, per request */
+    const int64_t *rank;   /* RED rank of the batch */
+    const uint8_t *pruned; /* numpy bool: the request is in the scavenger class */
+    /* per link */
+    double *explicit_load; /* moving average of explicit traffic (utilization) */
+    double *finished_bytes; /* explicit bytes of flows done since the last decision */
+    const double *capacity; /* bytes/s */
+    int64_t num_links;
+    /* constants (MfsConfig) */
+    int64_t levels;        /* K */
+    double period;         /* s */
+    double load_window;    /* s */
+    const double *thresholds; /* MLU level thresholds, ascending */
+    int64_t num_thresholds;
+    const uint8_t *dscp_codes; /* queue -> DSCP, index K = scavenger */
+    /* scratch owned by C (lxf_mfs_free) */
+    double *sent;          /* per link */
+    uint8_t *has_sent;     /* per link */
+    int64_t *touched;      /* links in sent */
+    int64_t scratch_links;
+    void *keys;            /* per flow: arbitration keys for the dense levels */
+    uint8_t *is_new;       /* per flow */
+    int64_t scratch_flows;
+};
+
+/* One decision over n live flows (positions 0..n-1 of the snapshot).
+ * slot[n]: their RMLQ slots; new_pos[n_new]: positions admitted by this
+ * decision (facts already set); current[n]: the request's current layer
+ * (NaN: none); done[n]: its compute has ended; remaining[n]: bytes left;
+ * link_load[num_links]: the snapshot's average (NULL: not read yet).
+ * dt: seconds since the last decision (< 0: no interval, no measurement);
+ * finished[n_finished]: links where finished_bytes is not 0.
+ * Out: level[n], queue[n], dscp[n]; *timer (NaN: none); noted[2n] pairs
+ * (position, RMLQ level) of flows whose level Flow.state must record, count
+ * in counts[0]; infeasible[n] positions with MLU > 1, count in counts[1].
+ * Returns 0, LXF_MFS_NEED_LOAD (nothing changed: call again with link_load)
+ * or LXF_MFS_NO_MEMORY. */
+int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int64_t *new_pos, int64_t n_new,
+                   const double *current, const uint8_t *done, const double *remaining, const double *link_load,
+                   double now, double dt, const int64_t *finished, int64_t n_finished, int64_t *level,
+                   int64_t *queue, uint8_t *dscp, double *timer, int64_t *noted, int64_t *infeasible,
+                   int64_t *counts);
+
+void lxf_mfs_free(struct lxf_mfs *m);
+
+#endif
