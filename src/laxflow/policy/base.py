@@ -23,7 +23,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -182,6 +182,23 @@ class FlowPolicy(ABC):
         if queue is None:
             queue = np.minimum(level, len(table) - 2)
         return Decision(level=level, queue=queue, dscp=table[queue], cap=cap, timers=timers)
+
+    def decide_into(self, flows: list[Flow], now: float, capacity: np.ndarray, load_window: float,
+                    buffers: tuple, snapshot: Callable[[], Snapshot]) -> Any:
+        """``decide`` for the network engine, written straight into its C buffers.
+
+        Optional (this default returns NotImplemented, and the engine calls
+        ``decide``). Called by :class:`~laxflow.sim.network.FluidNetwork` at
+        each recompute with its live ``flows`` (at least one, in its order),
+        ``capacity`` and link-load window, and ``buffers``, cffi pointers: its
+        ``remaining`` bytes (``double *``, n, read), its link-load average
+        (``double *``, ``len(capacity)``, read; not clipped), and the
+        ``level``, ``queue`` (``int64_t *``, n each) and ``dscp``
+        (``uint8_t *``, n) to write, as ``decide`` would return them (no caps).
+        ``snapshot()`` gives the engine's snapshot of this recompute, for what
+        the policy still reads from one. Returns the timer (None: none).
+        """
+        return NotImplemented
 
     def on_complete(self, flow: Flow, now: float) -> None:
         """Called by the engine when ``flow``'s last byte is delivered."""

@@ -48,7 +48,7 @@ coordinator's glue through ``set_order``. One instance per network.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -60,6 +60,7 @@ from laxflow.policy.flow import STAGE_CODES, Flow, Stage
 from laxflow.policy.inter_request import LoadTableBuilder, schedule_table
 from laxflow.policy.mfs_incremental import LiveView, decide_incremental
 from laxflow.policy.mfs_native import NATIVE, NativeCore, decide_native
+from laxflow.policy.mfs_native import decide as decide_in_c
 from laxflow.policy.mfs_scalar import FEW_FLOWS, bottleneck, decide_few
 from laxflow.policy.mlu import level_of, mlu, thresholds
 from laxflow.policy.red import red_order, robust_effective_deadline
@@ -154,14 +155,8 @@ class MfsPolicy(FlowPolicy):
     def decide(self, snap: Snapshot) -> Decision:
         flows = snap.flows
         n = len(flows)
-        window = snap.load_window
-        if window != self._window_seen and not math.isclose(window, self.config.load_window, rel_tol=1e-9):
-            raise ValueError(
-                f"mfs: the snapshot's link_load is a moving average over {snap.load_window!r} s but "
-                f"MfsConfig.load_window is {self.config.load_window!r} s; give the policy the window of "
-                "whoever measures link load (the engine's or daemon's load_window)"
-            )
-        self._window_seen = window  # (checked once per distinct value: the snapshot's owner keeps one)
+        if snap.load_window != self._window_seen:
+            self._check_window(snap.load_window)
         if n == 0:
             empty = np.zeros(0, np.int64)
             return Decision(level=empty, queue=empty, dscp=np.zeros(0, np.uint8))
@@ -212,6 +207,27 @@ class MfsPolicy(FlowPolicy):
         return Decision(
             level=level, queue=queue, dscp=self._dscp_codes[queue], timers=() if timer is None else (timer,)
         )
+
+    def decide_into(self, flows: list[Flow], now: float, capacity: np.ndarray, load_window: float,
+                    buffers: tuple, snapshot: Callable[[], Snapshot]) -> Any:
+        """The network engine's way in (``FlowPolicy.decide_into``): ``decide`` for
+        ``flows`` (at least one) written into the engine's C buffers; the timer
+        (None: none), or NotImplemented when the C path is off (then ``decide``)."""
+        if not (self.native and NATIVE):
+            return NotImplemented
+        if load_window != self._window_seen:
+            self._check_window(load_window)
+        return decide_in_c(self, flows, now, capacity, *buffers, snapshot)
+
+    def _check_window(self, window: float) -> None:
+        """The link-load average the snapshots carry must be over MfsConfig.load_window."""
+        if not math.isclose(window, self.config.load_window, rel_tol=1e-9):
+            raise ValueError(
+                f"mfs: the snapshot's link_load is a moving average over {window!r} s but "
+                f"MfsConfig.load_window is {self.config.load_window!r} s; give the policy the window of "
+                "whoever measures link load (the engine's or daemon's load_window)"
+            )
+        self._window_seen = window  # (checked once per distinct value: the snapshot's owner keeps one)
 
     def on_complete(self, flow: Flow, now: float) -> None:
         t = self.rmlq
@@ -363,12 +379,15 @@ class MfsPolicy(FlowPolicy):
         ``mfs_incremental``): sizes the per-link arrays to the snapshot's
         links and moves the clock to ``snap.now``.
         """
-        links = len(snap.capacity)
+        return self._measure_interval_at(snap.now, len(snap.capacity))
+
+    def _measure_interval_at(self, now: float, links: int) -> tuple[float, float] | None:
+        """:meth:`_measure_interval` at time ``now`` on ``links`` links (the native path's, without a snapshot)."""
         if self._explicit_load.size != links:
             self._explicit_load = np.zeros(links)
             self._finished_bytes = np.zeros(links)
             self._finished_links.clear()
-        now, last = snap.now, self._last_t
+        last = self._last_t
         self._last_t = now
         if last is None or now <= last:
             return None

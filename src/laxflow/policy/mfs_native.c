@@ -101,7 +101,12 @@ static int64_t candidate(const struct lxf_mfs *m, int64_t s, double current, dou
         return (int64_t)x;
     }
     int64_t link = m->bneck_link[s];
-    double rho = link_load[link] - m->explicit_load[link];
+    /* The average as the snapshot gives it, clipped to [0, 1] with NaN kept
+     * (lxf_table_load_clipped; a no-op on an already clipped array). */
+    double load = link_load[link];
+    load = (load >= 0.0 || load != load) ? load : 0.0;
+    load = (load <= 1.0 || load != load) ? load : 1.0;
+    double rho = load - m->explicit_load[link];
     rho = py_min(py_max(rho, 0.0), 1.0);
     double residual = (m->due[s] - now) * m->bneck_rate[s] * (1.0 - rho);
     double mlu = residual > 0 ? remaining / residual : INFINITY;
@@ -192,7 +197,7 @@ static int key_cmp(const void *pa, const void *pb)
 }
 
 int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int64_t *new_pos, int64_t n_new,
-                   const double *current, const uint8_t *done, const double *remaining, const double *link_load,
+                   const double *current, const char *done, const double *remaining, const double *link_load,
                    double now, double dt, const int64_t *finished, int64_t n_finished, int64_t *level,
                    int64_t *queue, uint8_t *dscp, double *timer, int64_t *noted, int64_t *infeasible,
                    int64_t *counts)
@@ -273,7 +278,18 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
         queue[i] = key->q;
         dscp[i] = m->dscp_codes[key->q];
     }
-    qsort(keys, (size_t)n, sizeof(struct key), key_cmp);
+    if (n <= 64) { /* (a serving run's decisions see a few dozen flows: insertion sort) */
+        for (int64_t j = 1; j < n; j++) {
+            struct key x = keys[j];
+            int64_t i = j - 1;
+            while (i >= 0 && key_cmp(&keys[i], &x) > 0) {
+                keys[i + 1] = keys[i];
+                i--;
+            }
+            keys[i + 1] = x;
+        }
+    } else
+        qsort(keys, (size_t)n, sizeof(struct key), key_cmp);
     int64_t dense = -1;
     for (int64_t j = 0; j < n; j++) {
         if (j == 0 || key_cmp(&keys[j], &keys[j - 1]))

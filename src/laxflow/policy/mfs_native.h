@@ -65,8 +65,9 @@ struct lxf_mfs {
 /* One decision over n live flows (positions 0..n-1 of the snapshot).
  * slot[n]: their RMLQ slots; new_pos[n_new]: positions admitted by this
  * decision (facts already set); current[n]: the request's current layer
- * (NaN: none); done[n]: its compute has ended; remaining[n]: bytes left;
- * link_load[num_links]: the snapshot's average (NULL: not read yet).
+ * (NaN: none); done[n]: its compute has ended (0 or 1); remaining[n]: bytes left;
+ * link_load[num_links]: the link-load average, clipped to [0, 1] here as
+ * the snapshot's (NULL: not read yet).
  * dt: seconds since the last decision (< 0: no interval, no measurement);
  * finished[n_finished]: links where finished_bytes is not 0.
  * Out: level[n], queue[n], dscp[n]; *timer (NaN: none); noted[2n] pairs
@@ -75,7 +76,7 @@ struct lxf_mfs {
  * Returns 0, LXF_MFS_NEED_LOAD (nothing changed: call again with link_load)
  * or LXF_MFS_NO_MEMORY. */
 int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int64_t *new_pos, int64_t n_new,
-                   const double *current, const uint8_t *done, const double *remaining, const double *link_load,
+                   const double *current, const char *done, const double *remaining, const double *link_load,
                    double now, double dt, const int64_t *finished, int64_t n_finished, int64_t *level,
                    int64_t *queue, uint8_t *dscp, double *timer, int64_t *noted, int64_t *infeasible,
                    int64_t *counts);

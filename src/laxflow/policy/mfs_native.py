@@ -19,7 +19,7 @@ install): the policy then runs its Python paths.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -56,12 +56,11 @@ _SLOT_FIELDS = (
 
 class NativeCore:
     """One policy's C state: the struct, the arrays it points into (held, so
-    they stay alive), and the out-buffers. Re-binds an array whenever the
-    policy replaced it (a table grew, the link count changed)."""
+    they stay alive), and the out-buffers. Re-binds the arrays whenever the
+    policy replaced one (a table grew, the link count changed)."""
 
     def __init__(self, p: MfsPolicy) -> None:
         self.struct = _ffi.new("struct lxf_mfs *")
-        self.held: dict[str, object] = {}  # field -> the array (or its cdata) bound there
         s = self.struct
         s.levels = p.config.levels
         s.period = p.config.period
@@ -71,50 +70,67 @@ class NativeCore:
         s.num_thresholds = len(p._q_ascending)
         self._codes = np.ascontiguousarray(p._dscp_codes, np.uint8)
         s.dscp_codes = _ffi.from_buffer("uint8_t[]", self._codes)
+        # What the struct points into now, in _bound's order (held: they stay alive).
+        self.bound: tuple = (None,) * 6
         self._room = 0
-        self._ints = self._noted = None
-        self._counts = _ffi.new("int64_t[2]")
-        self._timer = _ffi.new("double *")
+        self.noted = self.bad = None
+        self.counts = _ffi.new("int64_t[2]")
+        self.timer = _ffi.new("double *")
 
     def __del__(self) -> None:
-        if _lib is not None and self.struct is not None:
+        if _lib is not None and getattr(self, "struct", None) is not None:
             _lib.lxf_mfs_free(self.struct)
 
-    def _bind(self, field: str, array: np.ndarray, ctype: str) -> None:
-        if self.held.get(field) is not array:
-            setattr(self.struct, field + ("_" if field == "explicit" else ""), _ffi.from_buffer(ctype, array))
-            self.held[field] = array
-
     def bind(self, p: MfsPolicy, capacity: np.ndarray) -> None:
-        """Point the struct at the policy's current arrays (cheap when none was replaced)."""
-        t = p.rmlq
-        if self.held.get("urgency") is not t.urgency:  # Rmlq replaces all of them together
-            for name, ctype in _SLOT_FIELDS:
-                self._bind(name, getattr(t, name), ctype)
-        self._bind("rank", p._rank, "int64_t[]")
-        self._bind("pruned", p._pruned, "uint8_t[]")
-        self._bind("explicit_load", p._explicit_load, "double[]")
-        self._bind("finished_bytes", p._finished_bytes, "double[]")
-        if self.held.get("capacity") is not capacity:
-            if capacity.dtype != _F64 or not capacity.flags.c_contiguous:
-                capacity = np.ascontiguousarray(capacity, np.float64)
-            self._bind("capacity", capacity, "double[]")
-            self.held["capacity"] = capacity
-            self.struct.num_links = len(capacity)
+        """Point the struct at the policy's current arrays (called when one of them was replaced)."""
+        t, s = p.rmlq, self.struct
+        for name, ctype in _SLOT_FIELDS:
+            setattr(s, "explicit_" if name == "explicit" else name, _ffi.from_buffer(ctype, getattr(t, name)))
+        s.rank = _ffi.from_buffer("int64_t[]", p._rank)
+        s.pruned = _ffi.from_buffer("uint8_t[]", p._pruned)
+        s.explicit_load = _ffi.from_buffer("double[]", p._explicit_load)
+        s.finished_bytes = _ffi.from_buffer("double[]", p._finished_bytes)
+        held = capacity
+        if capacity.dtype != _F64 or not capacity.flags.c_contiguous:
+            held = np.ascontiguousarray(capacity, np.float64)
+        self._capacity = held
+        s.capacity = _ffi.from_buffer("double[]", held)
+        s.num_links = len(held)
+        self.bound = (t.urgency, p._rank, p._pruned, p._explicit_load, p._finished_bytes, capacity)
 
-    def buffers(self, n: int):
-        """(noted pairs, infeasible positions) out-buffers with room for ``n`` flows."""
-        if n > self._room:
-            self._room = max(n, 2 * self._room)
-            self._noted = _ffi.new("int64_t[]", 2 * self._room)
-            self._ints = _ffi.new("int64_t[]", self._room)
-        return self._noted, self._ints
+    def buffers(self, n: int) -> None:
+        """Room for ``n`` flows in the out-buffers (noted pairs, infeasible positions)."""
+        self._room = max(n, 2 * self._room)
+        self.noted = _ffi.new("int64_t[]", 2 * self._room)
+        self.bad = _ffi.new("int64_t[]", self._room)
 
 
 def decide_native(p: MfsPolicy, snap: Snapshot) -> Decision:
     """``MfsPolicy.decide`` for a snapshot with at least one flow, in C."""
+    n = len(snap.flows)
+    remaining = snap.remaining
+    if remaining.dtype != _F64 or not remaining.flags.c_contiguous:
+        remaining = np.ascontiguousarray(remaining, np.float64)
+    level = np.empty(n, np.int64)
+    queue = np.empty(n, np.int64)
+    dscp = np.empty(n, np.uint8)
+    timer = decide(
+        p, snap.flows, snap.now, snap.capacity, _ffi.from_buffer("double[]", remaining), _ffi.NULL,
+        _ffi.from_buffer("int64_t[]", level), _ffi.from_buffer("int64_t[]", queue), _ffi.from_buffer("uint8_t[]", dscp),
+        lambda: snap,
+    )  # fmt: skip
+    return Decision(level=level, queue=queue, dscp=dscp, timers=() if timer is None else (timer,))
+
+
+def decide(p: MfsPolicy, flows: list, now: float, capacity: np.ndarray, remaining, link_load, level, queue, dscp,
+           snapshot: Callable[[], Snapshot]) -> float | None:
+    """One decision over ``flows`` (at least one) into C out-buffers (cffi
+    pointers: ``level``, ``queue`` int64, ``dscp`` uint8, n each); the timer
+    (None: none). ``remaining``: n doubles; ``link_load``: the link-load
+    average (clipped in C), or NULL: then read from ``snapshot()`` only when
+    an explicit flow's MLU is due. ``snapshot()`` is also what RED order and
+    pruning read. (``MfsPolicy.decide_into`` calls this with the engine's buffers.)"""
     t = p.rmlq
-    flows = snap.flows
     n = len(flows)
     slot = t.slot
     idx = list(map(slot.get, flows))
@@ -123,40 +139,35 @@ def decide_native(p: MfsPolicy, snap: Snapshot) -> Decision:
         for i in new:  # slots in snapshot order first, then the facts (as the other paths)
             idx[i] = t.allocate(flows[i])
         for i in new:
-            _admit_one(p, flows[i], idx[i], snap.capacity)
-    interval = p._measure_interval(snap)
+            _admit_one(p, flows[i], idx[i], capacity)
+    interval = p._measure_interval_at(now, len(capacity))
     if p._order_stale:  # (reads no level: the same order as the scalar path's, after its promotions)
-        p._reorder(snap)
+        p._reorder(snapshot())
     core = p._native
     if core is None:
         core = p._native = NativeCore(p)
-    capacity = snap.capacity
-    core.bind(p, capacity)
-    remaining = snap.remaining
-    if remaining.dtype != _F64 or not remaining.flags.c_contiguous:
-        remaining = np.ascontiguousarray(remaining, np.float64)
+    bound = core.bound
+    if (bound[0] is not t.urgency or bound[1] is not p._rank or bound[2] is not p._pruned
+            or bound[3] is not p._explicit_load or bound[4] is not p._finished_bytes or bound[5] is not capacity):
+        core.bind(p, capacity)
+    if n > core._room:
+        core.buffers(n)
     current = list(map(_current, flows))
     if None in current:  # no layer known: NaN
         current = [_NAN if c is None else c for c in current]
-    done = list(map(_compute_done, flows))
     finished = p._finished_links
-    level = np.empty(n, np.int64)
-    queue = np.empty(n, np.int64)
-    dscp = np.empty(n, np.uint8)
-    noted, bad = core.buffers(n)
-    counts, timer = core._counts, core._timer
+    counts, timer, noted = core.counts, core.timer, core.noted
     args = [
-        core.struct, n, idx, new, len(new), current, done, _ffi.from_buffer("double[]", remaining), _ffi.NULL,
-        snap.now, -1.0 if interval is None else interval[1] - interval[0], list(finished) if finished else _ffi.NULL,
-        len(finished), _ffi.from_buffer("int64_t[]", level), _ffi.from_buffer("int64_t[]", queue),
-        _ffi.from_buffer("uint8_t[]", dscp), timer, noted, bad, counts,
-    ]
+        core.struct, n, idx, new, len(new), current, bytes(map(_compute_done, flows)), remaining, link_load, now,
+        -1.0 if interval is None else interval[1] - interval[0], list(finished) if finished else _ffi.NULL,
+        len(finished), level, queue, dscp, timer, noted, core.bad, counts,
+    ]  # fmt: skip
     rc = _lib.lxf_mfs_decide(*args)
     if rc == _lib.LXF_MFS_NEED_LOAD:
-        link_load = snap.link_load
-        if link_load.dtype != _F64 or not link_load.flags.c_contiguous:
-            link_load = np.ascontiguousarray(link_load, np.float64)
-        args[8] = _ffi.from_buffer("double[]", link_load)
+        load = snapshot().link_load
+        if load.dtype != _F64 or not load.flags.c_contiguous:
+            load = np.ascontiguousarray(load, np.float64)
+        args[8] = _ffi.from_buffer("double[]", load)
         rc = _lib.lxf_mfs_decide(*args)
     if rc:
         raise MemoryError("no memory for the mfs decision")
@@ -166,9 +177,9 @@ def decide_native(p: MfsPolicy, snap: Snapshot) -> Decision:
         for j in range(counts[0]):
             flows[noted[2 * j]].state["rmlq_level"] = noted[2 * j + 1]
     if counts[1]:
-        for i in _ffi.unpack(bad, counts[1]):
+        for i in _ffi.unpack(core.bad, counts[1]):
             p.infeasible.add(flows[i].id)
             flows[i].state["infeasible"] = True
     p._view.active = False  # a from-scratch decision: the incremental path starts over
     t_next = timer[0]
-    return Decision(level=level, queue=queue, dscp=dscp, timers=() if t_next != t_next else (t_next,))
+    return None if t_next != t_next else t_next

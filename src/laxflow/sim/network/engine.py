@@ -139,6 +139,13 @@ class FluidNetwork:
         self._timers: set[float] = set()
         self._pos: dict[int, int] | None = None
         self._members: set[int] = set()  # id() of live and pending flows
+        # policy.decide_into, or None when the policy keeps FlowPolicy's (it decides on snapshots only);
+        # its out-buffers (level, queue, DSCP).
+        self._decide_into = None if type(policy).decide_into is FlowPolicy.decide_into else policy.decide_into
+        self._dec_room = 0
+        self._dec: tuple = ()
+        self._load_ptr = table.load
+        self._snap: EngineSnapshot | None = None  # made for decide_into when asked (_snapshot_now)
 
     # -- owner API --------------------------------------------------------------
 
@@ -337,22 +344,8 @@ class FluidNetwork:
             _lib.lxf_table_idle(self._table)
             self._completion_gen += 1
             return
-        snap = EngineSnapshot.of(self, now)
-        decision = self.policy.decide(snap)
-        snap.close()
-        level, queue, dscp, cap = decision.level, decision.queue, decision.dscp, decision.cap
-        known = self._cdata_cache
-        hl, hq, hd = known.get((id(level), _INT64S)), known.get((id(queue), _INT64S)), known.get((id(dscp), _UINT8S))
-        if hl is not None and hq is not None and hd is not None and cap is None \
-                and len(level) == n and len(queue) == n and len(dscp) == n:
-            # Read-only arrays that passed _check before as they are (a
-            # policy's cached decision): their C buffers again.
-            args = (hl[1], _ffi.NULL, hq[1], hd[1])
-        else:
-            level, cap, queue, dscp = self._check(decision, n)
-            cdata = self._cdata
-            args = (cdata(_INT64S, level), _ffi.NULL if cap is None else cdata(_DOUBLES, cap), cdata(_INT64S, queue),
-                    cdata(_UINT8S, dscp))
+        decided = self._decide_into_table(now, n) if self._decide_into is not None else None
+        args, level, cap, queue, dscp, timers = decided if decided is not None else self._decide(now, n)
         # The table checks the values, stores the decision, says which
         # positions changed (their Flow objects are updated here), recomputes
         # the rates from the lowest level that changed (levels below it keep
@@ -372,9 +365,10 @@ class FluidNetwork:
             self._next[0] = _lib.lxf_table_next(table)
         # The Flow objects' copies of the decision, where they changed (often
         # only levels: a new batch shifts the dense ranks of many flows).
+        # (level, queue and DSCP are arrays, or the C buffers a policy wrote into.)
         flows = self._flows
         if out[0]:
-            level_l = level.tolist()
+            level_l = level.tolist() if type(level) is np.ndarray else level
             for i in _ffi.unpack(changed_buf, out[0]):
                 flows[i].level = level_l[i]
         if out[2]:
@@ -382,16 +376,60 @@ class FluidNetwork:
             for i in _ffi.unpack(changed_buf + n, out[2]):
                 flows[i].cap = cap_l[i]
         if out[3]:
-            queue_l, dscp_l = queue.tolist(), dscp.tolist()
+            queue_l, dscp_l = (queue.tolist(), dscp.tolist()) if type(queue) is np.ndarray else (queue, dscp)
             for i in _ffi.unpack(changed_buf + 2 * n, out[3]):
                 flow = flows[i]
                 flow.queue = queue_l[i]
                 flow.dscp = dscp_l[i]
-        for t in decision.timers:
+        for t in timers:
             if t > now and t not in self._timers and math.isfinite(t):
                 self._timers.add(t)
                 self.queue.push(t, Priority.TIMER, self._on_timer, t)
         self._schedule_completion(self._next[0])
+
+    def _decide(self, now: float, n: int) -> tuple:
+        """The policy's ``decide`` on a snapshot: (table arguments, level, cap, queue, dscp, timers)."""
+        snap = EngineSnapshot.of(self, now)
+        decision = self.policy.decide(snap)
+        snap.close()
+        level, queue, dscp, cap = decision.level, decision.queue, decision.dscp, decision.cap
+        known = self._cdata_cache
+        hl, hq, hd = known.get((id(level), _INT64S)), known.get((id(queue), _INT64S)), known.get((id(dscp), _UINT8S))
+        if hl is not None and hq is not None and hd is not None and cap is None \
+                and len(level) == n and len(queue) == n and len(dscp) == n:
+            # Read-only arrays that passed _check before as they are (a
+            # policy's cached decision): their C buffers again.
+            args = (hl[1], _ffi.NULL, hq[1], hd[1])
+        else:
+            level, cap, queue, dscp = self._check(decision, n)
+            cdata = self._cdata
+            args = (cdata(_INT64S, level), _ffi.NULL if cap is None else cdata(_DOUBLES, cap), cdata(_INT64S, queue),
+                    cdata(_UINT8S, dscp))
+        return args, level, cap, queue, dscp, decision.timers
+
+    def _decide_into_table(self, now: float, n: int) -> tuple | None:
+        """The policy's ``decide_into`` (its decision written into the engine's C
+        buffers, no snapshot unless it asks for one), as :meth:`_decide` returns
+        it; None when the policy declined (NotImplemented)."""
+        if n > self._dec_room:
+            self._dec_room = max(n, 2 * self._dec_room)
+            self._dec = (_ffi.new("int64_t[]", self._dec_room), _ffi.new("int64_t[]", self._dec_room),
+                         _ffi.new("uint8_t[]", self._dec_room))
+        level, queue, dscp = self._dec
+        timer = self._decide_into(self._flows, now, self.capacity, self.load_window,
+                                  (self._table.remaining, self._load_ptr, level, queue, dscp), self._snapshot_now)
+        if self._snap is not None:
+            self._snap.close()
+            self._snap = None
+        if timer is NotImplemented:
+            return None
+        return (level, _ffi.NULL, queue, dscp), level, None, queue, dscp, () if timer is None else (timer,)
+
+    def _snapshot_now(self) -> EngineSnapshot:
+        """The snapshot of the recompute under way, made on first call (``decide_into``'s ``snapshot``)."""
+        if self._snap is None:
+            self._snap = EngineSnapshot.of(self, self.queue.now)
+        return self._snap
 
     def _cdata(self, ctype: str, a: np.ndarray):
         """The (checked) array's buffer for C; kept for read-only contiguous

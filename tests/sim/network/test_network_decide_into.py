@@ -1,0 +1,98 @@
+"""A policy that writes its decisions into the engine's C buffers
+(``FlowPolicy.decide_into``: mfs on its C path) runs the engine exactly as
+the same policy deciding on snapshots: every finish time, every flow's
+level, queue and DSCP after every recompute, its RMLQ notes, the infeasible
+set, the bytes per stage and the link-load average, bit for bit; and a
+policy that declines (NotImplemented) is asked through ``decide``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from laxflow.policy import Flow, Stage
+from laxflow.policy.mfs import MfsPolicy
+from laxflow.policy.mfs_native import NATIVE
+from laxflow.sim.events import Priority
+from laxflow.sim.network import FluidNetwork, leaf_spine
+from laxflow.sim.serving.config import ClusterConfig, ServingConfig
+from laxflow.sim.serving.experiment import CAPACITY, RunSpec, build_workload
+from laxflow.sim.serving.simulator import ServingSimulator
+
+pytestmark = pytest.mark.skipif(not NATIVE, reason="laxflow.policy._mfs_native is not built")
+STAGES = list(Stage)
+
+
+class Recording(MfsPolicy):
+    """mfs, counting how it was asked; the engine's view of every flow is read after each recompute."""
+
+    def __init__(self, native: bool, **options) -> None:
+        super().__init__(**options)
+        self.native = native
+        self.asked = {"decide": 0, "decide_into": 0}
+
+    def decide(self, snap):
+        self.asked["decide"] += 1
+        return super().decide(snap)
+
+    def decide_into(self, *args):
+        out = super().decide_into(*args)
+        if out is not NotImplemented:
+            self.asked["decide_into"] += 1
+        return out
+
+
+def fluid_run(native: bool) -> tuple:
+    """Flows of every stage with deadlines, layers and progress on a small fabric."""
+    rng = np.random.default_rng(5)
+    topo = leaf_spine(32, 4, 1e9, oversubscription=2.0)
+    policy = Recording(native, period=2e-5, load_window=1e-4)
+    net = FluidNetwork(topo, policy, load_window=1e-4)
+    flows, seen = [], []
+    t = 0.0
+    for i in range(500):
+        t += float(rng.exponential(2e-6))
+        src = int(rng.integers(0, 32))
+        stage = STAGES[i % 3]
+        flow = Flow.on_path(
+            f"f{i}", float(rng.exponential(3e4) + 100), topo.path(src, (src + int(rng.integers(1, 32))) % 32),
+            arrival=t, stage=stage, request=f"r{i // 4}", batch=f"b{i // 12}",
+            deadline=None if i % 7 == 0 else t + float(rng.uniform(2e-5, 4e-4)),
+            downstream=float(rng.uniform(0, 2e-5)), layer=int(rng.integers(0, 6)), current_layer=int(rng.integers(0, 3)),
+        )  # fmt: skip
+        flows.append(flow)
+        net.queue.push(flow.arrival, Priority.ARRIVAL, net.add_flow, flow)
+    for k in range(60):  # requests cross layers and end their compute while their flows are live
+        def progress(k=k):
+            for f in flows[k * 8: k * 8 + 8]:
+                f.current_layer = (f.current_layer or 0) + 1
+                f.compute_done = k % 3 == 0
+            net.reschedule()
+            seen.append([(f.level, f.queue, f.dscp) for f in net.live])
+        net.queue.push(float(k) * 2e-5, Priority.ARRIVAL, progress)
+    net.run()
+    return ([f.finish.hex() for f in flows], [dict(f.state) for f in flows], seen, sorted(policy.infeasible),
+            dict(net.bytes_delivered_by_stage), net.link_load.tolist(), net.events, policy.asked)
+
+
+def test_decisions_into_the_table_equal_decisions_on_snapshots():
+    native, snapshots = fluid_run(True), fluid_run(False)
+    asked_native, asked_snapshots = native[-1], snapshots[-1]
+    assert asked_native["decide"] == 0 and asked_native["decide_into"] > 500
+    assert asked_snapshots["decide_into"] == 0 and asked_snapshots["decide"] == asked_native["decide_into"]
+    assert native[:-1] == snapshots[:-1]
+    assert native[3], "the run must see infeasible explicit flows"
+    assert any(s.get("rmlq_level", 7) < 3 for s in native[1]), "and promotions"
+
+
+def test_a_serving_run_is_the_same_on_either_path():
+    mix = ("mixtral-8x22b", "qwen-conv")
+    results = []
+    for native in (True, False):
+        cfg = ServingConfig(model=mix[0], cluster=ClusterConfig(servers=16), warmup=20)
+        reqs = build_workload(RunSpec(cfg, mix[1], 0.7 * CAPACITY[mix], "mfs", 60, seed=1))
+        sim = ServingSimulator(cfg, reqs, "mfs")
+        sim.network.policy.native = native
+        res = sim.run()
+        results.append(([(s.ttft.hex(), s.batch) for s in res.measured], res.network_events))
+    assert results[0] == results[1]
