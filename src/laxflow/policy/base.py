@@ -183,20 +183,26 @@ class FlowPolicy(ABC):
             queue = np.minimum(level, len(table) - 2)
         return Decision(level=level, queue=queue, dscp=table[queue], cap=cap, timers=timers)
 
-    def decide_into(self, flows: list[Flow], now: float, capacity: np.ndarray, load_window: float,
-                    buffers: tuple, snapshot: Callable[[], Snapshot]) -> Any:
+    def decide_into(self, flows: list[Flow], now: float, kept: int, progressed: bool, capacity: np.ndarray,
+                    load_window: float, buffers: tuple, snapshot: Callable[[], Snapshot]) -> Any:
         """``decide`` for the network engine, written straight into its C buffers.
 
         Optional (this default returns NotImplemented, and the engine calls
         ``decide``). Called by :class:`~laxflow.sim.network.FluidNetwork` at
-        each recompute with its live ``flows`` (at least one, in its order),
-        ``capacity`` and link-load window, and ``buffers``, cffi pointers: its
-        ``remaining`` bytes (``double *``, n, read), its link-load average
-        (``double *``, ``len(capacity)``, read; not clipped), and the
-        ``level``, ``queue`` (``int64_t *``, n each) and ``dscp``
-        (``uint8_t *``, n) to write, as ``decide`` would return them (no caps).
-        ``snapshot()`` gives the engine's snapshot of this recompute, for what
-        the policy still reads from one. Returns the timer (None: none).
+        each recompute with its live ``flows`` (at least one, in its order;
+        the first ``kept`` had the last decision, the rest are new),
+        ``progressed`` (whether the owner called ``reschedule`` since the last
+        decision: request progress, ``Flow.current_layer`` and
+        ``compute_done``, changes only with one), ``capacity``, its link-load
+        window, and ``buffers``, cffi pointers: its ``remaining`` bytes
+        (``double *``, n, read), its link-load average (``double *``,
+        ``len(capacity)``, read; not clipped), the ``level``, ``queue``
+        (``int64_t *``, n each) and ``dscp`` (``uint8_t *``, n) to write, as
+        ``decide`` would return them (no caps), and a ``tag`` column
+        (``int64_t *``, n; -1 for a new flow) the policy may use for its own
+        per-flow numbers, kept in step with the flows. ``snapshot()`` gives the
+        engine's snapshot of this recompute, for what the policy still reads
+        from one. Returns the timer (None: none).
         """
         return NotImplemented
 

@@ -59,8 +59,7 @@ from laxflow.policy.dscp import DscpMap
 from laxflow.policy.flow import STAGE_CODES, Flow, Stage
 from laxflow.policy.inter_request import LoadTableBuilder, schedule_table
 from laxflow.policy.mfs_incremental import LiveView, decide_incremental
-from laxflow.policy.mfs_native import NATIVE, NativeCore, decide_native
-from laxflow.policy.mfs_native import decide as decide_in_c
+from laxflow.policy.mfs_native import NATIVE, NativeCore, decide_into, decide_native
 from laxflow.policy.mfs_scalar import FEW_FLOWS, bottleneck, decide_few
 from laxflow.policy.mlu import level_of, mlu, thresholds
 from laxflow.policy.red import red_order, robust_effective_deadline
@@ -126,6 +125,7 @@ class MfsPolicy(FlowPolicy):
         self._window_seen = math.nan  # the last snapshot load_window accepted
         self._few_out: dict[tuple, tuple] = {}  # the few-flow path's output arrays by arbitration keys
         self._native: NativeCore | None = None  # the native path's C state, made on its first decision
+        self._tagged: Any = None  # the engine tag column decide_into keeps slots in, while it does
 
     # ------------------------------------------------------------ coordinator
 
@@ -162,6 +162,7 @@ class MfsPolicy(FlowPolicy):
             return Decision(level=empty, queue=empty, dscp=np.zeros(0, np.uint8))
         if self.native and NATIVE:
             return decide_native(self, snap)
+        self._tagged = None  # (the Python paths keep no engine tags)
         floor = self.incremental_below if self._view.active else self.incremental_from
         if self.incremental and floor < n <= self.incremental_upto:
             return decide_incremental(self, snap)
@@ -208,16 +209,17 @@ class MfsPolicy(FlowPolicy):
             level=level, queue=queue, dscp=self._dscp_codes[queue], timers=() if timer is None else (timer,)
         )
 
-    def decide_into(self, flows: list[Flow], now: float, capacity: np.ndarray, load_window: float,
-                    buffers: tuple, snapshot: Callable[[], Snapshot]) -> Any:
+    def decide_into(self, flows: list[Flow], now: float, kept: int, progressed: bool, capacity: np.ndarray,
+                    load_window: float, buffers: tuple, snapshot: Callable[[], Snapshot]) -> Any:
         """The network engine's way in (``FlowPolicy.decide_into``): ``decide`` for
         ``flows`` (at least one) written into the engine's C buffers; the timer
         (None: none), or NotImplemented when the C path is off (then ``decide``)."""
         if not (self.native and NATIVE):
+            self._tagged = None
             return NotImplemented
         if load_window != self._window_seen:
             self._check_window(load_window)
-        return decide_in_c(self, flows, now, capacity, *buffers, snapshot)
+        return decide_into(self, flows, now, kept, progressed, capacity, *buffers, snapshot)
 
     def _check_window(self, window: float) -> None:
         """The link-load average the snapshots carry must be over MfsConfig.load_window."""

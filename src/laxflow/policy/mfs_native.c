@@ -50,8 +50,34 @@ static int grow_flows(struct lxf_mfs *m, int64_t n)
     return 0;
 }
 
+/* The per-slot progress arrays cover the slot arrays (new slots: no layer, not done). */
+static int grow_seen(struct lxf_mfs *m)
+{
+    if (m->seen_room >= m->slots)
+        return 0;
+    double *layer = realloc(m->seen_layer, sizeof(double) * (size_t)m->slots);
+    if (layer)
+        m->seen_layer = layer;
+    char *done = realloc(m->seen_done, (size_t)m->slots);
+    if (done)
+        m->seen_done = done;
+    if (!layer || !done)
+        return -1;
+    for (int64_t s = m->seen_room; s < m->slots; s++) {
+        m->seen_layer[s] = NAN;
+        m->seen_done[s] = 0;
+    }
+    m->seen_room = m->slots;
+    return 0;
+}
+
 void lxf_mfs_free(struct lxf_mfs *m)
 {
+    free(m->seen_layer);
+    free(m->seen_done);
+    m->seen_layer = NULL;
+    m->seen_done = NULL;
+    m->seen_room = 0;
     free(m->sent);
     free(m->has_sent);
     free(m->touched);
@@ -197,22 +223,34 @@ static int key_cmp(const void *pa, const void *pb)
 }
 
 int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int64_t *new_pos, int64_t n_new,
-                   const double *current, const char *done, const double *remaining, const double *link_load,
-                   double now, double dt, const int64_t *finished, int64_t n_finished, int64_t *level,
-                   int64_t *queue, uint8_t *dscp, double *timer, int64_t *noted, int64_t *infeasible,
-                   int64_t *counts)
+                   const double *current_in, const char *done_in, const double *new_current, const char *new_done,
+                   const double *remaining, const double *link_load, double now, double dt,
+                   const int64_t *finished, int64_t n_finished, int64_t *level, int64_t *queue, uint8_t *dscp,
+                   double *timer, int64_t *noted, int64_t *infeasible, int64_t *counts)
 {
-    if (grow_flows(m, n) || grow_links(m))
+    if (grow_flows(m, n) || grow_links(m) || grow_seen(m))
         return LXF_MFS_NO_MEMORY;
     int64_t k = m->levels;
     int64_t tick = (int64_t)floor(now / m->period + 1e-9);
+    if (current_in)
+        for (int64_t i = 0; i < n; i++) {
+            m->seen_layer[slot[i]] = current_in[i];
+            m->seen_done[slot[i]] = done_in[i];
+        }
+    else if (new_current)
+        for (int64_t j = 0; j < n_new; j++) {
+            m->seen_layer[slot[new_pos[j]]] = new_current[j];
+            m->seen_done[slot[new_pos[j]]] = new_done[j];
+        }
+    const double *layer = m->seen_layer;
+    const char *done = m->seen_done;
     memset(m->is_new, 0, (size_t)n);
     for (int64_t j = 0; j < n_new; j++)
         m->is_new[new_pos[j]] = 1;
     if (!link_load) { /* will an explicit flow's MLU be evaluated? (before anything changes) */
         for (int64_t i = 0; i < n; i++) {
             int64_t s = slot[i];
-            if (m->explicit_[s] && (m->is_new[i] || eligible(m, s, current[i], done[i], tick)))
+            if (m->explicit_[s] && (m->is_new[i] || eligible(m, s, layer[s], done[s], tick)))
                 return LXF_MFS_NEED_LOAD;
         }
     }
@@ -222,7 +260,7 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
     int64_t nn = 0, ni = 0;
     for (int64_t j = 0; j < n_new; j++) { /* entry levels */
         int64_t i = new_pos[j], s = slot[i];
-        double cur = current[i];
+        double cur = layer[s];
         int bad = 0;
         int64_t u = candidate(m, s, cur, remaining[i], link_load, now, &bad);
         if (bad)
@@ -236,16 +274,16 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
     }
     for (int64_t i = 0; i < n; i++) { /* promotions */
         int64_t s = slot[i];
-        if (m->is_new[i] || !eligible(m, s, current[i], done[i], tick))
+        if (m->is_new[i] || !eligible(m, s, layer[s], done[s], tick))
             continue;
         int64_t urgency = m->urgency[s];
         int bad = 0;
-        int64_t c = candidate(m, s, current[i], remaining[i], link_load, now, &bad);
+        int64_t c = candidate(m, s, layer[s], remaining[i], link_load, now, &bad);
         if (bad)
             infeasible[ni++] = i;
         int64_t u = c < urgency ? c : urgency;
         m->urgency[s] = u;
-        m->layer_at[s] = current[i] != current[i] ? -INFINITY : current[i];
+        m->layer_at[s] = layer[s] != layer[s] ? -INFINITY : layer[s];
         m->tick_at[s] = tick;
         if (u < urgency) {
             noted[2 * nn] = i;
@@ -267,7 +305,7 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
             key->q = u;
             key->e = 1;
             key->u = key->r = 0;
-            if (isnan(*timer) && u > 0 && done[i])
+            if (isnan(*timer) && u > 0 && done[s])
                 *timer = (double)(tick + 1) * m->period;
         } else {
             key->q = u + 1 < k - 1 ? u + 1 : k - 1;

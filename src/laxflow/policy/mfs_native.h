@@ -52,7 +52,12 @@ struct lxf_mfs {
     const double *thresholds; /* MLU level thresholds, ascending */
     int64_t num_thresholds;
     const uint8_t *dscp_codes; /* queue -> DSCP, index K = scavenger */
-    /* scratch owned by C (lxf_mfs_free) */
+    int64_t slots;         /* the slot arrays' length */
+    /* owned by C (lxf_mfs_free): per slot, the request progress last given */
+    double *seen_layer;    /* current layer, NaN: none */
+    char *seen_done;       /* compute ended */
+    int64_t seen_room;
+    /* scratch owned by C */
     double *sent;          /* per link */
     uint8_t *has_sent;     /* per link */
     int64_t *touched;      /* links in sent */
@@ -64,8 +69,11 @@ struct lxf_mfs {
 
 /* One decision over n live flows (positions 0..n-1 of the snapshot).
  * slot[n]: their RMLQ slots; new_pos[n_new]: positions admitted by this
- * decision (facts already set); current[n]: the request's current layer
- * (NaN: none); done[n]: its compute has ended (0 or 1); remaining[n]: bytes left;
+ * decision (facts already set).  Request progress: current[n] (the current
+ * layer, NaN: none) and done[n] (compute ended, 0 or 1) of every flow, or
+ * NULL: then the values last given per slot, with new_current[n_new] and
+ * new_done[n_new] those of the new flows (the owner changed no progress
+ * since: the engine's reschedule contract).  remaining[n]: bytes left;
  * link_load[num_links]: the link-load average, clipped to [0, 1] here as
  * the snapshot's (NULL: not read yet).
  * dt: seconds since the last decision (< 0: no interval, no measurement);
@@ -73,13 +81,13 @@ struct lxf_mfs {
  * Out: level[n], queue[n], dscp[n]; *timer (NaN: none); noted[2n] pairs
  * (position, RMLQ level) of flows whose level Flow.state must record, count
  * in counts[0]; infeasible[n] positions with MLU > 1, count in counts[1].
- * Returns 0, LXF_MFS_NEED_LOAD (nothing changed: call again with link_load)
- * or LXF_MFS_NO_MEMORY. */
+ * Returns 0, LXF_MFS_NEED_LOAD (nothing changed but the progress kept:
+ * call again with link_load) or LXF_MFS_NO_MEMORY. */
 int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int64_t *new_pos, int64_t n_new,
-                   const double *current, const char *done, const double *remaining, const double *link_load,
-                   double now, double dt, const int64_t *finished, int64_t n_finished, int64_t *level,
-                   int64_t *queue, uint8_t *dscp, double *timer, int64_t *noted, int64_t *infeasible,
-                   int64_t *counts);
+                   const double *current, const char *done, const double *new_current, const char *new_done,
+                   const double *remaining, const double *link_load, double now, double dt,
+                   const int64_t *finished, int64_t n_finished, int64_t *level, int64_t *queue, uint8_t *dscp,
+                   double *timer, int64_t *noted, int64_t *infeasible, int64_t *counts);
 
 void lxf_mfs_free(struct lxf_mfs *m);
 

@@ -96,6 +96,7 @@ class NativeCore:
         self._capacity = held
         s.capacity = _ffi.from_buffer("double[]", held)
         s.num_links = len(held)
+        s.slots = len(t.urgency)
         self.bound = (t.urgency, p._rank, p._pruned, p._explicit_load, p._finished_bytes, capacity)
 
     def buffers(self, n: int) -> None:
@@ -107,39 +108,78 @@ class NativeCore:
 
 def decide_native(p: MfsPolicy, snap: Snapshot) -> Decision:
     """``MfsPolicy.decide`` for a snapshot with at least one flow, in C."""
-    n = len(snap.flows)
+    flows = snap.flows
+    n = len(flows)
+    t = p.rmlq
+    idx = list(map(t.slot.get, flows))
+    new = [i for i, s in enumerate(idx) if s is None] if None in idx else []
+    if new:
+        for i in new:  # slots in snapshot order first, then the facts (as the other paths)
+            idx[i] = t.allocate(flows[i])
+        for i in new:
+            _admit_one(p, flows[i], idx[i], snap.capacity)
     remaining = snap.remaining
     if remaining.dtype != _F64 or not remaining.flags.c_contiguous:
         remaining = np.ascontiguousarray(remaining, np.float64)
     level = np.empty(n, np.int64)
     queue = np.empty(n, np.int64)
     dscp = np.empty(n, np.uint8)
-    timer = decide(
-        p, snap.flows, snap.now, snap.capacity, _ffi.from_buffer("double[]", remaining), _ffi.NULL,
-        _ffi.from_buffer("int64_t[]", level), _ffi.from_buffer("int64_t[]", queue), _ffi.from_buffer("uint8_t[]", dscp),
-        lambda: snap,
+    p._tagged = None  # the engine's tags are not known to be this path's
+    timer = _decide(
+        p, flows, snap.now, snap.capacity, idx, new, _progress(flows), None,
+        _ffi.from_buffer("double[]", remaining), _ffi.NULL, _ffi.from_buffer("int64_t[]", level),
+        _ffi.from_buffer("int64_t[]", queue), _ffi.from_buffer("uint8_t[]", dscp), lambda: snap,
     )  # fmt: skip
     return Decision(level=level, queue=queue, dscp=dscp, timers=() if timer is None else (timer,))
 
 
-def decide(p: MfsPolicy, flows: list, now: float, capacity: np.ndarray, remaining, link_load, level, queue, dscp,
-           snapshot: Callable[[], Snapshot]) -> float | None:
-    """One decision over ``flows`` (at least one) into C out-buffers (cffi
-    pointers: ``level``, ``queue`` int64, ``dscp`` uint8, n each); the timer
-    (None: none). ``remaining``: n doubles; ``link_load``: the link-load
-    average (clipped in C), or NULL: then read from ``snapshot()`` only when
-    an explicit flow's MLU is due. ``snapshot()`` is also what RED order and
-    pruning read. (``MfsPolicy.decide_into`` calls this with the engine's buffers.)"""
+def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bool, capacity: np.ndarray, remaining,
+                link_load, level, queue, dscp, tag, snapshot: Callable[[], Snapshot]) -> float | None:
+    """``MfsPolicy.decide_into``: one decision over the engine's ``flows`` (at
+    least one; the first ``kept`` had the last decision, the rest are new),
+    read from and written into its C buffers (cffi pointers: ``remaining``
+    and the unclipped ``link_load`` read; ``level``, ``queue`` int64 and
+    ``dscp`` uint8 written, n each; ``tag``: the engine's per-flow int64
+    column, where this path keeps each flow's RMLQ slot). Request progress
+    is read from the flows only if the owner ``progressed`` them (the
+    engine's reschedule contract) or they are new. The timer, None: none."""
     t = p.rmlq
     n = len(flows)
-    slot = t.slot
-    idx = list(map(slot.get, flows))
-    new = [i for i, s in enumerate(idx) if s is None] if None in idx else []
+    if p._tagged != tag:  # (an address: the column moved, or its tags were not set here) set them, read all progress
+        for i, f in enumerate(flows[:kept]):
+            tag[i] = t.slot[f]
+        p._tagged = tag
+        progressed = True
+    new = list(range(kept, n))
     if new:
         for i in new:  # slots in snapshot order first, then the facts (as the other paths)
-            idx[i] = t.allocate(flows[i])
+            tag[i] = t.allocate(flows[i])
         for i in new:
-            _admit_one(p, flows[i], idx[i], capacity)
+            _admit_one(p, flows[i], tag[i], capacity)
+    progress = _progress(flows) if progressed else None
+    new_progress = _progress(flows[kept:]) if new and progress is None else None
+    return _decide(p, flows, now, capacity, tag, new, progress, new_progress, remaining, link_load, level, queue,
+                   dscp, snapshot)
+
+
+def _progress(flows: list) -> tuple[list, bytes]:
+    """The flows' current layers (NaN: none) and compute-ended flags, for C."""
+    current = list(map(_current, flows))
+    if None in current:  # no layer known: NaN
+        current = [_NAN if c is None else c for c in current]
+    return current, bytes(map(_compute_done, flows))
+
+
+def _decide(p: MfsPolicy, flows: list, now: float, capacity: np.ndarray, slots, new: list[int],
+            progress: tuple | None, new_progress: tuple | None, remaining, link_load, level, queue, dscp,
+            snapshot: Callable[[], Snapshot]) -> float | None:
+    """The C step over ``flows`` (admitted: ``slots`` holds their RMLQ slots);
+    ``progress`` of every flow, or of the ``new`` ones only
+    (``new_progress``), or None for neither (the C side keeps it per slot).
+    ``link_load`` may be NULL: read from ``snapshot()`` only when an explicit
+    flow's MLU is due. ``snapshot()`` is also what RED order and pruning read."""
+    t = p.rmlq
+    n = len(flows)
     interval = p._measure_interval_at(now, len(capacity))
     if p._order_stale:  # (reads no level: the same order as the scalar path's, after its promotions)
         p._reorder(snapshot())
@@ -152,14 +192,13 @@ def decide(p: MfsPolicy, flows: list, now: float, capacity: np.ndarray, remainin
         core.bind(p, capacity)
     if n > core._room:
         core.buffers(n)
-    current = list(map(_current, flows))
-    if None in current:  # no layer known: NaN
-        current = [_NAN if c is None else c for c in current]
     finished = p._finished_links
-    counts, timer, noted = core.counts, core.timer, core.noted
+    counts, timer, noted, null = core.counts, core.timer, core.noted, _ffi.NULL
+    current, done = progress if progress is not None else (null, null)
+    new_current, new_done = new_progress if new_progress is not None else (null, null)
     args = [
-        core.struct, n, idx, new, len(new), current, bytes(map(_compute_done, flows)), remaining, link_load, now,
-        -1.0 if interval is None else interval[1] - interval[0], list(finished) if finished else _ffi.NULL,
+        core.struct, n, slots, new, len(new), current, done, new_current, new_done, remaining, link_load, now,
+        -1.0 if interval is None else interval[1] - interval[0], list(finished) if finished else null,
         len(finished), level, queue, dscp, timer, noted, core.bad, counts,
     ]  # fmt: skip
     rc = _lib.lxf_mfs_decide(*args)
@@ -167,7 +206,7 @@ def decide(p: MfsPolicy, flows: list, now: float, capacity: np.ndarray, remainin
         load = snapshot().link_load
         if load.dtype != _F64 or not load.flags.c_contiguous:
             load = np.ascontiguousarray(load, np.float64)
-        args[8] = _ffi.from_buffer("double[]", load)
+        args[10] = _ffi.from_buffer("double[]", load)
         rc = _lib.lxf_mfs_decide(*args)
     if rc:
         raise MemoryError("no memory for the mfs decision")

@@ -146,6 +146,7 @@ class FluidNetwork:
         self._dec: tuple = ()
         self._load_ptr = table.load
         self._snap: EngineSnapshot | None = None  # made for decide_into when asked (_snapshot_now)
+        self._progressed = True  # reschedule was called since the last decision (decide_into's "progressed")
 
     # -- owner API --------------------------------------------------------------
 
@@ -204,7 +205,13 @@ class FluidNetwork:
             self._schedule_recompute()
 
     def reschedule(self) -> None:
-        """Ask the policy again at ``queue.now`` (the owner changed request state)."""
+        """Ask the policy again at ``queue.now`` (the owner changed request state).
+
+        Called by the owner after it changed live flows' request progress
+        (``current_layer``, ``compute_done``): a policy deciding into the
+        engine (``decide_into``) reads progress again only then.
+        """
+        self._progressed = True
         now = self.queue.now
         if now > self._t:
             self._advance(now)
@@ -344,7 +351,7 @@ class FluidNetwork:
             _lib.lxf_table_idle(self._table)
             self._completion_gen += 1
             return
-        decided = self._decide_into_table(now, n) if self._decide_into is not None else None
+        decided = self._decide_into_table(now, kept, n) if self._decide_into is not None else None
         args, level, cap, queue, dscp, timers = decided if decided is not None else self._decide(now, n)
         # The table checks the values, stores the decision, says which
         # positions changed (their Flow objects are updated here), recomputes
@@ -407,7 +414,7 @@ class FluidNetwork:
                     cdata(_UINT8S, dscp))
         return args, level, cap, queue, dscp, decision.timers
 
-    def _decide_into_table(self, now: float, n: int) -> tuple | None:
+    def _decide_into_table(self, now: float, kept: int, n: int) -> tuple | None:
         """The policy's ``decide_into`` (its decision written into the engine's C
         buffers, no snapshot unless it asks for one), as :meth:`_decide` returns
         it; None when the policy declined (NotImplemented)."""
@@ -416,8 +423,10 @@ class FluidNetwork:
             self._dec = (_ffi.new("int64_t[]", self._dec_room), _ffi.new("int64_t[]", self._dec_room),
                          _ffi.new("uint8_t[]", self._dec_room))
         level, queue, dscp = self._dec
-        timer = self._decide_into(self._flows, now, self.capacity, self.load_window,
-                                  (self._table.remaining, self._load_ptr, level, queue, dscp), self._snapshot_now)
+        table, progressed = self._table, self._progressed
+        self._progressed = False
+        timer = self._decide_into(self._flows, now, kept, progressed, self.capacity, self.load_window,
+                                  (table.remaining, self._load_ptr, level, queue, dscp, table.tag), self._snapshot_now)
         if self._snap is not None:
             self._snap.close()
             self._snap = None

@@ -51,7 +51,7 @@ static int reserve(struct lxf_table *t, int64_t n, int64_t nnz)
                 return -1;
             *dcols[i] = q;
         }
-        int64_t **icols[] = {&t->level, &t->queue, &t->dscp};
+        int64_t **icols[] = {&t->level, &t->queue, &t->dscp, &t->tag};
         for (size_t i = 0; i < sizeof icols / sizeof *icols; i++) {
             int64_t *q = realloc(*icols[i], (size_t)r * sizeof(int64_t));
             if (!q)
@@ -113,7 +113,7 @@ void lxf_table_free(struct lxf_table *t)
 {
     if (!t)
         return;
-    void *cols[] = {t->remaining, t->rate, t->size, t->arrival, t->bneck, t->cap, t->level, t->queue, t->dscp,
+    void *cols[] = {t->remaining, t->rate, t->size, t->arrival, t->bneck, t->cap, t->level, t->queue, t->dscp, t->tag,
                     t->stage, t->dead, t->ptr, t->link, t->weight, t->loc, t->refs, t->used, t->used_pos, t->acc,
                     t->capacity, t->load, t->util_link, t->util,
                     t->old, t->rates, t->scratch.map, t->scratch.loc, t->scratch.used, t->scratch.dbl,
@@ -142,6 +142,7 @@ int lxf_table_add(struct lxf_table *t, double size, double arrival, int stage, d
     t->cap[n] = INFINITY;
     t->queue[n] = -1;
     t->dscp[n] = 0;
+    t->tag[n] = -1;
     memcpy(t->link + e0, link, sizeof(int64_t) * (size_t)nnz);
     memcpy(t->weight + e0, weight, sizeof(double) * (size_t)nnz);
     for (int64_t e = 0; e < nnz; e++) {
@@ -254,6 +255,7 @@ void lxf_table_compact(struct lxf_table *t)
             t->level[j] = t->level[i];
             t->queue[j] = t->queue[i];
             t->dscp[j] = t->dscp[i];
+            t->tag[j] = t->tag[i];
             t->stage[j] = t->stage[i];
             t->dead[j] = 0;
         }
