@@ -163,6 +163,8 @@ class MfsPolicy(FlowPolicy):
         if self.native and NATIVE:
             return decide_native(self, snap)
         self._tagged = None  # (the Python paths keep no engine tags)
+        if self._native is not None:  # nor the C side's view of the arrays they change: re-bound at its next decision
+            self._native.bound = (None,) * 6
         floor = self.incremental_below if self._view.active else self.incremental_from
         if self.incremental and floor < n <= self.incremental_upto:
             return decide_incremental(self, snap)

@@ -26,11 +26,30 @@ static int grow_links(struct lxf_mfs *m)
     int64_t *touched = realloc(m->touched, sizeof(int64_t) * (size_t)n);
     if (touched)
         m->touched = touched;
-    if (!sent || !has || !touched)
+    int64_t *nonzero = realloc(m->nonzero, sizeof(int64_t) * (size_t)n);
+    if (nonzero)
+        m->nonzero = nonzero;
+    uint8_t *in_nonzero = realloc(m->in_nonzero, (size_t)n);
+    if (in_nonzero)
+        m->in_nonzero = in_nonzero;
+    if (!sent || !has || !touched || !nonzero || !in_nonzero)
         return -1;
     memset(m->has_sent, 0, (size_t)n);
     m->scratch_links = n;
+    m->nonzero_valid = 0;
     return 0;
+}
+
+/* The list of links whose average is not 0.0, from the array (after a re-bind). */
+static void list_nonzero(struct lxf_mfs *m)
+{
+    m->num_nonzero = 0;
+    for (int64_t l = 0; l < m->num_links; l++) {
+        m->in_nonzero[l] = m->explicit_load[l] != 0.0;
+        if (m->in_nonzero[l])
+            m->nonzero[m->num_nonzero++] = l;
+    }
+    m->nonzero_valid = 1;
 }
 
 static int grow_flows(struct lxf_mfs *m, int64_t n)
@@ -81,11 +100,15 @@ void lxf_mfs_free(struct lxf_mfs *m)
     free(m->sent);
     free(m->has_sent);
     free(m->touched);
+    free(m->nonzero);
+    free(m->in_nonzero);
     free(m->keys);
     free(m->is_new);
     m->sent = NULL;
     m->has_sent = NULL;
     m->touched = NULL;
+    m->nonzero = NULL;
+    m->in_nonzero = NULL;
     m->keys = NULL;
     m->is_new = NULL;
     m->scratch_links = m->scratch_flows = 0;
@@ -197,12 +220,27 @@ static void measure(struct lxf_mfs *m, int64_t n, const int64_t *slot, const dou
             util = 1.0;
         sent[link] = util + (load[link] - util) * decay;
     }
-    for (int64_t l = 0; l < m->num_links; l++)
+    /* load *= decay on every link: 0.0 (or -0.0) stays as it is, so only the
+     * listed links; one that reaches 0.0 leaves the list. */
+    if (!m->nonzero_valid)
+        list_nonzero(m);
+    for (int64_t j = 0; j < m->num_nonzero;) {
+        int64_t l = m->nonzero[j];
         load[l] *= decay;
+        if (load[l] == 0.0) {
+            m->in_nonzero[l] = 0;
+            m->nonzero[j] = m->nonzero[--m->num_nonzero];
+        } else
+            j++;
+    }
     for (int64_t j = 0; j < nt; j++) {
         int64_t link = m->touched[j];
         load[link] = sent[link];
         has[link] = 0;
+        if (load[link] != 0.0 && !m->in_nonzero[link]) {
+            m->in_nonzero[link] = 1;
+            m->nonzero[m->num_nonzero++] = link;
+        }
     }
     for (int64_t j = 0; j < n_finished; j++)
         done[finished[j]] = 0.0;

@@ -61,6 +61,10 @@ struct lxf_mfs {
     double *sent;          /* per link */
     uint8_t *has_sent;     /* per link */
     int64_t *touched;      /* links in sent */
+    int64_t *nonzero;      /* links whose explicit_load may not be 0.0 (the others stay 0.0 under decay) */
+    uint8_t *in_nonzero;   /* per link: listed in nonzero */
+    int64_t num_nonzero;
+    int nonzero_valid;     /* 0: rebuild the list from explicit_load (set when the arrays are re-bound) */
     int64_t scratch_links;
     void *keys;            /* per flow: arbitration keys for the dense levels */
     uint8_t *is_new;       /* per flow */

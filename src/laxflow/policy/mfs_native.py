@@ -97,6 +97,7 @@ class NativeCore:
         s.capacity = _ffi.from_buffer("double[]", held)
         s.num_links = len(held)
         s.slots = len(t.urgency)
+        s.nonzero_valid = 0
         self.bound = (t.urgency, p._rank, p._pruned, p._explicit_load, p._finished_bytes, capacity)
 
     def buffers(self, n: int) -> None:
