@@ -461,33 +461,31 @@ class MfsPolicy(FlowPolicy):
         for i, lv in zip(pos.tolist(), q.tolist()):
             flows[i].state["rmlq_level"] = lv
 
-    def _reorder(self, snap: Snapshot) -> bool:
-        """RED ranks for the live batches, and (standalone) Algorithm 1's pruning.
+    def _reorder(self, snap: Snapshot | Callable[[], Snapshot]) -> bool:
+        """RED ranks for the live batches, and (standalone) Algorithm 1's pruning
+        (on ``snap``: a snapshot, or a function giving one, called only then).
 
         Writes ranks of live batches only; returns whether any of them changed."""
         self._order_stale = False
         live = list(self._live_flows)
         rank = self._rank
-        ranked: list[tuple[int, int]] = []  # (batch, new rank)
         if self._external:
+            # The coordinator's ranks; batches it does not know yet after all of them, by their own RED.
             known = self._external_order
             unknown = {self._batch_names[b]: self._deadlines(b) for b in live if self._batch_names[b] not in known}
             base = max(known.values(), default=-1) + 1
-            for b in live:
-                name = self._batch_names[b]
-                if name in known:
-                    ranked.append((b, known[name]))
+            ranked = [(b, known[name]) for b in live if (name := self._batch_names[b]) in known]
             order, _ = red_order(unknown)
             ranked.extend((self._batch_index[name], base + k) for k, name in enumerate(order))
         else:
-            ranked.extend((b, k) for k, b in enumerate(self._red_sorted(live)))
+            ranked = list(zip(self._red_sorted(live), range(len(live))))
         moved = False
         for b, k in ranked:
             if rank[b] != k:
                 rank[b] = k
                 moved = True
         if not self._external and self.config.drop_budget > 0:
-            self._prune(snap, live)
+            self._prune(snap if isinstance(snap, Snapshot) else snap(), live)
         return moved
 
     def _deadlines(self, b: int) -> list[float]:

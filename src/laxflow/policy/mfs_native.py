@@ -183,7 +183,7 @@ def _decide(p: MfsPolicy, flows: list, now: float, capacity: np.ndarray, slots, 
     n = len(flows)
     interval = p._measure_interval_at(now, len(capacity))
     if p._order_stale:  # (reads no level: the same order as the scalar path's, after its promotions)
-        p._reorder(snapshot())
+        p._reorder(snapshot)
     core = p._native
     if core is None:
         core = p._native = NativeCore(p)
