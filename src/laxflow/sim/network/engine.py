@@ -351,8 +351,27 @@ class FluidNetwork:
             _lib.lxf_table_idle(self._table)
             self._completion_gen += 1
             return
-        decided = self._decide_into_table(now, kept, n) if self._decide_into is not None else None
-        args, level, cap, queue, dscp, timers = decided if decided is not None else self._decide(now, n)
+        if self._decide_into is not None and (decided := self._decide_into_table(now, kept, n)) is not None:
+            args, level, cap, queue, dscp, timers = decided
+        else:  # the policy's decide on a snapshot (inline: the path of every policy but a C one)
+            snap = EngineSnapshot.of(self, now)
+            decision = self.policy.decide(snap)
+            snap.close()
+            level, queue, dscp, cap, timers = decision.level, decision.queue, decision.dscp, decision.cap, \
+                decision.timers
+            known = self._cdata_cache
+            hl, hq = known.get((id(level), _INT64S)), known.get((id(queue), _INT64S))
+            hd = known.get((id(dscp), _UINT8S))
+            if hl is not None and hq is not None and hd is not None and cap is None \
+                    and len(level) == n and len(queue) == n and len(dscp) == n:
+                # Read-only arrays that passed _check before as they are (a
+                # policy's cached decision): their C buffers again.
+                args = (hl[1], _ffi.NULL, hq[1], hd[1])
+            else:
+                level, cap, queue, dscp = self._check(decision, n)
+                cdata = self._cdata
+                args = (cdata(_INT64S, level), _ffi.NULL if cap is None else cdata(_DOUBLES, cap),
+                        cdata(_INT64S, queue), cdata(_UINT8S, dscp))
         # The table checks the values, stores the decision, says which
         # positions changed (their Flow objects are updated here), recomputes
         # the rates from the lowest level that changed (levels below it keep
@@ -394,30 +413,11 @@ class FluidNetwork:
                 self.queue.push(t, Priority.TIMER, self._on_timer, t)
         self._schedule_completion(self._next[0])
 
-    def _decide(self, now: float, n: int) -> tuple:
-        """The policy's ``decide`` on a snapshot: (table arguments, level, cap, queue, dscp, timers)."""
-        snap = EngineSnapshot.of(self, now)
-        decision = self.policy.decide(snap)
-        snap.close()
-        level, queue, dscp, cap = decision.level, decision.queue, decision.dscp, decision.cap
-        known = self._cdata_cache
-        hl, hq, hd = known.get((id(level), _INT64S)), known.get((id(queue), _INT64S)), known.get((id(dscp), _UINT8S))
-        if hl is not None and hq is not None and hd is not None and cap is None \
-                and len(level) == n and len(queue) == n and len(dscp) == n:
-            # Read-only arrays that passed _check before as they are (a
-            # policy's cached decision): their C buffers again.
-            args = (hl[1], _ffi.NULL, hq[1], hd[1])
-        else:
-            level, cap, queue, dscp = self._check(decision, n)
-            cdata = self._cdata
-            args = (cdata(_INT64S, level), _ffi.NULL if cap is None else cdata(_DOUBLES, cap), cdata(_INT64S, queue),
-                    cdata(_UINT8S, dscp))
-        return args, level, cap, queue, dscp, decision.timers
-
     def _decide_into_table(self, now: float, kept: int, n: int) -> tuple | None:
         """The policy's ``decide_into`` (its decision written into the engine's C
-        buffers, no snapshot unless it asks for one), as :meth:`_decide` returns
-        it; None when the policy declined (NotImplemented)."""
+        buffers, no snapshot unless it asks for one): (the table's arguments,
+        level, cap, queue, DSCP, timers); None when the policy declined
+        (NotImplemented)."""
         if n > self._dec_room:
             self._dec_room = max(n, 2 * self._dec_room)
             self._dec = (_ffi.new("int64_t[]", self._dec_room), _ffi.new("int64_t[]", self._dec_room),
