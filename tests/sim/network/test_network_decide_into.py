@@ -42,8 +42,9 @@ class Recording(MfsPolicy):
         return out
 
 
-def fluid_run(native: bool) -> tuple:
-    """Flows of every stage with deadlines, layers and progress on a small fabric."""
+def fluid_run(native: bool, toggle: bool = False) -> tuple:
+    """Flows of every stage with deadlines, layers and progress on a small fabric
+    (``toggle``: the policy switches between its C and Python paths now and then)."""
     rng = np.random.default_rng(5)
     topo = leaf_spine(32, 4, 1e9, oversubscription=2.0)
     policy = Recording(native, period=2e-5, load_window=1e-4)
@@ -70,9 +71,13 @@ def fluid_run(native: bool) -> tuple:
             net.reschedule()
             seen.append([(f.level, f.queue, f.dscp) for f in net.live])
         net.queue.push(float(k) * 2e-5, Priority.ARRIVAL, progress)
+        if toggle:  # between progress events: the next decisions see no reschedule
+            net.queue.push(float(k) * 2e-5 + 7e-6, Priority.ARRIVAL, lambda: setattr(policy, "native", not policy.native))
     net.run()
+    state = [getattr(policy, a).tolist() for a in ("_explicit_load", "_finished_bytes", "_rank", "_pruned")]
+    state += [getattr(policy.rmlq, a).tolist() for a in policy.rmlq._ARRAYS]
     return ([f.finish.hex() for f in flows], [dict(f.state) for f in flows], seen, sorted(policy.infeasible),
-            dict(net.bytes_delivered_by_stage), net.link_load.tolist(), net.events, policy.asked)
+            dict(net.bytes_delivered_by_stage), net.link_load.tolist(), net.events, repr(state), policy.asked)
 
 
 def test_decisions_into_the_table_equal_decisions_on_snapshots():
@@ -83,6 +88,15 @@ def test_decisions_into_the_table_equal_decisions_on_snapshots():
     assert native[:-1] == snapshots[:-1]
     assert native[3], "the run must see infeasible explicit flows"
     assert any(s.get("rmlq_level", 7) < 3 for s in native[1]), "and promotions"
+
+
+def test_switching_paths_mid_run_changes_nothing():
+    """The C path's kept state (slots in the engine's tags, progress per slot,
+    its list of non-zero explicit-load links) is rebuilt after decisions on
+    the Python paths, which change the arrays under it."""
+    switching, snapshots = fluid_run(True, toggle=True), fluid_run(False)
+    assert switching[-1]["decide"] > 100 and switching[-1]["decide_into"] > 100
+    assert switching[:-1] == snapshots[:-1]
 
 
 def test_a_serving_run_is_the_same_on_either_path():
