@@ -12,30 +12,27 @@ struct key {
     int64_t pos;
 };
 
+/* *p resized to bytes (kept as it was when that fails); 0 or -1. */
+static int resize(void **p, size_t bytes)
+{
+    void *q = realloc(*p, bytes);
+    if (!q)
+        return -1;
+    *p = q;
+    return 0;
+}
+
 static int grow_links(struct lxf_mfs *m)
 {
     if (m->scratch_links >= m->num_links)
         return 0;
-    int64_t n = m->num_links;
-    double *sent = realloc(m->sent, sizeof(double) * (size_t)n);
-    if (sent)
-        m->sent = sent;
-    uint8_t *has = realloc(m->has_sent, (size_t)n);
-    if (has)
-        m->has_sent = has;
-    int64_t *touched = realloc(m->touched, sizeof(int64_t) * (size_t)n);
-    if (touched)
-        m->touched = touched;
-    int64_t *nonzero = realloc(m->nonzero, sizeof(int64_t) * (size_t)n);
-    if (nonzero)
-        m->nonzero = nonzero;
-    uint8_t *in_nonzero = realloc(m->in_nonzero, (size_t)n);
-    if (in_nonzero)
-        m->in_nonzero = in_nonzero;
-    if (!sent || !has || !touched || !nonzero || !in_nonzero)
+    size_t n = (size_t)m->num_links;
+    if (resize((void **)&m->sent, sizeof(double) * n) || resize((void **)&m->has_sent, n)
+        || resize((void **)&m->touched, sizeof(int64_t) * n) || resize((void **)&m->nonzero, sizeof(int64_t) * n)
+        || resize((void **)&m->in_nonzero, n))
         return -1;
-    memset(m->has_sent, 0, (size_t)n);
-    m->scratch_links = n;
+    memset(m->has_sent, 0, n);
+    m->scratch_links = m->num_links;
     m->nonzero_valid = 0;
     return 0;
 }
@@ -57,13 +54,7 @@ static int grow_flows(struct lxf_mfs *m, int64_t n)
     if (m->scratch_flows >= n)
         return 0;
     int64_t room = n > 2 * m->scratch_flows ? n : 2 * m->scratch_flows;
-    void *keys = realloc(m->keys, sizeof(struct key) * (size_t)room);
-    if (keys)
-        m->keys = keys;
-    uint8_t *is_new = realloc(m->is_new, (size_t)room);
-    if (is_new)
-        m->is_new = is_new;
-    if (!keys || !is_new)
+    if (resize(&m->keys, sizeof(struct key) * (size_t)room) || resize((void **)&m->is_new, (size_t)room))
         return -1;
     m->scratch_flows = room;
     return 0;
@@ -74,13 +65,8 @@ static int grow_seen(struct lxf_mfs *m)
 {
     if (m->seen_room >= m->slots)
         return 0;
-    double *layer = realloc(m->seen_layer, sizeof(double) * (size_t)m->slots);
-    if (layer)
-        m->seen_layer = layer;
-    char *done = realloc(m->seen_done, (size_t)m->slots);
-    if (done)
-        m->seen_done = done;
-    if (!layer || !done)
+    if (resize((void **)&m->seen_layer, sizeof(double) * (size_t)m->slots)
+        || resize((void **)&m->seen_done, (size_t)m->slots))
         return -1;
     for (int64_t s = m->seen_room; s < m->slots; s++) {
         m->seen_layer[s] = NAN;

@@ -25,7 +25,7 @@ import numpy as np
 
 from laxflow.policy.base import Decision, Snapshot
 from laxflow.policy.flow import STAGE_CODES, Stage
-from laxflow.policy.mfs_scalar import _admit_one
+from laxflow.policy.mfs_scalar import _admit_one, admit
 
 if TYPE_CHECKING:
     from laxflow.policy.mfs import MfsPolicy
@@ -111,14 +111,7 @@ def decide_native(p: MfsPolicy, snap: Snapshot) -> Decision:
     """``MfsPolicy.decide`` for a snapshot with at least one flow, in C."""
     flows = snap.flows
     n = len(flows)
-    t = p.rmlq
-    idx = list(map(t.slot.get, flows))
-    new = [i for i, s in enumerate(idx) if s is None] if None in idx else []
-    if new:
-        for i in new:  # slots in snapshot order first, then the facts (as the other paths)
-            idx[i] = t.allocate(flows[i])
-        for i in new:
-            _admit_one(p, flows[i], idx[i], snap.capacity)
+    idx, new = admit(p, flows, snap.capacity)
     remaining = snap.remaining
     if remaining.dtype != _F64 or not remaining.flags.c_contiguous:
         remaining = np.ascontiguousarray(remaining, np.float64)

@@ -42,14 +42,7 @@ def decide_few(p: MfsPolicy, snap: Snapshot) -> Decision:
     flows = snap.flows
     now = snap.now
     k = p.config.levels
-    slot = t.slot
-    idx = [slot.get(f, -1) for f in flows]
-    new = [i for i, s in enumerate(idx) if s < 0] if -1 in idx else []
-    if new:
-        for i in new:  # slots in snapshot order first, then the facts (as the other paths)
-            idx[i] = t.allocate(flows[i])
-        for i in new:
-            _admit_one(p, flows[i], idx[i], snap.capacity)
+    idx, new = admit(p, flows, snap.capacity)
     facts = t.facts
     fs = [facts[s] for s in idx]  # (explicit, stage, link, rate, weight, batch, request, target, due)
     remaining = snap.remaining.tolist()
@@ -158,6 +151,21 @@ def bottleneck(p: MfsPolicy, f: Flow, capacity: np.ndarray) -> tuple[int, float,
             p._bneck_cache.clear()
         p._bneck_cache[(id(links_a), id(weights_a))] = (links_a, weights_a, capacity, out)
     return out
+
+
+def admit(p: MfsPolicy, flows: list[Flow], capacity: np.ndarray) -> tuple[list[int], list[int]]:
+    """The RMLQ slots of ``flows`` in order, new flows admitted (slots in
+    snapshot order first, then their facts, as every path does), and the
+    positions of the new ones (the scalar and native paths)."""
+    t = p.rmlq
+    idx = list(map(t.slot.get, flows))
+    new = [i for i, s in enumerate(idx) if s is None] if None in idx else []
+    if new:
+        for i in new:
+            idx[i] = t.allocate(flows[i])
+        for i in new:
+            _admit_one(p, flows[i], idx[i], capacity)
+    return idx, new
 
 
 def _admit_one(p: MfsPolicy, f: Flow, s: int, capacity: np.ndarray) -> None:
