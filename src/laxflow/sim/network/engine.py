@@ -18,6 +18,15 @@ Events (all on the shared :class:`~laxflow.sim.events.EventQueue`):
   rates. Levels below the lowest one an event touched keep their rates, which
   is exact (see :func:`~laxflow.sim.network.allocator.allocate`).
 
+The policy is asked through ``decide`` on an :class:`EngineSnapshot`, or,
+when it implements ``FlowPolicy.decide_into`` (mfs with its C step), with
+the engine's own C buffers: it reads the bytes left and the link-load
+average in place and writes levels, queues and DSCP codepoints in place,
+and keeps its own per-flow numbers in the table's ``tag`` column. Such a
+policy reads request progress (``Flow.current_layer``, ``compute_done``)
+only after the owner called :meth:`FluidNetwork.reschedule`, so an owner
+that changes progress must call it (a layer boundary, the end of compute).
+
 Every per-flow number (bytes left, rate, the last decision, the usage
 vectors as one CSR) lives in a C table (``table_native.c``, built with the
 allocator at install), which also runs the per-event passes over them:
