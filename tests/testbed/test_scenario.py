@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -48,6 +49,8 @@ def test_contention_end_to_end() -> None:
     seen = {int(k) for k, v in out["dscp_seen"].items() if v > 0}
     assert {int(k.split(":")[1]) for k in used} <= seen, (used, out["dscp_seen"])
     assert set(out["off"]["dscp_seen"]) <= {"0"}  # off is one class on the wire too
+    # the hosts' TCP congestion control, which the namespaces take from this machine's default
+    assert out["tcp_congestion_control"] == Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
     assert not any(ns.startswith(f"{name}-") for ns in existing_namespaces())
 
 

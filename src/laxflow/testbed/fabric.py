@@ -275,6 +275,14 @@ class Testbed:
         """Start ``argv`` in a namespace; the caller waits for it (``down`` kills leftovers)."""
         return subprocess.Popen(["ip", "netns", "exec", self.netns(host), *argv], text=True, **kw)
 
+    def tcp_congestion_control(self, host: int | str = 0) -> str | None:
+        """The TCP congestion control a host's sockets get (``net.ipv4.tcp_congestion_control``
+        in its namespace, which a new namespace takes from the host's default); None if unreadable."""
+        proc = self.exec_in(host, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"])
+        if proc.returncode != 0:
+            return None
+        return proc.stdout.strip() or None
+
     def class_packets(self, host: int | str, dev: str) -> dict[int, int]:
         """Packets sent by each TC leaf of the tree on ``dev`` (``tc -s class show``)."""
         out = _run(["tc", "-n", self.netns(host), "-s", "class", "show", "dev", dev]).stdout

@@ -426,6 +426,7 @@ def run_contention(cfg: ScenarioConfig) -> dict[str, Any]:
     tb = Testbed(FabricConfig(hosts=4, rate=cfg.rate, name=cfg.name))
     results: dict[str, Any] = {}
     with tb:
+        congestion_control = tb.tcp_congestion_control()
         low = low_load_ttft(tb, cfg)
         slo = cfg.slo_factor * low
         for mode in cfg.modes:
@@ -441,7 +442,8 @@ def run_contention(cfg: ScenarioConfig) -> dict[str, Any]:
     out.update({"cct_ratio": results["off"]["cct_mean"] / on["cct_mean"],
                 "ttft_ratio": results["off"]["ttft_mean"] / on["ttft_mean"], "dscp_seen": seen,
                 "capture_drops": drops, "on_mode": "coordinator + node daemon per host, permits via the shim",
-                "slo_s": slo, "low_load_ttft_s": low, "config": asdict(cfg)})
+                "slo_s": slo, "low_load_ttft_s": low, "config": asdict(cfg),
+                "tcp_congestion_control": congestion_control})
     if "static" in results:
         out["static_cct_ratio"] = results["off"]["cct_mean"] / results["static"]["cct_mean"]
         out["static_ttft_ratio"] = results["off"]["ttft_mean"] / results["static"]["ttft_mean"]
