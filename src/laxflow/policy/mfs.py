@@ -40,8 +40,8 @@ Decisions run in C (:mod:`laxflow.policy.mfs_native`) when the module is
 built, else on the Python paths (``mfs_scalar``, ``mfs_incremental`` and the
 vectorized one here); all give bit-identical decisions and state.
 
-Called by the network engine (``decide`` at every event, ``on_complete`` per
-finished flow), by the node daemon with the same objects, and by the
+Called by the network engine (``decide_into``, or ``decide`` with the C path
+off, at every event; ``on_complete`` per finished flow), by the node daemon with the same objects, and by the
 coordinator's glue through ``set_order``. One instance per network.
 """
 

@@ -11,9 +11,10 @@ operations in the same order: decisions and policy state are bit-identical
 to the Python paths; ``tests/policy`` replays recorded runs through each
 path and compares.
 
-Called only by ``MfsPolicy.decide`` on the engine's (or daemon's) thread.
-``NATIVE`` is False when the module was not built (no C compiler at
-install): the policy then runs its Python paths.
+Called by ``MfsPolicy.decide`` (a snapshot: the node daemon, tests) and by
+``MfsPolicy.decide_into`` (the network engine's own buffers), on the
+caller's one thread. ``NATIVE`` is False when the module was not built (no
+C compiler at install): the policy then runs its Python paths.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ if NATIVE and (_lib.LXF_MFS_STAGE_COLLECTIVE, _lib.LXF_MFS_STAGE_P2D) != (
     raise ImportError("laxflow.policy._mfs_native was built with other stage codes than laxflow.policy.flow")
 
 _NAN = float("nan")
-_I64, _F64, _U8 = np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.uint8)
+_F64 = np.dtype(np.float64)
 _current = attrgetter("current_layer")
 _compute_done = attrgetter("compute_done")
 # The Rmlq slot arrays the C struct points into, with their C types.
@@ -70,7 +71,7 @@ class NativeCore:
         s.num_thresholds = len(p._q_ascending)
         self._codes = np.ascontiguousarray(p._dscp_codes, np.uint8)
         s.dscp_codes = _ffi.from_buffer("uint8_t[]", self._codes)
-        # What the struct points into now, in _bound's order (held: they stay alive).
+        # The arrays the struct points into now, in bind's order (held: they stay alive).
         self.bound: tuple = (None,) * 6
         self._room = 0
         self.noted = self.bad = None
