@@ -252,6 +252,15 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
                    const int64_t *finished, int64_t n_finished, int64_t *level, int64_t *queue, uint8_t *dscp,
                    double *timer, int64_t *noted, int64_t *infeasible, int64_t *counts)
 {
+    for (int64_t i = 0; i < n; i++) /* (the caller's indices: checked before anything is written) */
+        if (slot[i] < 0 || slot[i] >= m->slots || m->bneck_link[slot[i]] < 0 || m->bneck_link[slot[i]] >= m->num_links)
+            return LXF_MFS_BAD_INDEX;
+    for (int64_t j = 0; j < n_new; j++)
+        if (new_pos[j] < 0 || new_pos[j] >= n)
+            return LXF_MFS_BAD_INDEX;
+    for (int64_t j = 0; j < n_finished; j++)
+        if (finished[j] < 0 || finished[j] >= m->num_links)
+            return LXF_MFS_BAD_INDEX;
     if (grow_flows(m, n) || grow_links(m) || grow_seen(m))
         return LXF_MFS_NO_MEMORY;
     int64_t k = m->levels;

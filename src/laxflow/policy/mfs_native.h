@@ -18,6 +18,7 @@
 
 #define LXF_MFS_NEED_LOAD 1 /* an explicit flow's MLU is due: call again with link_load */
 #define LXF_MFS_NO_MEMORY -1
+#define LXF_MFS_BAD_INDEX -2 /* a slot, position or link out of range: nothing changed */
 /* laxflow.policy.flow.STAGE_CODES (checked on import) */
 #define LXF_MFS_STAGE_COLLECTIVE 2
 #define LXF_MFS_STAGE_P2D 3
@@ -86,7 +87,7 @@ struct lxf_mfs {
  * (position, RMLQ level) of flows whose level Flow.state must record, count
  * in counts[0]; infeasible[n] positions with MLU > 1, count in counts[1].
  * Returns 0, LXF_MFS_NEED_LOAD (nothing changed but the progress kept:
- * call again with link_load) or LXF_MFS_NO_MEMORY. */
+ * call again with link_load), LXF_MFS_BAD_INDEX or LXF_MFS_NO_MEMORY. */
 int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int64_t *new_pos, int64_t n_new,
                    const double *current, const char *done, const double *new_current, const char *new_done,
                    const double *remaining, const double *link_load, double now, double dt,

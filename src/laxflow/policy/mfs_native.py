@@ -203,6 +203,8 @@ def _decide(p: MfsPolicy, flows: list, now: float, capacity: np.ndarray, slots, 
             load = np.ascontiguousarray(load, np.float64)
         args[10] = _ffi.from_buffer("double[]", load)
         rc = _lib.lxf_mfs_decide(*args)
+    if rc == _lib.LXF_MFS_BAD_INDEX:
+        raise RuntimeError("mfs: a flow's RMLQ slot or link is out of range for the C step (policy state out of step)")
     if rc:
         raise MemoryError("no memory for the mfs decision")
     if finished and interval is not None:

@@ -110,3 +110,19 @@ def test_a_serving_run_is_the_same_on_either_path():
         res = sim.run()
         results.append(([(s.ttft.hex(), s.batch) for s in res.measured], res.network_events))
     assert results[0] == results[1]
+
+
+def test_a_slot_out_of_range_is_an_error_not_a_write_out_of_bounds():
+    """The C step checks the indices it is handed (here a corrupted tag) before it writes anything."""
+    topo = leaf_spine(8, 2, 1e9)
+    policy = MfsPolicy()
+    net = FluidNetwork(topo, policy)
+    flows = [Flow.on_path(f"f{i}", 1e6, topo.path(i, (i + 1) % 8), stage=Stage.REUSE, layer=2, current_layer=0)
+             for i in range(3)]
+    for f in flows:
+        net.add_flow(f)
+    net.queue.run(until=0.0)  # the first decision: slots in the tag column
+    net._table.tag[1] = 10**9
+    net.add_flow(Flow.on_path("late", 1e6, topo.path(4, 5), stage=Stage.REUSE))
+    with pytest.raises(RuntimeError, match="out of range"):
+        net.queue.run(until=0.0)
