@@ -21,7 +21,8 @@ simulations), so figures from different machines compare:
 ``paper_scale_s / calib_s`` (target <= 45). ``mfs_paper_scale_s`` is the
 paper-scale run under ``mfs`` (same workload), and ``mfs_over_fs`` its ratio
 to the ``--policy`` run (target <= 1.5 with the default ``fs``); ``--no-mfs``
-skips it.
+skips it. ``detail.mfs_path`` says whether mfs decided in C (``native``, the
+module built at install) or on its Python paths.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import json
 import sys
 import time
 
+from laxflow.policy import mfs_native
+from laxflow.policy.mfs import MfsPolicy
 from laxflow.sim.serving.config import ClusterConfig, ServingConfig
 from laxflow.sim.serving.experiment import CAPACITY, RunSpec, build_workload
 from laxflow.sim.serving.simulator import ServingSimulator
@@ -104,7 +107,9 @@ def main() -> None:
            if mfs else {}),
         "scaling": {str(s): round(r["wall_s"], 3) for s, r in runs.items()},
         "detail": {"policy": args.policy, "rate": args.rate, "load": load, "model": args.model, "workload": args.workload,
-                   "runs": {str(s): r for s, r in runs.items()}, "mfs_run": mfs},
+                   "runs": {str(s): r for s, r in runs.items()}, "mfs_run": mfs,
+                   # which decision path mfs ran: its C step (built at install) or the Python paths
+                   "mfs_path": "native" if MfsPolicy.native and mfs_native.NATIVE else "python"},
     }
     print(json.dumps(out))
 
