@@ -434,11 +434,14 @@ class FluidNetwork:
         level, queue, dscp = self._dec
         table, progressed = self._table, self._progressed
         self._progressed = False
-        timer = self._decide_into(self._flows, now, kept, progressed, self.capacity, self.load_window,
-                                  (table.remaining, self._load_ptr, level, queue, dscp, table.tag), self._snapshot_now)
-        if self._snap is not None:
-            self._snap.close()
-            self._snap = None
+        try:
+            timer = self._decide_into(self._flows, now, kept, progressed, self.capacity, self.load_window,
+                                      (table.remaining, self._load_ptr, level, queue, dscp, table.tag),
+                                      self._snapshot_now)
+        finally:  # (a snapshot made for this recompute is never handed out again, even if the policy raised)
+            if self._snap is not None:
+                self._snap.close()
+                self._snap = None
         if timer is NotImplemented:
             return None
         return (level, _ffi.NULL, queue, dscp), level, None, queue, dscp, () if timer is None else (timer,)
