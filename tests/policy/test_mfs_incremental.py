@@ -243,3 +243,22 @@ def test_few_flow_decisions_equal_the_vectorized_path(seed, options):
         small += 2 <= len(snap.flows) <= 10 and len({f.batch for f in snap.flows}) > 1
     assert small > 1000
     assert len(scalar._few_out) > 50  # the output arrays were built for many key sets (and reused)
+
+
+def test_native_reads_a_snapshot_link_load_as_it_is():
+    """A snapshot's link_load outside [0, 1] (a daemon's meter on a bursty port)
+    is read as given on every path: the C step clips only the engine's own array."""
+    run = _Run(12, shuffle=0.0)
+    native, scalar = _native(), _from_scratch(48)
+    steps = 0
+    for _ in range(1500):
+        snap = run.step((native, scalar))
+        if snap is None:
+            run.arrive()
+            continue
+        snap = Snapshot(now=snap.now, flows=snap.flows, remaining=snap.remaining, capacity=snap.capacity,
+                        link_load=snap.link_load * 1.6 - 0.3, load_window=snap.load_window)
+        assert decision_row(native.decide(snap)) == decision_row(scalar.decide(snap))
+        steps += 1
+    assert steps > 1000
+    assert np.array_equal(native.rmlq.urgency, scalar.rmlq.urgency) and native.infeasible == scalar.infeasible

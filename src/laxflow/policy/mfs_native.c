@@ -121,7 +121,7 @@ static double py_min(double a, double b) { return b < a ? b : a; }
 
 /* mfs_scalar._candidate: the urgency flow i (slot s) would have now. */
 static int64_t candidate(const struct lxf_mfs *m, int64_t s, double current, double remaining,
-                         const double *link_load, double now, int *infeasible)
+                         const double *link_load, int clip_load, double now, int *infeasible)
 {
     int64_t k = m->levels;
     if (!m->explicit_[s]) {
@@ -136,11 +136,11 @@ static int64_t candidate(const struct lxf_mfs *m, int64_t s, double current, dou
         return (int64_t)x;
     }
     int64_t link = m->bneck_link[s];
-    /* The average as the snapshot gives it, clipped to [0, 1] with NaN kept
-     * (lxf_table_load_clipped; a no-op on an already clipped array). */
     double load = link_load[link];
-    load = (load >= 0.0 || load != load) ? load : 0.0;
-    load = (load <= 1.0 || load != load) ? load : 1.0;
+    if (clip_load) { /* as the engine's snapshot column: [0, 1], NaN kept (lxf_table_load_clipped) */
+        load = (load >= 0.0 || load != load) ? load : 0.0;
+        load = (load <= 1.0 || load != load) ? load : 1.0;
+    }
     double rho = load - m->explicit_load[link];
     rho = py_min(py_max(rho, 0.0), 1.0);
     double residual = (m->due[s] - now) * m->bneck_rate[s] * (1.0 - rho);
@@ -248,7 +248,7 @@ static int key_cmp(const void *pa, const void *pb)
 
 int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int64_t *new_pos, int64_t n_new,
                    const double *current_in, const char *done_in, const double *new_current, const char *new_done,
-                   const double *remaining, const double *link_load, double now, double dt,
+                   const double *remaining, const double *link_load, int clip_load, double now, double dt,
                    const int64_t *finished, int64_t n_finished, int64_t *level, int64_t *queue, uint8_t *dscp,
                    double *timer, int64_t *noted, int64_t *infeasible, int64_t *counts)
 {
@@ -295,7 +295,7 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
         int64_t i = new_pos[j], s = slot[i];
         double cur = layer[s];
         int bad = 0;
-        int64_t u = candidate(m, s, cur, remaining[i], link_load, now, &bad);
+        int64_t u = candidate(m, s, cur, remaining[i], link_load, clip_load, now, &bad);
         if (bad)
             infeasible[ni++] = i;
         m->urgency[s] = u;
@@ -311,7 +311,7 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
             continue;
         int64_t urgency = m->urgency[s];
         int bad = 0;
-        int64_t c = candidate(m, s, layer[s], remaining[i], link_load, now, &bad);
+        int64_t c = candidate(m, s, layer[s], remaining[i], link_load, clip_load, now, &bad);
         if (bad)
             infeasible[ni++] = i;
         int64_t u = c < urgency ? c : urgency;

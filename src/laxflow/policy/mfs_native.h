@@ -79,8 +79,9 @@ struct lxf_mfs {
  * NULL: then the values last given per slot, with new_current[n_new] and
  * new_done[n_new] those of the new flows (the owner changed no progress
  * since: the engine's reschedule contract).  remaining[n]: bytes left;
- * link_load[num_links]: the link-load average, clipped to [0, 1] here as
- * the snapshot's (NULL: not read yet).
+ * link_load[num_links]: the link-load average (NULL: not read yet), read
+ * as it is or, with clip_load, clipped to [0, 1] as the engine's snapshot
+ * gives it (the engine's own array).
  * dt: seconds since the last decision (< 0: no interval, no measurement);
  * finished[n_finished]: links where finished_bytes is not 0.
  * Out: level[n], queue[n], dscp[n]; *timer (NaN: none); noted[2n] pairs
@@ -90,7 +91,7 @@ struct lxf_mfs {
  * call again with link_load), LXF_MFS_BAD_INDEX or LXF_MFS_NO_MEMORY. */
 int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int64_t *new_pos, int64_t n_new,
                    const double *current, const char *done, const double *new_current, const char *new_done,
-                   const double *remaining, const double *link_load, double now, double dt,
+                   const double *remaining, const double *link_load, int clip_load, double now, double dt,
                    const int64_t *finished, int64_t n_finished, int64_t *level, int64_t *queue, uint8_t *dscp,
                    double *timer, int64_t *noted, int64_t *infeasible, int64_t *counts);
 

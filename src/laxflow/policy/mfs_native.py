@@ -171,8 +171,10 @@ def _decide(p: MfsPolicy, flows: list, now: float, capacity: np.ndarray, slots, 
     """The C step over ``flows`` (admitted: ``slots`` holds their RMLQ slots);
     ``progress`` of every flow, or of the ``new`` ones only
     (``new_progress``), or None for neither (the C side keeps it per slot).
-    ``link_load`` may be NULL: read from ``snapshot()`` only when an explicit
-    flow's MLU is due. ``snapshot()`` is also what RED order and pruning read."""
+    ``link_load`` is the engine's own average (clipped to [0, 1] as its
+    snapshots are), or NULL: then a snapshot's, read from ``snapshot()`` as
+    it is, only when an explicit flow's MLU is due. ``snapshot()`` is also
+    what RED order and pruning read."""
     t = p.rmlq
     n = len(flows)
     interval = p._measure_interval_at(now, len(capacity))
@@ -192,7 +194,8 @@ def _decide(p: MfsPolicy, flows: list, now: float, capacity: np.ndarray, slots, 
     current, done = progress if progress is not None else (null, null)
     new_current, new_done = new_progress if new_progress is not None else (null, null)
     args = [
-        core.struct, n, slots, new, len(new), current, done, new_current, new_done, remaining, link_load, now,
+        core.struct, n, slots, new, len(new), current, done, new_current, new_done, remaining, link_load,
+        link_load != null, now,
         -1.0 if interval is None else interval[1] - interval[0], list(finished) if finished else null,
         len(finished), level, queue, dscp, timer, noted, core.bad, counts,
     ]  # fmt: skip
