@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -177,14 +176,10 @@ SECTIONS = {"inter": bench_inter, "permit": bench_permit_latency, "idle": bench_
 
 
 def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-        cpu = model
-    except (OSError, StopIteration):
-        pass
+    from _machine import cpu_model
+
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return f"{cpu}, {os.cpu_count()} cores, load {load:.1f}"
+    return f"{cpu_model()}, {os.cpu_count()} cores, load {load:.1f}"
 
 
 def main() -> None:

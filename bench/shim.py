@@ -47,6 +47,8 @@ from laxflow.protocol._shm import lib
 from laxflow.protocol.shm import Segment
 from laxflow.shim import shim_path
 
+from _machine import cpu_model  # bench/_machine.py (this script's own folder is on the path)
+
 ROOT = Path(__file__).resolve().parents[1]
 NATIVE = ROOT / "native"
 FAKE = ROOT / "tests" / "native" / "c"
@@ -236,7 +238,7 @@ def main() -> None:
         },
         "machine": {
             "load_average_1min": round(os.getloadavg()[0], 1),
-            "cpu": _cpu_model(),
+            "cpu": cpu_model(),
             "cores": os.cpu_count(),
             "kernel": platform.release(),
             "python": platform.python_version(),
@@ -246,16 +248,6 @@ def main() -> None:
         print(json.dumps(result))
     else:
         print(json.dumps(result, indent=2))
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":

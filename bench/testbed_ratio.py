@@ -72,12 +72,9 @@ def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, kernel {platform.release()}"
+    from _machine import cpu_model  # (bench/ is on the path when this runs as a script)
+
+    return f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}, kernel {platform.release()}"
 
 
 def main() -> None:
