@@ -330,3 +330,27 @@ def test_pruned_requests_bytes_stay_out_of_later_standalone_runs():
     d = policy.decide(snap([x, z], now=0.1, remaining=[40.0, 60.0], capacity=100.0))
     assert policy.pruned_requests == {"x"}
     assert d.queue.tolist() == [policy.config.levels, d.queue[1]] and d.queue[1] < policy.config.levels
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"native": True}, {"native": False}, {"native": False, "incremental_from": 0, "incremental_below": 0},
+     {"native": False, "incremental": False}, {"native": False, "incremental": False, "few_flows": 0}],
+    ids=["native", "default", "incremental", "scalar", "vectorized"],
+)
+def test_a_batch_that_returns_takes_its_red_rank_back(options):
+    """A batch whose flows all finished, then sends again, ranks by its RED at
+    once: it must not keep the rank it had before the others were re-ranked
+    (and tie with the batch that took it)."""
+    p = MfsPolicy()
+    for attr, value in options.items():
+        setattr(p, attr, value)
+    a1, b, c = (flow(n, Stage.COLLECTIVE, request=n, deadline=d) for n, d in (("a", 1.0), ("b", 2.0), ("c", 3.0)))
+    d = p.decide(snap([a1, b, c]))
+    assert list(d.level) == [0, 1, 2]
+    p.on_complete(a1, 0.1)
+    d = p.decide(snap([b, c], now=0.1))  # a departed: b and c move up
+    assert list(d.level) == [0, 1]
+    a2 = flow("a2", Stage.COLLECTIVE, request="a", deadline=1.0)  # batch a sends again
+    d = p.decide(snap([b, c, a2], now=0.2))
+    assert list(d.level) == [1, 2, 0]

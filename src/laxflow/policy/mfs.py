@@ -319,9 +319,10 @@ class MfsPolicy(FlowPolicy):
         t.batch[s] = b
         t.request[s] = r
         live = self._live_flows.get(b)
-        if live is None:
+        if live is None:  # the batch is live (again): its rank is Algorithm 1's to give
             live = self._live_flows[b] = {}
             self._live_requests[b] = {}
+            self._order_stale = True
         live[f] = r
         requests = self._live_requests[b]
         count = requests.get(r)
