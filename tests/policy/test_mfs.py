@@ -354,3 +354,30 @@ def test_a_batch_that_returns_takes_its_red_rank_back(options):
     a2 = flow("a2", Stage.COLLECTIVE, request="a", deadline=1.0)  # batch a sends again
     d = p.decide(snap([b, c, a2], now=0.2))
     assert list(d.level) == [1, 2, 0]
+
+
+def test_a_departure_ranks_the_rest_as_a_full_reorder_would():
+    """A batch departure that moves no live batch's RED skips Algorithm 1 (the
+    ranks keep the departed batch's gap): the levels are those a reorder at
+    every departure gives. A RED that moved in between (a request left a live
+    batch) makes the next departure reorder."""
+    def run(force: bool) -> list[list[int]]:
+        p = MfsPolicy()
+        fs = {n: flow(n, Stage.COLLECTIVE, request=n, batch=b, deadline=d)
+              for n, b, d in (("a", "A", 1.0), ("b", "B", 2.0), ("c1", "C", 0.5), ("c2", "C", 3.0), ("d", "D", 2.5))}
+        out, live, now = [], list(fs.values()), 0.0
+        for gone in ("a", "c1", "b", "d"):
+            out.append([int(x) for x in p.decide(snap(live, now=now)).level])
+            p.on_complete(fs[gone], now)
+            live = [f for f in live if f.id != gone]
+            if force and fs[gone].batch not in {f.batch for f in live}:
+                p._order_stale = True  # as before: every departure reorders
+            now += 0.1
+        out.append([int(x) for x in p.decide(snap(live, now=now)).level])
+        return out
+
+    levels = run(force=False)
+    assert levels == run(force=True)
+    # [b, c1, c2, d]: C (RED 1.75) ahead of D (2.5) and B (2.0) after A left, with no reorder;
+    # c1 leaving moves C's RED to 3.0, which B's departure then applies: D ahead of C.
+    assert levels[1] == [1, 0, 0, 2] and levels[3] == [1, 0]

@@ -110,6 +110,9 @@ class MfsPolicy(FlowPolicy):
         self._live_flows: dict[int, dict[Flow, int]] = {}  # batch index -> its live flows -> request index
         self._live_requests: dict[int, dict[int, int]] = {}  # batch index -> request index -> live flows
         self._order_stale = True
+        # A live batch's RED changed since the last reorder (one of its
+        # requests came or went): a departure must then re-rank the rest.
+        self._red_moved = False
         self._external = False
         self.infeasible: set[str] = set()  # ids of explicit flows seen with MLU > 1
         # Moving average of explicit-deadline traffic per link (see mlu.py: rho).
@@ -257,10 +260,18 @@ class MfsPolicy(FlowPolicy):
             if not requests[r]:
                 del requests[r]
                 self._batch_red.pop(b, None)  # its live deadlines changed
+                if live:
+                    self._red_moved = True
             if not live:
                 del self._live_flows[b]
                 del self._live_requests[b]
-                self._order_stale = True  # batch departure: Algorithm 1 runs again
+                # Batch departure: Algorithm 1 runs again, unless it would
+                # only close the departed batch's gap in the ranks: no pruning
+                # to redo, no coordinator order, and no live batch's RED moved
+                # since the last run. Levels depend on the ranks' order alone,
+                # so they are the same either way.
+                if self._red_moved or self._external or self.config.drop_budget > 0:
+                    self._order_stale = True
 
     def queue_level(self, flow: Flow) -> int:
         """RMLQ level of a live flow (K = scavenger); for tests and the daemon's DSCP."""
@@ -329,6 +340,7 @@ class MfsPolicy(FlowPolicy):
         if count is None:
             requests[r] = 1
             self._batch_red.pop(b, None)  # its live deadlines changed
+            self._red_moved = True
         else:
             requests[r] = count + 1
         return b, r
@@ -467,7 +479,7 @@ class MfsPolicy(FlowPolicy):
         (on ``snap``: a snapshot, or a function giving one, called only then).
 
         Writes ranks of live batches only; returns whether any of them changed."""
-        self._order_stale = False
+        self._order_stale = self._red_moved = False
         live = list(self._live_flows)
         rank = self._rank
         if self._external:
