@@ -320,15 +320,20 @@ class MfsPolicy(FlowPolicy):
 
     def _register(self, f: Flow, s: int) -> tuple[int, int]:
         """Enter a new flow (slot ``s``) in the batch and request tables; its (batch, request) indices."""
+        b, r = self._enter(f)
+        t = self.rmlq
+        t.batch[s] = b
+        t.request[s] = r
+        return b, r
+
+    def _enter(self, f: Flow) -> tuple[int, int]:
+        """:meth:`_register` but for the slot arrays' batch and request (the caller writes them)."""
         b = self._batch_index.get(f.batch)
         if b is None:
             b = self._batch_slot(f.batch)
         r = self._request_index.get(f.request)
         if r is None or self._request_batch[r] < 0:
             r = self._request_slot(f.request, _NAN if f.deadline is None else f.deadline, b)
-        t = self.rmlq
-        t.batch[s] = b
-        t.request[s] = r
         live = self._live_flows.get(b)
         if live is None:  # the batch is live (again): its rank is Algorithm 1's to give
             live = self._live_flows[b] = {}
@@ -491,10 +496,11 @@ class MfsPolicy(FlowPolicy):
             order, _ = red_order(unknown)
             ranked.extend((self._batch_index[name], base + k) for k, name in enumerate(order))
         else:
-            ranked = list(zip(self._red_sorted(live), range(len(live))))
+            ranked = zip(self._red_sorted(live), range(len(live)))
         moved = False
+        item = rank.item  # (a Python int: cheaper than rank[b] and its NumPy comparison)
         for b, k in ranked:
-            if rank[b] != k:
+            if item(b) != k:
                 rank[b] = k
                 moved = True
         if not self._external and self.config.drop_budget > 0:

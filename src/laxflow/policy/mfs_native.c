@@ -246,6 +246,9 @@ static int key_cmp(const void *pa, const void *pb)
     return 0;
 }
 
+/* The j-th new flow's position: new_pos[j], or without new_pos the last n_new positions. */
+#define NEW_AT(j) (new_pos ? new_pos[j] : n - n_new + (j))
+
 int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int64_t *new_pos, int64_t n_new,
                    const double *current_in, const char *done_in, const double *new_current, const char *new_done,
                    const double *remaining, const double *link_load, int clip_load, double now, double dt,
@@ -255,7 +258,9 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
     for (int64_t i = 0; i < n; i++) /* (the caller's indices: checked before anything is written) */
         if (slot[i] < 0 || slot[i] >= m->slots || m->bneck_link[slot[i]] < 0 || m->bneck_link[slot[i]] >= m->num_links)
             return LXF_MFS_BAD_INDEX;
-    for (int64_t j = 0; j < n_new; j++)
+    if (n_new < 0 || n_new > n)
+        return LXF_MFS_BAD_INDEX;
+    for (int64_t j = 0; new_pos && j < n_new; j++)
         if (new_pos[j] < 0 || new_pos[j] >= n)
             return LXF_MFS_BAD_INDEX;
     for (int64_t j = 0; j < n_finished; j++)
@@ -272,14 +277,14 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
         }
     else if (new_current)
         for (int64_t j = 0; j < n_new; j++) {
-            m->seen_layer[slot[new_pos[j]]] = new_current[j];
-            m->seen_done[slot[new_pos[j]]] = new_done[j];
+            m->seen_layer[slot[NEW_AT(j)]] = new_current[j];
+            m->seen_done[slot[NEW_AT(j)]] = new_done[j];
         }
     const double *layer = m->seen_layer;
     const char *done = m->seen_done;
     memset(m->is_new, 0, (size_t)n);
     for (int64_t j = 0; j < n_new; j++)
-        m->is_new[new_pos[j]] = 1;
+        m->is_new[NEW_AT(j)] = 1;
     if (!link_load) { /* will an explicit flow's MLU be evaluated? (before anything changes) */
         for (int64_t i = 0; i < n; i++) {
             int64_t s = slot[i];
@@ -292,7 +297,7 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
 
     int64_t nn = 0, ni = 0;
     for (int64_t j = 0; j < n_new; j++) { /* entry levels */
-        int64_t i = new_pos[j], s = slot[i];
+        int64_t i = NEW_AT(j), s = slot[i];
         double cur = layer[s];
         int bad = 0;
         int64_t u = candidate(m, s, cur, remaining[i], link_load, clip_load, now, &bad);
@@ -371,5 +376,23 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
         m->last_rem[slot[i]] = remaining[i];
     counts[0] = nn;
     counts[1] = ni;
+    return 0;
+}
+
+int lxf_mfs_admit(struct lxf_mfs *m, int64_t s, int64_t bneck_link, double bneck_rate, double bneck_weight,
+                  double size, int explicit_, int stage, double target, double due, int64_t batch, int64_t request)
+{
+    if (s < 0 || s >= m->slots)
+        return LXF_MFS_BAD_INDEX;
+    m->bneck_link[s] = bneck_link;
+    m->bneck_rate[s] = bneck_rate;
+    m->bneck_weight[s] = bneck_weight;
+    m->last_rem[s] = size;
+    m->explicit_[s] = (uint8_t)(explicit_ != 0);
+    m->stage[s] = (int8_t)stage;
+    m->target[s] = target;
+    m->due[s] = due;
+    m->batch[s] = batch;
+    m->request[s] = request;
     return 0;
 }

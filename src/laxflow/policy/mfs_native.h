@@ -26,16 +26,16 @@
 struct lxf_mfs {
     /* RMLQ slot arrays (laxflow.policy.rmlq.Rmlq), indexed by slot */
     int64_t *urgency;      /* MLU level or RLI, 0 most urgent */
-    const uint8_t *explicit_; /* numpy bool */
-    const int8_t *stage;   /* STAGE_CODES */
-    const double *target;  /* target layer, NaN if none */
-    const double *due;     /* due time (s), NaN if none */
-    const int64_t *bneck_link;
-    const double *bneck_rate;   /* bytes/s alone on the path */
-    const double *bneck_weight; /* the flow's weight on that link */
+    uint8_t *explicit_;    /* numpy bool */
+    int8_t *stage;         /* STAGE_CODES */
+    double *target;        /* target layer, NaN if none */
+    double *due;           /* due time (s), NaN if none */
+    int64_t *bneck_link;
+    double *bneck_rate;    /* bytes/s alone on the path */
+    double *bneck_weight;  /* the flow's weight on that link */
     double *last_rem;      /* remaining bytes at the last decision */
-    const int64_t *batch;  /* batch index */
-    const int64_t *request; /* request index */
+    int64_t *batch;        /* batch index */
+    int64_t *request;      /* request index */
     double *layer_at;      /* current layer when urgency was last set, -inf none */
     int64_t *tick_at;      /* period tick when urgency was last set */
     /* per batch, per request */
@@ -74,8 +74,9 @@ struct lxf_mfs {
 
 /* One decision over n live flows (positions 0..n-1 of the snapshot).
  * slot[n]: their RMLQ slots; new_pos[n_new]: positions admitted by this
- * decision (facts already set).  Request progress: current[n] (the current
- * layer, NaN: none) and done[n] (compute ended, 0 or 1) of every flow, or
+ * decision (facts already set), or NULL: the last n_new positions.  Request
+ * progress: current[n] (the current layer, NaN: none) and done[n] (compute
+ * ended, 0 or 1) of every flow, or
  * NULL: then the values last given per slot, with new_current[n_new] and
  * new_done[n_new] those of the new flows (the owner changed no progress
  * since: the engine's reschedule contract).  remaining[n]: bytes left;
@@ -94,6 +95,12 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
                    const double *remaining, const double *link_load, int clip_load, double now, double dt,
                    const int64_t *finished, int64_t n_finished, int64_t *level, int64_t *queue, uint8_t *dscp,
                    double *timer, int64_t *noted, int64_t *infeasible, int64_t *counts);
+
+/* A new flow's static facts into slot s (mfs_scalar._admit_one's array
+ * writes in one call; written by nothing else: the step only reads them).
+ * Returns 0 or LXF_MFS_BAD_INDEX. */
+int lxf_mfs_admit(struct lxf_mfs *m, int64_t s, int64_t bneck_link, double bneck_rate, double bneck_weight,
+                  double size, int explicit_, int stage, double target, double due, int64_t batch, int64_t request);
 
 void lxf_mfs_free(struct lxf_mfs *m);
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from laxflow.policy.base import Decision, Snapshot
 from laxflow.policy.flow import STAGE_CODES, Stage
-from laxflow.policy.mfs_scalar import _admit_one, admit
+from laxflow.policy.mfs_scalar import admit, bottleneck
 
 if TYPE_CHECKING:
     from laxflow.policy.mfs import MfsPolicy
@@ -77,6 +77,13 @@ class NativeCore:
         self.noted = self.bad = None
         self.counts = _ffi.new("int64_t[2]")
         self.timer = _ffi.new("double *")
+        self.dt = -1.0  # the decision's explicit-load interval (s; < 0: none), set by _core
+
+    @staticmethod
+    def finished(p: MfsPolicy) -> tuple:
+        """The step's (finished, n_finished): the links where the policy's finished bytes are not 0."""
+        links = p._finished_links
+        return (list(links), len(links)) if links else (_ffi.NULL, 0)
 
     def __del__(self) -> None:
         if _lib is not None and getattr(self, "struct", None) is not None:
@@ -120,11 +127,15 @@ def decide_native(p: MfsPolicy, snap: Snapshot) -> Decision:
     queue = np.empty(n, np.int64)
     dscp = np.empty(n, np.uint8)
     p._tagged = None  # the engine's tags are not known to be this path's
-    timer = _decide(
-        p, flows, snap.now, snap.capacity, idx, new, _progress(flows), None,
-        _ffi.from_buffer("double[]", remaining), _ffi.NULL, _ffi.from_buffer("int64_t[]", level),
-        _ffi.from_buffer("int64_t[]", queue), _ffi.from_buffer("uint8_t[]", dscp), lambda: snap,
-    )  # fmt: skip
+    core = _core(p, snap.capacity, n, snap.now, lambda: snap)
+    current, done = _progress(flows)
+    args = [
+        core.struct, n, idx, new, len(new), current, done, _ffi.NULL, _ffi.NULL,
+        _ffi.from_buffer("double[]", remaining), _ffi.NULL, 0, snap.now, core.dt, *core.finished(p),
+        _ffi.from_buffer("int64_t[]", level), _ffi.from_buffer("int64_t[]", queue),
+        _ffi.from_buffer("uint8_t[]", dscp), core.timer, core.noted, core.bad, core.counts,
+    ]  # fmt: skip
+    timer = _step(p, core, flows, args, lambda: snap)
     return Decision(level=level, queue=queue, dscp=dscp, timers=() if timer is None else (timer,))
 
 
@@ -145,16 +156,40 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
             tag[i] = t.slot[f]
         p._tagged = tag
         progressed = True
-    new = list(range(kept, n))
-    if new:
-        for i in new:  # slots in snapshot order first, then the facts (as the other paths)
-            tag[i] = t.allocate(flows[i])
-        for i in new:
-            _admit_one(p, flows[i], tag[i], capacity)
-    progress = _progress(flows) if progressed else None
-    new_progress = _progress(flows[kept:]) if new and progress is None else None
-    return _decide(p, flows, now, capacity, tag, new, progress, new_progress, remaining, link_load, level, queue,
-                   dscp, snapshot)
+    null = _ffi.NULL
+    new_current = new_done = null
+    if kept < n:
+        allocate = t.allocate
+        for i in range(kept, n):  # slots in snapshot order first, then the facts (as the other paths)
+            tag[i] = allocate(flows[i])
+        core = p._native
+        if core is None or core.bound[0] is not t.urgency or core.bound[5] is not capacity:
+            core = _bound(p, capacity)  # (the facts go into the slot arrays as they are now)
+        struct = core.struct
+        for i in range(kept, n):
+            _admit(p, struct, flows[i], tag[i], capacity)
+        if not progressed:
+            new_current, new_done = _progress(flows[kept:])
+    current, done = _progress(flows) if progressed else (null, null)
+    core = _core(p, capacity, n, now, snapshot)
+    args = [
+        core.struct, n, tag, null, n - kept, current, done, new_current, new_done, remaining, link_load, 1, now,
+        core.dt, *core.finished(p), level, queue, dscp, core.timer, core.noted, core.bad, core.counts,
+    ]  # fmt: skip
+    return _step(p, core, flows, args, snapshot)
+
+
+def _admit(p: MfsPolicy, struct, f, s: int, capacity: np.ndarray) -> None:
+    """``mfs_scalar._admit_one`` for the native path: the facts written by C in one call."""
+    link, rate, weight = bottleneck(p, f, capacity)
+    explicit = f.has_explicit_deadline
+    stage = STAGE_CODES[f.stage]
+    target = _NAN if f.layer is None else float(f.layer)
+    due = _NAN if (d := f.due) is None else float(d)
+    b, r = p._enter(f)
+    if _lib.lxf_mfs_admit(struct, s, link, rate, weight, f.size, explicit, stage, target, due, b, r):
+        raise RuntimeError("mfs: a new flow's RMLQ slot is out of range for the C step (policy state out of step)")
+    p.rmlq.facts[s] = (explicit, stage, link, rate, weight, b, r, target, due)
 
 
 def _progress(flows: list) -> tuple[list, bytes]:
@@ -165,40 +200,41 @@ def _progress(flows: list) -> tuple[list, bytes]:
     return current, bytes(map(_compute_done, flows))
 
 
-def _decide(p: MfsPolicy, flows: list, now: float, capacity: np.ndarray, slots, new: list[int],
-            progress: tuple | None, new_progress: tuple | None, remaining, link_load, level, queue, dscp,
-            snapshot: Callable[[], Snapshot]) -> float | None:
-    """The C step over ``flows`` (admitted: ``slots`` holds their RMLQ slots);
-    ``progress`` of every flow, or of the ``new`` ones only
-    (``new_progress``), or None for neither (the C side keeps it per slot).
-    ``link_load`` is the engine's own average (clipped to [0, 1] as its
-    snapshots are), or NULL: then a snapshot's, read from ``snapshot()`` as
-    it is, only when an explicit flow's MLU is due. ``snapshot()`` is also
-    what RED order and pruning read."""
-    t = p.rmlq
-    n = len(flows)
+def _bound(p: MfsPolicy, capacity: np.ndarray) -> NativeCore:
+    """The policy's C state, made on first use, bound to its current arrays."""
+    core = p._native
+    if core is None:
+        core = p._native = NativeCore(p)
+    core.bind(p, capacity)
+    return core
+
+
+def _core(p: MfsPolicy, capacity: np.ndarray, n: int, now: float, snapshot: Callable[[], Snapshot]) -> NativeCore:
+    """The C state for a decision over ``n`` flows at ``now``: the explicit-load
+    interval started (``core.dt``, < 0: none), RED order brought up to date
+    (which reads no level: the scalar path's order, after its promotions;
+    pruning reads ``snapshot()``), the arrays bound as they are after both,
+    room for n."""
     interval = p._measure_interval_at(now, len(capacity))
-    if p._order_stale:  # (reads no level: the same order as the scalar path's, after its promotions)
+    if p._order_stale:
         p._reorder(snapshot)
     core = p._native
     if core is None:
         core = p._native = NativeCore(p)
     bound = core.bound
-    if (bound[0] is not t.urgency or bound[1] is not p._rank or bound[2] is not p._pruned
+    if (bound[0] is not p.rmlq.urgency or bound[1] is not p._rank or bound[2] is not p._pruned
             or bound[3] is not p._explicit_load or bound[4] is not p._finished_bytes or bound[5] is not capacity):
         core.bind(p, capacity)
     if n > core._room:
         core.buffers(n)
-    finished = p._finished_links
-    counts, timer, noted, null = core.counts, core.timer, core.noted, _ffi.NULL
-    current, done = progress if progress is not None else (null, null)
-    new_current, new_done = new_progress if new_progress is not None else (null, null)
-    args = [
-        core.struct, n, slots, new, len(new), current, done, new_current, new_done, remaining, link_load,
-        link_load != null, now,
-        -1.0 if interval is None else interval[1] - interval[0], list(finished) if finished else null,
-        len(finished), level, queue, dscp, timer, noted, core.bad, counts,
-    ]  # fmt: skip
+    core.dt = -1.0 if interval is None else interval[1] - interval[0]
+    return core
+
+
+def _step(p: MfsPolicy, core: NativeCore, flows: list, args: list, snapshot: Callable[[], Snapshot]) -> float | None:
+    """The C step with ``args`` (``link_load`` NULL: a snapshot's, read from
+    ``snapshot()`` as it is, only when an explicit flow's MLU is due), then
+    its notes on the flows; the timer, None: none."""
     rc = _lib.lxf_mfs_decide(*args)
     if rc == _lib.LXF_MFS_NEED_LOAD:
         load = snapshot().link_load
@@ -210,9 +246,11 @@ def _decide(p: MfsPolicy, flows: list, now: float, capacity: np.ndarray, slots, 
         raise RuntimeError("mfs: a flow's RMLQ slot or link is out of range for the C step (policy state out of step)")
     if rc:
         raise MemoryError("no memory for the mfs decision")
-    if finished and interval is not None:
-        finished.clear()
+    if args[15] and core.dt >= 0:
+        p._finished_links.clear()
+    counts = core.counts
     if counts[0]:
+        noted = core.noted
         for j in range(counts[0]):
             flows[noted[2 * j]].state["rmlq_level"] = noted[2 * j + 1]
     if counts[1]:
@@ -220,5 +258,5 @@ def _decide(p: MfsPolicy, flows: list, now: float, capacity: np.ndarray, slots, 
             p.infeasible.add(flows[i].id)
             flows[i].state["infeasible"] = True
     p._view.active = False  # a from-scratch decision: the incremental path starts over
-    t_next = timer[0]
+    t_next = core.timer[0]
     return None if t_next != t_next else t_next

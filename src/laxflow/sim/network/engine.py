@@ -403,7 +403,10 @@ class FluidNetwork:
         # (level, queue and DSCP are arrays, or the C buffers a policy wrote into.)
         flows = self._flows
         if out[0]:
-            level_l = level.tolist() if type(level) is np.ndarray else level
+            if type(level) is np.ndarray:
+                level_l = level.tolist()
+            else:  # a C buffer: as a list when many moved (one conversion, not one per index)
+                level_l = _ffi.unpack(level, n) if out[0] > 8 else level
             for i in _ffi.unpack(changed_buf, out[0]):
                 flows[i].level = level_l[i]
         if out[2]:
