@@ -55,16 +55,27 @@ def start_capture(tb: Testbed, ifaces: str, seconds: float, *extra: str) -> subp
     return proc
 
 
-def streams(tb: Testbed, dscp_a: int, dscp_b: int, seconds: float = 2.0) -> dict[str, int]:
-    """h0 -> h2 with dscp_a and h1 -> h2 with dscp_b at once: both cross switch port p2."""
+# Senders start sending this long after they are launched (together, at one instant): each is a
+# Python process, which a loaded machine can take most of a second to start.
+LEAD_S = 2.0
+
+
+def streams(tb: Testbed, dscp_a: int, dscp_b: int, seconds: float = 2.0, stagger: float = 0.0) -> dict[str, int]:
+    """h0 -> h2 with dscp_a and h1 -> h2 with dscp_b over the same window: both cross switch port p2.
+    ``stagger``: launch the second sender that much after the first (a slow process start)."""
     py = sys.executable
     dst = tb.address(2)
-    sink = tb.popen_in(2, [py, "-m", "laxflow.testbed.traffic", "sink", "--ports", "5001,5002", "--seconds", str(seconds + 1)],
-                       stdout=subprocess.PIPE)
+    sink = tb.popen_in(2, [py, "-m", "laxflow.testbed.traffic", "sink", "--ports", "5001,5002",
+                           "--seconds", str(LEAD_S + seconds + 1)], stdout=subprocess.PIPE)
     time.sleep(0.3)
-    senders = [tb.popen_in(h, [py, "-m", "laxflow.testbed.traffic", "send", "--dst", dst, "--port", str(port),
-                               "--dscp", str(dscp), "--seconds", str(seconds)], stdout=subprocess.PIPE)
-               for h, port, dscp in ((0, 5001, dscp_a), (1, 5002, dscp_b))]
+    at = time.time() + LEAD_S
+    senders = []
+    for h, port, dscp in ((0, 5001, dscp_a), (1, 5002, dscp_b)):
+        if senders:
+            time.sleep(stagger)
+        senders.append(tb.popen_in(h, [py, "-m", "laxflow.testbed.traffic", "send", "--dst", dst, "--port", str(port),
+                                       "--dscp", str(dscp), "--seconds", str(seconds), "--at", str(at)],
+                                   stdout=subprocess.PIPE))
     for s in senders:
         s.communicate(timeout=seconds + 30)
     out, _ = sink.communicate(timeout=seconds + 30)
@@ -81,8 +92,9 @@ def test_higher_class_takes_the_bottleneck(testbed: Testbed) -> None:
     assert got["5001"] >= 5 * max(got["5002"], 1), got
     # and the packets went through the classes the DSCP map names
     assert after[5] - before[5] > after[0] - before[0]
-    # swapping the marks swaps the winner: the queues, not the hosts, decide
-    got = streams(testbed, low, high)
+    # swapping the marks swaps the winner: the queues, not the hosts, decide; also when the
+    # low-class sender's process is up first (the senders send over one window)
+    got = streams(testbed, low, high, stagger=0.6)
     assert got["5002"] >= 5 * max(got["5001"], 1), got
 
 

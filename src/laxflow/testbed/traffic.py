@@ -2,9 +2,9 @@
 
 iperf3 is not needed: ``python -m laxflow.testbed.traffic sink --ports 5001,5002
 --seconds 4`` counts the bytes each port receives and prints JSON;
-``... send --dst 10.77.0.3 --port 5001 --dscp 39 --seconds 4`` sends as fast
+``... send --dst 10.77.0.3 --port 5001 --dscp 39 --seconds 4 [--at T]`` sends as fast
 as TCP lets it with ``IP_TOS = dscp << 2`` set before ``connect`` (so the SYN
-and every segment carry it). Each runs inside a testbed namespace
+and every segment carry it), from the instant ``T`` (``time.time()``) when given. Each runs inside a testbed namespace
 (``Testbed.popen_in``); the tests start one sink and several senders.
 """
 
@@ -63,8 +63,13 @@ def sink(ports: list[int], seconds: float, bind: str = "0.0.0.0") -> dict[str, i
     return {str(port): n for port, n in totals.items()}
 
 
-def send(dst: str, port: int, dscp: int, seconds: float, connect_timeout: float = 5.0) -> int:
-    """Send zeros to ``dst:port`` for ``seconds`` with DSCP ``dscp``; return bytes sent."""
+def send(dst: str, port: int, dscp: int, seconds: float, connect_timeout: float = 5.0, at: float | None = None) -> int:
+    """Send zeros to ``dst:port`` for ``seconds`` with DSCP ``dscp``; return bytes sent.
+
+    ``at`` (a ``time.time()`` instant): connect first, then start sending
+    then, so senders started one after the other (a Python process each,
+    slow to start on a loaded machine) send over the same window and
+    neither has the link to itself for a while."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
     start = time.monotonic()
@@ -82,6 +87,8 @@ def send(dst: str, port: int, dscp: int, seconds: float, connect_timeout: float 
     sock.settimeout(0.5)
     payload = bytes(CHUNK)
     sent = 0
+    if at is not None:
+        time.sleep(max(0.0, at - time.time()))
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
@@ -105,13 +112,14 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--port", type=int, required=True)
     t.add_argument("--dscp", type=int, default=0)
     t.add_argument("--seconds", type=float, required=True)
+    t.add_argument("--at", type=float, default=None, help="start sending at this time.time() instant (after connecting)")
     args = parser.parse_args(argv)
     if args.role == "sink":
         print(json.dumps(sink([int(p) for p in args.ports.split(",")], args.seconds)), flush=True)
     else:
         if not 0 <= args.dscp <= 63:
             parser.error(f"--dscp: expected 0..63, got {args.dscp}")
-        print(json.dumps({"sent": send(args.dst, args.port, args.dscp, args.seconds)}), flush=True)
+        print(json.dumps({"sent": send(args.dst, args.port, args.dscp, args.seconds, at=args.at)}), flush=True)
 
 
 if __name__ == "__main__":
