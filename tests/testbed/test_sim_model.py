@@ -111,7 +111,7 @@ def test_static_all_to_all_is_its_time_alone_and_pays_the_overhead_once() -> Non
     # static, tiny reads and writes: stage 2 is alone on its ports, so every CCT is the model's a2a alone
     # (plus at most the peer's ACKs, which share the reverse direction's class queue: 66 bytes per packet)
     cfg = replace(CFG, reuse_bytes=10, kv_bytes=10)
-    alone, acks = sm.alone_s(cfg, 2), math.ceil(cfg.a2a_bytes / sm.MSS) * sw.ACK_FRAME / R
+    alone, acks = sm.alone_s(cfg, 2, probe=False), math.ceil(cfg.a2a_bytes / sm.MSS) * sw.ACK_FRAME / R
     cct = predict(cfg, "static", slo=1.0)["cct_mean"]
     assert alone <= cct <= alone + acks
     p = ModelParams(overhead_s={1: 0.0, 2: 0.004, 3: 0.0})
@@ -186,7 +186,7 @@ def test_on_mode_permit_latency_lands_on_the_all_to_all_and_messages_carry_permi
     p = ModelParams().with_permits({"1": 2.0, "2": 1.5, "3": 9.0}, "test")
     assert p.permit_s == {1: 0.002, 2: 0.0015, 3: 0.0015}  # stage 3: stage 2's latency (same port and path)
     out = predict(cfg, "on", p, slo=1.0)
-    alone, acks = sm.alone_s(cfg, 2), math.ceil(cfg.a2a_bytes / sm.MSS) * sw.ACK_FRAME / R
+    alone, acks = sm.alone_s(cfg, 2, probe=False), math.ceil(cfg.a2a_bytes / sm.MSS) * sw.ACK_FRAME / R
     assert 0.0015 + alone <= out["cct_mean"] <= 0.0015 + alone + acks
     assert out["permit_wait_ms_prefill"]["1"] == pytest.approx(2.0)  # reads: eth0-rx never holds
     assert out["permit_wait_ms_prefill"]["2"] == pytest.approx(1.5, rel=1e-3)
@@ -248,3 +248,49 @@ def test_model_params_are_validated() -> None:
     with pytest.raises(ValueError, match="mode"):
         predict(CFG, "fs")
     assert np.isfinite(predict(CFG, "off", slo=1.0)["cct_mean"])
+
+
+def _read_in(mode: str, backlog_segments: int) -> float:
+    """When rank 0's layer-0 read is in, asked while the rank's own host queue holds a bulk message."""
+    m = sm._Model(CFG, mode, ModelParams(), slo=1.0)
+    _flat(m)
+    if backlog_segments:
+        m.a2a_conn[0].send(backlog_segments * sm.MSS, 0, lambda: None)  # class 0 at rank 0's egress
+    rank = sm._Rank(m, 0)
+    rank.req, rank.layer, rank.read_in, rank.computing = 0, 0, [False] * CFG.layers, True  # (no compute follows)
+    m.q.push(2 * T, Priority.ARRIVAL, rank._ask, 0, 0, None)  # once the backlog's frames are in the queue
+    m.q.run()
+    return m.timeline[("read", 0, 0)][0] + m.arrivals[0] - 2 * T
+
+
+def test_a_reads_request_crosses_the_fabric_in_the_ask_class() -> None:
+    # off: the request (class 0) waits behind the rank's own queued bytes before the kvstore can answer;
+    # static: the asking sides are in the top class and the request passes them
+    alone = _read_in("off", 0)
+    assert _read_in("off", 200) > alone + 150 * T
+    assert _read_in("static", 200) < alone + 50 * T  # (at most the GSO packet on the wire: HTB never pre-empts)
+    # and the request itself is on the path: later than the response's bytes alone
+    assert alone > sm.alone_s(CFG, 1, probe=False)
+
+
+def _acked(mode: str, backlog_segments: int) -> float:
+    """When rank 0's write of layer 0 counts as acknowledged, with bulk bytes queued at the rank's switch port
+    (a read's and the peer's all_to_all at once, each at line rate: the port's queue grows)."""
+    m = sm._Model(CFG, mode, ModelParams(), slo=1.0)
+    _flat(m)
+    rank = sm._Rank(m, 0)
+    rank.req = 0
+    rank._write(0, 0, 0, None)
+    for conn in (m.kv_conn[0], m.a2a_conn[1]) if backlog_segments else ():
+        m.q.push(10 * T, Priority.ARRIVAL, conn.send, backlog_segments * sm.MSS, 0, lambda: None)
+    m.q.run()
+    return m.timeline[("acked", 0, 0)][0] + m.arrivals[0]
+
+
+def test_a_writes_acknowledgement_comes_back_before_it_counts() -> None:
+    # off: the decode host's acknowledgement (class 0) waits at the rank's switch port behind a read's bytes;
+    # static: it passes them (the acknowledging sides are in the top class)
+    alone = _acked("off", 0)
+    assert alone >= sm.alone_s(CFG, 3, probe=False)
+    assert _acked("off", 200) > alone + 100 * T
+    assert _acked("static", 200) < alone + 50 * T

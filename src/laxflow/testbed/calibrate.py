@@ -13,9 +13,10 @@ know from sizes and rates:
   all the bytes), stage 3 a KV write h0 -> h3 to the
   scenario's own decode worker (times first byte -> its acknowledgement).
   The overhead is the median time minus the model's time for the same
-  message alone (:func:`laxflow.testbed.sim_model.alone_s`: its frames
-  through the HTB trees, whose buckets let an idle path's first ~10 frames
-  per hop through at once): thread wake-ups, system calls, the first round
+  probe alone (:func:`laxflow.testbed.sim_model.alone_s`: its frames, and
+  the read's request or the acknowledgement, through the HTB trees, whose
+  buckets let an idle path's first ~10 frames per hop through at once):
+  thread wake-ups, system calls, the first round
   trips of an idle connection, and whatever else the model lacks;
 - **sendall's duration, stages 2 and 3**: a sent message completes (the
   worker reports COMPLETION to its daemon) when ``sendall`` returns, i.e.

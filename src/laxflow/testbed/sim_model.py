@@ -25,8 +25,16 @@ models, piece by piece, as the testbed physically does it:
   connection), layer j computes once its read is in for the measured real
   sleep (``compute_s``), then the all_to_all (both directions; a rank's CCT
   ends when its bytes are out and the peer's are in), then the layer's KV
-  write on the rank's decode connection. TTFT = the request's last write in
-  at decode (the later rank) - arrival.
+  write on the rank's decode connection. TTFT = the request's last write
+  acknowledged at the rank (the later rank) - arrival.
+- **The small application messages** cross the fabric like any packet:
+  each read's request (rank -> kvstore) before its bytes come back, and
+  each KV write's acknowledgement (decode -> rank), in the class of the
+  sides that only ask and acknowledge (``scenario.ack_dscp``: the top class
+  in ``static`` and ``on``, so they pass the bulk queues; class 0 with
+  everything else in ``off``, so a read's request waits at the rank's host
+  queue behind the rank's own KV writes, and a write's acknowledgement at
+  the rank's switch port behind reads and all_to_all bytes).
 - **Classes by mode**: ``off`` all DSCP 0; ``static`` the stage's DSCP
   (:func:`laxflow.testbed.scenario.stage_dscp`); ``on`` the permit's DSCP,
   from one :class:`laxflow.daemon.core.DaemonCore` per host, the daemons'
@@ -69,11 +77,12 @@ from laxflow.sim.events import EventQueue, Priority
 from laxflow.testbed.decision_trace import DecisionTrace
 from laxflow.testbed.fabric import parse_rate
 from laxflow.testbed.mfs_io import RX_PORT
-from laxflow.testbed.worker import job_traffic
+from laxflow.testbed.worker import ACK, KVREQ, job_traffic
 from laxflow.testbed.scenario import ScenarioConfig, ack_dscp, stage_dscp
 from laxflow.testbed.sim_wire import GOODPUT, MSS, TC_OF_DSCP, Window, Wire, htb_burst
 HOSTS, KVSTORE, DECODE = 4, 2, 3
 KVRESP_BYTES, HDR_BYTES = 16, 24  # the workers' application headers (read response, KV write)
+KVREQ_BYTES, ACK_BYTES = KVREQ.size, ACK.size  # a read's request, a write's (or a probe's) acknowledgement
 # s: the longest a connection's class switch waits for its earlier bytes (the worker's wait_drained default)
 DRAIN_LIMIT = inspect.signature(wait_drained).parameters["timeout"].default
 RX_WINDOW = 1e12  # the testbed's eth0-rx: classifies, never holds (scenario.ControlPlane)
@@ -191,6 +200,11 @@ class _Model:
     def path_idle(self, src: int, dst: int) -> bool:
         """Whether the ports a message src -> dst crosses are empty (its bytes meet empty queues)."""
         return self.wire.idle(src, dst)
+
+    def note(self, src: int, dst: int, nbytes: int, on_done: Callable[[], None]) -> None:
+        """A small application message src -> dst (a read's request, an acknowledgement) in the class
+        of the sides that only ask and acknowledge (``scenario.ack_dscp``)."""
+        self.wire.send(src, dst, nbytes, TC_OF_DSCP.get(ack_dscp(self.mode), 0), on_done)
 
     def start_flow(self, src: int, dst: int, nbytes: float, dscp: int, stage: int, on_done: Callable[[], None],
                    instant: float = 0.0, window: Window | None = None, ack_tc: int = 0) -> None:
@@ -439,7 +453,10 @@ class _Rank:
             self.read_in[layer] = True
             self._maybe_compute()
 
-        self.m.kv_conn[self.rank].send(self.m.cfg.reuse_bytes + KVRESP_BYTES, dscp, arrived)
+        m = self.m
+        # the request crosses to the kvstore first, which then answers on the connection, in order
+        m.note(self.rank, KVSTORE, KVREQ_BYTES,
+               lambda: m.kv_conn[self.rank].send(m.cfg.reuse_bytes + KVRESP_BYTES, dscp, arrived))
 
     def _maybe_compute(self) -> None:
         j = self.layer
@@ -499,7 +516,7 @@ class _Rank:
             m.q.push(max(m.q.now, m.arrivals[req + 1]), Priority.ARRIVAL, self.start, req + 1)
 
     def _write(self, req: int, j: int, dscp: int, msg: int | None) -> None:
-        def acked() -> None:
+        def acked() -> None:  # the decode host's acknowledgement is in at the rank
             self.m.mark("acked", self.rank, req, j)
             self.acked[req] = self.acked.get(req, 0) + 1
             if self.acked[req] == self.m.cfg.layers:
@@ -508,7 +525,10 @@ class _Rank:
                 if self.daemon is not None:
                     self.daemon.now(self.daemon.core.request_done, str(1000 + req))
 
-        self.m.dec_conn[self.rank].send(self.m.cfg.kv_bytes + HDR_BYTES, dscp, acked, self._completion(3, msg))
+        def delivered() -> None:  # the write's bytes are in at decode, which acknowledges them
+            self.m.note(DECODE, self.rank, ACK_BYTES, acked)
+
+        self.m.dec_conn[self.rank].send(self.m.cfg.kv_bytes + HDR_BYTES, dscp, delivered, self._completion(3, msg))
 
 
 def predict(cfg: ScenarioConfig, mode: str, params: ModelParams | None = None, slo: float | None = None,
@@ -545,19 +565,33 @@ def predict_modes(cfg: ScenarioConfig, params: ModelParams | None = None, slo: f
     return out
 
 
-def alone_s(cfg: ScenarioConfig, stage: int, skb_bytes: float = MSS) -> float:
+def alone_s(cfg: ScenarioConfig, stage: int, skb_bytes: float = MSS, probe: bool = True) -> float:
     """The model's time for one stage-``stage`` message alone on the idle wire, as the calibration probes it.
 
     Stage 1: a read's bytes kvstore -> rank 0; stage 2: one all_to_all
     direction rank 0 -> rank 1; stage 3: a KV write rank 0 -> decode, in
-    packets of ``skb_bytes``. The calibration's overhead is the measured
-    time minus this.
+    packets of ``skb_bytes``. With ``probe`` also the probe's small message
+    (:mod:`laxflow.testbed.calibrate` times request -> last byte in for a
+    read, first byte -> acknowledgement for the others): the read's request
+    before its bytes, the receiver's acknowledgement after the message. The
+    calibration's overhead is the measured time minus this.
     """
     src, dst, nbytes = {1: (KVSTORE, 0, cfg.reuse_bytes + KVRESP_BYTES), 2: (0, 1, cfg.a2a_bytes + HDR_BYTES),
                         3: (0, DECODE, cfg.kv_bytes + HDR_BYTES)}[stage]
     m = _Model(cfg, "off", ModelParams(skb_bytes={1: skb_bytes, 2: skb_bytes, 3: skb_bytes}), slo=math.inf)
     got: list[float] = []
-    m.start_flow(src, dst, nbytes, 0, stage, lambda: got.append(m.q.now))
+
+    def done() -> None:
+        got.append(m.q.now)
+
+    def message() -> None:
+        acked = (lambda: m.note(dst, src, ACK_BYTES, done)) if probe and stage != 1 else done
+        m.start_flow(src, dst, nbytes, 0, stage, acked)
+
+    if probe and stage == 1:
+        m.note(dst, src, KVREQ_BYTES, message)
+    else:
+        message()
     m.q.run()
     return got[0]
 
