@@ -98,8 +98,8 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
                    double *timer, int64_t *noted, int64_t *infeasible, int64_t *counts);
 
 /* A new flow's static facts into slot s (mfs_scalar._admit_one's array
- * writes in one call; written by nothing else: the step only reads them).
- * Returns 0 or LXF_MFS_BAD_INDEX. */
+ * writes in one call; the step reads them, and of them writes only
+ * last_rem, at the end of each decision).  Returns 0 or LXF_MFS_BAD_INDEX. */
 int lxf_mfs_admit(struct lxf_mfs *m, int64_t s, int64_t bneck_link, double bneck_rate, double bneck_weight,
                   double size, int explicit_, int stage, double target, double due, int64_t batch, int64_t request);
 

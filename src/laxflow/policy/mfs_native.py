@@ -26,7 +26,7 @@ import numpy as np
 
 from laxflow.policy.base import Decision, Snapshot
 from laxflow.policy.flow import STAGE_CODES, Stage
-from laxflow.policy.mfs_scalar import admit, bottleneck
+from laxflow.policy.mfs_scalar import admit, static_facts
 
 if TYPE_CHECKING:
     from laxflow.policy.mfs import MfsPolicy
@@ -44,6 +44,8 @@ if NATIVE and (_lib.LXF_MFS_STAGE_COLLECTIVE, _lib.LXF_MFS_STAGE_P2D) != (
 
 _NAN = float("nan")
 _F64 = np.dtype(np.float64)
+# Positions in lxf_mfs_decide's argument list that _step reads back.
+_ARG_LINK_LOAD, _ARG_N_FINISHED = 10, 15
 _current = attrgetter("current_layer")
 _compute_done = attrgetter("compute_done")
 # The Rmlq slot arrays the C struct points into, with their C types.
@@ -181,11 +183,7 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
 
 def _admit(p: MfsPolicy, struct, f, s: int, capacity: np.ndarray) -> None:
     """``mfs_scalar._admit_one`` for the native path: the facts written by C in one call."""
-    link, rate, weight = bottleneck(p, f, capacity)
-    explicit = f.has_explicit_deadline
-    stage = STAGE_CODES[f.stage]
-    target = _NAN if f.layer is None else float(f.layer)
-    due = _NAN if (d := f.due) is None else float(d)
+    explicit, stage, link, rate, weight, target, due = static_facts(p, f, capacity)
     b, r = p._enter(f)
     if _lib.lxf_mfs_admit(struct, s, link, rate, weight, f.size, explicit, stage, target, due, b, r):
         raise RuntimeError("mfs: a new flow's RMLQ slot is out of range for the C step (policy state out of step)")
@@ -219,12 +217,10 @@ def _core(p: MfsPolicy, capacity: np.ndarray, n: int, now: float, snapshot: Call
     if p._order_stale:
         p._reorder(snapshot)
     core = p._native
-    if core is None:
-        core = p._native = NativeCore(p)
-    bound = core.bound
+    bound = (None,) * 6 if core is None else core.bound
     if (bound[0] is not p.rmlq.urgency or bound[1] is not p._rank or bound[2] is not p._pruned
             or bound[3] is not p._explicit_load or bound[4] is not p._finished_bytes or bound[5] is not capacity):
-        core.bind(p, capacity)
+        core = _bound(p, capacity)
     if n > core._room:
         core.buffers(n)
     core.dt = -1.0 if interval is None else interval[1] - interval[0]
@@ -240,13 +236,13 @@ def _step(p: MfsPolicy, core: NativeCore, flows: list, args: list, snapshot: Cal
         load = snapshot().link_load
         if load.dtype != _F64 or not load.flags.c_contiguous:
             load = np.ascontiguousarray(load, np.float64)
-        args[10] = _ffi.from_buffer("double[]", load)
+        args[_ARG_LINK_LOAD] = _ffi.from_buffer("double[]", load)
         rc = _lib.lxf_mfs_decide(*args)
     if rc == _lib.LXF_MFS_BAD_INDEX:
         raise RuntimeError("mfs: a flow's RMLQ slot or link is out of range for the C step (policy state out of step)")
     if rc:
         raise MemoryError("no memory for the mfs decision")
-    if args[15] and core.dt >= 0:
+    if args[_ARG_N_FINISHED] and core.dt >= 0:
         p._finished_links.clear()
     counts = core.counts
     if counts[0]:

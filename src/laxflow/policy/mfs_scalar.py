@@ -168,18 +168,24 @@ def admit(p: MfsPolicy, flows: list[Flow], capacity: np.ndarray) -> tuple[list[i
     return idx, new
 
 
+def static_facts(p: MfsPolicy, f: Flow, capacity: np.ndarray) -> tuple[bool, int, int, float, float, float, float]:
+    """A new flow's static facts but its batch and request: (explicit, stage,
+    bottleneck link, rate and weight there, target layer, due time; NaN: none).
+    Shared by the scalar and native paths' admission."""
+    link, rate, weight = bottleneck(p, f, capacity)
+    target = _NAN if f.layer is None else float(f.layer)
+    due = _NAN if (d := f.due) is None else float(d)
+    return f.has_explicit_deadline, STAGE_CODES[f.stage], link, rate, weight, target, due
+
+
 def _admit_one(p: MfsPolicy, f: Flow, s: int, capacity: np.ndarray) -> None:
     """Static facts of a new flow (``MfsPolicy._admit`` for one flow), in the arrays and ``rmlq.facts``."""
     t = p.rmlq
-    link, rate, weight = bottleneck(p, f, capacity)
+    explicit, stage, link, rate, weight, target, due = static_facts(p, f, capacity)
     t.bneck_link[s] = link
     t.bneck_rate[s] = rate
     t.bneck_weight[s] = weight
     t.last_rem[s] = f.size
-    explicit = f.has_explicit_deadline
-    stage = STAGE_CODES[f.stage]
-    target = _NAN if f.layer is None else float(f.layer)
-    due = _NAN if (d := f.due) is None else float(d)
     t.explicit[s] = explicit
     t.stage[s] = stage
     t.target[s] = target
