@@ -14,11 +14,18 @@ import uuid
 
 from laxflow.protocol.shm import EventKind, Gate, Segment
 
+# Staleness while the test means the daemon to live: its beat is a thread of
+# the test process, which a garbage collection or a loaded machine can stop
+# for a second or more.  hang() and close() set DEAD_NS, after which shims
+# and gates see the daemon gone.
+LIVE_NS = 120_000_000_000
+DEAD_NS = 200_000_000
+
 
 class SegmentDaemon:
     def __init__(self, decide=None, beat_s: float = 0.005, name: str | None = None) -> None:
         self.name = name or f"/lxf-adapters-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.seg = Segment.create(self.name, stale_ns=200_000_000)
+        self.seg = Segment.create(self.name, stale_ns=LIVE_NS)
         self.decide = decide or (lambda ev: (Gate.OPEN, 0, 0))
         self.events: list[dict] = []
         self.beating = True
@@ -48,6 +55,11 @@ class SegmentDaemon:
                         self.seg.set_permit(ev["msg_id"], *verdict)
             time.sleep(0.0005)
 
+    def hang(self) -> None:
+        """The daemon stops beating: seen dead DEAD_NS after its last beat."""
+        self.seg.stale_ns = DEAD_NS
+        self.beating = False
+
     def open(self, msg_id: int, level: int = 0, dscp: int = 0) -> None:
         self.seg.set_permit(msg_id, Gate.OPEN, level, dscp)
 
@@ -65,6 +77,9 @@ class SegmentDaemon:
         raise AssertionError(f"daemon: condition not met within {timeout}s; events {self.events}")
 
     def close(self) -> None:
+        """The daemon exits and removes its segment; processes still mapping
+        it see it dead DEAD_NS after its last beat."""
+        self.seg.stale_ns = DEAD_NS
         self._stop.set()
         for t in self._threads:
             t.join()

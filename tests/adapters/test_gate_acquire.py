@@ -67,7 +67,7 @@ def test_acquire_fails_open_when_the_daemon_stops_beating_while_it_waits(daemon)
     gate = PermitGate(GateConfig(shm_name=daemon.name, poll_s=0.01))
     try:
         assert gate.bypass_reason is None  # attached to a live daemon
-        daemon.beating = False  # the daemon hangs: the held message must not hang the collective
+        daemon.hang()  # the daemon hangs: the held message must not hang the collective
         ticket = gate.acquire(5, Stage.COLLECTIVE, 1, 10)
         assert ticket.permit is None and ticket.msg_id != 0
         assert gate.stats["failopen"] == 1

@@ -155,7 +155,7 @@ def test_stale_heartbeat_releases_waiting_transfer(pair):
         daemon.wait_for(lambda evs: any(e["kind"] == EventKind.SUBMIT for e in evs))
         time.sleep(0.05)
         assert not fut.done()
-        daemon.beating = False  # the daemon hangs: its heartbeat goes stale after 200 ms
+        daemon.hang()  # the daemon hangs: its heartbeat goes stale after 200 ms
         assert fut.result(timeout=10) == 0
         assert np.array_equal(local[:4096], remote[:4096])
         assert eng.gate.stats["failopen"] == 1

@@ -34,8 +34,8 @@ def native_bin(tmp_path_factory) -> NativeBin:
 
 @pytest.fixture
 def daemon():
-    # A generous staleness: a 2-core machine running tests must not look
-    # like a dead daemon.  The default (100 ms) is exercised by the kill test.
-    d = Daemon(stale_ns=2_000_000_000)
+    # Live until a test says otherwise (Daemon.hang); the default staleness
+    # (100 ms) is exercised by the kill test.
+    d = Daemon()
     yield d
     d.close()

@@ -39,10 +39,18 @@ class NativeBin:
     verbs_client: Path  # c/verbs_client.c, linked with -libverbs
 
 
+# A live test daemon's staleness window.  Its beat comes from a Python thread
+# of the test process, which a garbage collection or a loaded machine can
+# stop for a second or more (0.6 s measured mid-suite on 2 cores); a daemon a
+# test means to keep alive must not look dead across such a pause.  A test
+# that means it to die says so with hang(), which sets a short window.
+LIVE_NS = 120_000_000_000
+
+
 class Daemon:
     """The node daemon's side of the segment, with a heartbeat thread."""
 
-    def __init__(self, stale_ns: int, name: str | None = None) -> None:
+    def __init__(self, stale_ns: int = LIVE_NS, name: str | None = None) -> None:
         self.name = name or f"/lxf-test-{os.getpid()}-{next(_names)}"
         Segment.unlink_name(self.name)
         self.seg = Segment.create(self.name, stale_ns=stale_ns)
@@ -58,6 +66,11 @@ class Daemon:
     def stop_heartbeat(self) -> None:
         self._stop.set()
         self._thread.join()
+
+    def hang(self, stale_ns: int) -> None:
+        """The daemon stops beating; shims see it dead stale_ns after its last beat."""
+        self.seg.stale_ns = stale_ns
+        self.stop_heartbeat()
 
     def close(self) -> None:
         self.stop_heartbeat()

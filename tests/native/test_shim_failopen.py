@@ -35,7 +35,7 @@ def test_daemon_restart_reattaches_and_releases_old_work(native_bin, shim_lib, t
     B's permits, submitted to and completed in B."""
     args = ["direct", "2", "20", "2"]
     ref = reference(native_bin, tmp_path, args)
-    a = Daemon(stale_ns=300_000_000)
+    a = Daemon()
     b = None
     try:
         log = tmp_path / "shim.log"
@@ -46,9 +46,9 @@ def test_daemon_restart_reattaches_and_releases_old_work(native_bin, shim_lib, t
         client.send()
         client.expect("POSTED 0")
         assert post_count(log) == 0
-        a.stop_heartbeat()
+        a.hang(300_000_000)
         Segment.unlink_name(a.name)
-        b = Daemon(stale_ns=2_000_000_000, name=a.name)
+        b = Daemon(name=a.name)
         wait_for(lambda: pid in b.seg.proc_pids(), what="the shim to attach to the new segment")
         assert b.seg.counters()["reattaches"] == 1
         phase0 = a.seg.counters()["wr_deferred"]
@@ -134,7 +134,7 @@ def test_c_api_attaches_to_a_daemon_started_later(shim_lib):
     d = None
     try:
         assert ask(proc, "api") == "0 -1"
-        d = Daemon(stale_ns=2_000_000_000, name=name)
+        d = Daemon(name=name)
         deadline = time.monotonic() + 10
         while (answer := ask(proc, "api")) != "1 0" and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -156,7 +156,7 @@ def test_socket_calls_attach_to_a_daemon_started_later(shim_lib):
     d = None
     try:
         assert ask(proc, "tcp") == "connected"
-        d = Daemon(stale_ns=2_000_000_000, name=name)
+        d = Daemon(name=name)
         deadline = time.monotonic() + 10
         while proc.pid not in d.seg.proc_pids() and time.monotonic() < deadline:
             assert ask(proc, "tcp") == "connected"
@@ -173,15 +173,15 @@ def test_tcp_only_process_follows_a_daemon_restart(shim_lib):
     """No verbs, hence no progress thread: the socket calls themselves notice
     the stale segment and move to the new daemon's."""
     name = f"/lxf-test-late-tcp-re-{os.getpid()}"
-    a = Daemon(stale_ns=200_000_000, name=name)
+    a = Daemon(name=name)
     proc = late_process(shim_lib, name)
     b = None
     try:
         assert ask(proc, "tcp") == "connected"
         assert proc.pid in a.seg.proc_pids()
-        a.stop_heartbeat()
+        a.hang(200_000_000)
         Segment.unlink_name(name)
-        b = Daemon(stale_ns=2_000_000_000, name=name)
+        b = Daemon(name=name)
         deadline = time.monotonic() + 10
         while proc.pid not in b.seg.proc_pids() and time.monotonic() < deadline:
             assert ask(proc, "tcp") == "connected"

@@ -63,7 +63,7 @@ def build(request, tmp_path_factory) -> SanitizedBuild:
 
 @pytest.fixture
 def daemon():
-    d = Daemon(stale_ns=5_000_000_000)  # sanitized programs are slow: never look like a dead daemon
+    d = Daemon()  # sanitized programs are slow: never look like a dead daemon
     yield d
     d.close()
 
@@ -84,7 +84,7 @@ def test_event_ring_producers_and_consumer(build, tmp_path):
     """4 C producer threads and the C consumer of one process through the
     event ring (shm.c, as the shim and the daemon run it)."""
     name = f"/lxf-san-ring-{tmp_path.name}"
-    seg = Daemon(stale_ns=5_000_000_000, name=name)
+    seg = Daemon(name=name)
     try:
         env = {"LAXFLOW_SHM_NAME": name, "LD_LIBRARY_PATH": str(build.native.fakelib_dir), **OPTIONS}
         proc = subprocess.run([str(build.bench), "ring", "4", "200000"], env=env, capture_output=True, text=True,

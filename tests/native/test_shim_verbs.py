@@ -179,7 +179,7 @@ def test_version_mismatch_and_stale_heartbeat_pass_through(native_bin, shim_lib,
     for case in ("stale", "version"):
         log = tmp_path / f"{case}.log"
         if case == "stale":
-            daemon.stop_heartbeat()
+            daemon.hang(100_000_000)
             daemon.seg.raw.header.heartbeat_ns = 1
         else:
             daemon.seg.raw.header.version = 99
