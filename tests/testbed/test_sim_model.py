@@ -294,3 +294,27 @@ def test_a_writes_acknowledgement_comes_back_before_it_counts() -> None:
     assert alone >= sm.alone_s(CFG, 3, probe=False)
     assert _acked("off", 200) > alone + 100 * T
     assert _acked("static", 200) < alone + 50 * T
+
+
+def _a2a_done(backlog_segments: int) -> list[float]:
+    """When each rank's layer-0 all_to_all ends (from its start), with rank 0's host queue holding a bulk
+    message in class 0 ("off") when the exchange starts."""
+    m = sm._Model(CFG, "off", ModelParams(), slo=1.0)
+    _flat(m)
+    if backlog_segments:
+        m.dec_conn[0].send(backlog_segments * sm.MSS, 0, lambda: None)  # rank 0's egress, class 0
+    ranks = [sm._Rank(m, r) for r in (0, 1)]
+    for r in ranks:
+        r.req, r.layer, r.read_in, r.computing = 0, 0, [False] * CFG.layers, True  # (no compute follows)
+        m.q.push(2 * T, Priority.ARRIVAL, r._computed, 0)
+    m.q.run()
+    return [m.timeline[("a2a", r, 0)][0] + m.arrivals[0] - 2 * T for r in (0, 1)]
+
+
+def test_a_rank_ends_its_all_to_all_once_its_sendall_returned_and_the_peers_bytes_are_in() -> None:
+    # as the worker does (a sender thread's sendall, then the peer's bytes drained): rank 0's own bytes
+    # still queued behind its backlog do not hold rank 0, only rank 1, which waits for them
+    alone = _a2a_done(0)
+    late = _a2a_done(200)
+    assert late[1] > alone[1] + 150 * T
+    assert late[0] < alone[0] + 5 * T

@@ -24,7 +24,8 @@ models, piece by piece, as the testbed physically does it:
   request's reads asked at once (served in order on the rank's kvstore
   connection), layer j computes once its read is in for the measured real
   sleep (``compute_s``), then the all_to_all (both directions; a rank's CCT
-  ends when its bytes are out and the peer's are in), then the layer's KV
+  ends when its own ``sendall`` has returned and the peer's bytes are in, its
+  own bytes perhaps still queued on the way), then the layer's KV
   write on the rank's decode connection. TTFT = the request's last write
   acknowledged at the rank (the later rank) - arrival.
 - **The small application messages** cross the fabric like any packet:
@@ -472,7 +473,7 @@ class _Rank:
         if d is not None and j == m.cfg.layers - 1:
             d.later(2, d.core.compute_done, self.batch)
         key = (self.req, j)
-        s = m.a2a.setdefault(key, {"start": {}, "in": set(), "closed": set(), "ranks": {}})
+        s = m.a2a.setdefault(key, {"start": {}, "in": set(), "sent": set(), "closed": set(), "ranks": {}})
         s["start"][self.rank], s["ranks"][self.rank] = m.q.now, self
         if d is None:
             self._a2a_send(key, m.static_dscp(2) if m.mode != "off" else 0, None)
@@ -482,16 +483,30 @@ class _Rank:
                                   lambda dscp, b=box: self._a2a_send(key, dscp, b["msg"]))
 
     def _a2a_send(self, key: tuple[int, int], dscp: int, msg: int | None) -> None:
-        def sent() -> None:
-            s = self.m.a2a[key]
-            s["in"].add(self.rank)  # this rank's bytes are at the peer
+        """This rank's half of the exchange. As the worker: a sender thread's ``sendall`` while the rank
+        drains the peer's bytes; the rank's all_to_all ends once both are done (its own bytes may still
+        be queued on the way to the peer)."""
+        m, completion = self.m, self._completion(2, msg)
+
+        def close() -> None:
+            s = m.a2a[key]
             for r, rank in list(s["ranks"].items()):
-                if {0, 1} <= s["in"] and r not in s["closed"]:
+                if r in s["sent"] and 1 - r in s["in"] and r not in s["closed"]:
                     s["closed"].add(r)
-                    self.m.cct.append((key[0], self.m.q.now - s["start"][r]))
+                    m.cct.append((key[0], m.q.now - s["start"][r]))
                     rank._layer_done(key[1])
 
-        self.m.a2a_conn[self.rank].send(self.m.cfg.a2a_bytes, dscp, sent, self._completion(2, msg))
+        def delivered() -> None:  # this rank's bytes are in at the peer
+            m.a2a[key]["in"].add(self.rank)
+            close()
+
+        def sent() -> None:  # this rank's sendall returned
+            m.a2a[key]["sent"].add(self.rank)
+            if completion is not None:
+                completion()
+            close()
+
+        m.a2a_conn[self.rank].send(m.cfg.a2a_bytes, dscp, delivered, sent)
 
     def _completion(self, stage: int, msg: int | None) -> Callable[[], None] | None:
         """The worker's COMPLETION to its daemon once ``sendall`` returned (on), else nothing."""
