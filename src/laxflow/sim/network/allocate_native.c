@@ -35,6 +35,7 @@ struct work {
     char *freeze;           /* per flow, scratch */
     double below, above;    /* 1 - REL_EPS, 1 + REL_EPS */
     int64_t *stamp;         /* per local link: the round that last touched it (see water_fill) */
+    int32_t *touched;       /* the local links a round touches, in first-touch order (scratch) */
     int64_t *round;         /* the last round number handed out (kept across calls) */
     const double *limit;    /* per local link: the residual below which it is saturated */
 };
@@ -84,13 +85,15 @@ static int water_fill(struct work *w, int64_t k, const int64_t *flows, const dou
          * so a link's first entry this round sets it), with the link's other
          * per-round scratch reset there too; and the residual clamped at 0
          * (np.maximum(residual, 0) before the rounds: a no-op once done). */
-        int64_t round = ++*w->round;
+        int64_t round = ++*w->round, nt = 0;
+        int32_t *touched = w->touched;
         for (int64_t i = 0; i < m; i++) {
             int64_t f = alive[i];
             for (int64_t e = start[f]; e < start[f] + count[f]; e++) {
                 int32_t l = loc[e];
                 if (stamp[l] != round) {
                     stamp[l] = round;
+                    touched[nt++] = l;
                     load[l] = weight[e];
                     blocked[l] = 0;
                     sum[l] = 0.0;
@@ -100,15 +103,20 @@ static int water_fill(struct work *w, int64_t k, const int64_t *flows, const dou
                 }
             }
         }
-        for (int64_t i = 0; i < m; i++) {  /* each link's share, and np.minimum.reduceat of them, then the cap */
+        /* Each link's share, once per link (flows share links); load then
+         * holds the share times 1 - REL_EPS, the bar a flow's best must
+         * reach on the link not to block it. */
+        double *bar = load;
+        for (int64_t j = 0; j < nt; j++) {
+            int32_t l = touched[j];
+            share[l] = residual[l] / load[l];  /* load > 0: weights are > 0 */
+            bar[l] = share[l] * w->below;
+        }
+        for (int64_t i = 0; i < m; i++) {  /* np.minimum.reduceat of the shares, then the cap */
             int64_t f = alive[i], a = start[f];
-            double b = residual[loc[a]] / load[loc[a]];  /* load > 0: weights are > 0 */
-            share[loc[a]] = b;
-            for (int64_t e = a + 1; e < a + count[f]; e++) {
-                double sh = residual[loc[e]] / load[loc[e]];
-                share[loc[e]] = sh;
-                b = np_min(b, sh);
-            }
+            double b = share[loc[a]];
+            for (int64_t e = a + 1; e < a + count[f]; e++)
+                b = np_min(b, share[loc[e]]);
             if (capped)
                 b = np_min(b, cap[f]);
             best[i] = b;
@@ -116,7 +124,7 @@ static int water_fill(struct work *w, int64_t k, const int64_t *flows, const dou
         for (int64_t i = 0; i < m; i++) {
             int64_t f = alive[i];
             for (int64_t e = start[f]; e < start[f] + count[f]; e++)
-                if (best[i] < share[loc[e]] * w->below)
+                if (best[i] < bar[loc[e]])
                     blocked[loc[e]] = 1;
         }
         int all = 1;
@@ -142,18 +150,14 @@ static int water_fill(struct work *w, int64_t k, const int64_t *flows, const dou
             for (int64_t e = start[f]; e < start[f] + count[f]; e++)
                 sum[loc[e]] += weight[e] * best[i];
         }
-        for (int64_t i = 0; i < m; i++) {
-            if (!freeze[i])
-                continue;
-            int64_t f = alive[i];
-            for (int64_t e = start[f]; e < start[f] + count[f]; e++) {
-                int32_t l = loc[e];
-                if (blocked[l] != 2) {  /* once per link (blocked is not read again this round) */
-                    double left = np_max(residual[l] - sum[l], 0.0);
-                    residual[l] = (first && all && left <= limit[l]) ? 0.0 : left;  /* snapped: see above */
-                    blocked[l] = 2;
-                }
-            }
+        /* The residuals, once per link.  Over every link the round touched:
+         * one no frozen flow crosses has sum 0 and a residual already >= 0
+         * (or NaN), which this leaves as it is, and is never snapped (that
+         * needs every flow frozen). */
+        for (int64_t j = 0; j < nt; j++) {
+            int32_t l = touched[j];
+            double left = np_max(residual[l] - sum[l], 0.0);
+            residual[l] = (first && all && left <= limit[l]) ? 0.0 : left;  /* snapped: see above */
         }
         if (all)
             return first;
@@ -209,7 +213,10 @@ int lxf_scratch_reserve(struct lxf_scratch *s, int64_t links, int64_t entries, i
         int64_t *idx = realloc(s->idx, sizeof(int64_t) * (size_t)(3 * f + 1));
         if (idx)
             s->idx = idx;
-        if (!loc || !used || !dbl || !chr || !idx)
+        int32_t *touched = realloc(s->touched, sizeof(int32_t) * (size_t)e);
+        if (touched)
+            s->touched = touched;
+        if (!loc || !used || !dbl || !chr || !idx || !touched)
             return -1;
         s->entries = e;
         s->flows = f;
@@ -236,6 +243,7 @@ int lxf_allocate(int64_t n, const int64_t *ptr, const int64_t *link, const doubl
     free(s.dbl);
     free(s.chr);
     free(s.idx);
+    free(s.touched);
     return rc;
 }
 
@@ -300,7 +308,7 @@ void lxf_allocate_mapped(struct lxf_scratch *s, int64_t n, const int64_t *ptr, c
         rates[i] = 0.0;
     }
     struct work w = {ptr, count, loc, weight, residual, load, share, sum, chr, alive, best, chr + m,
-                     rel_below, rel_above, s->stamp, &s->round, limit};
+                     rel_below, rel_above, s->stamp, s->touched, &s->round, limit};
     int64_t lowest = level[0], highest = level[0];
     for (int64_t i = 1; i < n; i++) {
         if (level[i] < lowest)

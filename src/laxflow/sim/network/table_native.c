@@ -117,7 +117,7 @@ void lxf_table_free(struct lxf_table *t)
                     t->stage, t->dead, t->ptr, t->link, t->weight, t->loc, t->refs, t->used, t->used_pos, t->acc,
                     t->capacity, t->load, t->util_link, t->util,
                     t->old, t->rates, t->scratch.map, t->scratch.loc, t->scratch.used, t->scratch.dbl,
-                    t->scratch.chr, t->scratch.idx, t->scratch.stamp};
+                    t->scratch.chr, t->scratch.idx, t->scratch.stamp, t->scratch.touched};
     for (size_t i = 0; i < sizeof cols / sizeof *cols; i++)
         free(cols[i]);
     free(t);

@@ -22,6 +22,7 @@ struct lxf_scratch {
     char *chr;                      /* entries + flows + 1 */
     int64_t *idx;                   /* 3 * flows + 1 */
     int64_t *stamp;                 /* stamps slots: per slot, the last water-filling round that used it */
+    int32_t *touched;               /* entries: the slots one water-filling round touches */
     int64_t stamps, round;          /* stamps' size; the last round number handed out */
 };
 
