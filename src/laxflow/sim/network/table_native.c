@@ -194,7 +194,7 @@ void lxf_table_advance(struct lxf_table *t, double dt)
     }
     if (t->load_idle || !t->track)
         return;
-    /* load <- util + (load - util) * decay on the entries' links, load * decay elsewhere. */
+    /* load <- util + (load - util) * decay on the links in use at the last allocation, load * decay elsewhere. */
     double decay = exp(-dt / t->load_window);
     int64_t m = t->nutil;
     double *load = t->load;
@@ -387,8 +387,8 @@ int lxf_table_allocate(struct lxf_table *t, int64_t from_level, double rel_below
     return lxf_table_util(t);
 }
 
-/* The entries' utilization at the current rates (Usage.link_load(rate)[link] / capacity[link]),
- * kept for the link-load average; nothing when the average is not kept. */
+/* The utilization of the links in use at the current rates (Usage.link_load(rate)[link] /
+ * capacity[link]), kept for the link-load average; nothing when the average is not kept. */
 int lxf_table_util(struct lxf_table *t)
 {
     if (!t->track)
@@ -406,11 +406,13 @@ int lxf_table_util(struct lxf_table *t)
     for (int64_t i = 0; i < n; i++)
         for (int64_t e = t->ptr[i]; e < t->ptr[i + 1]; e++)
             acc[t->link[e]] += t->weight[e] * t->rate[i];
-    for (int64_t e = 0; e < nnz; e++) {
-        t->util_link[e] = t->link[e];
-        t->util[e] = acc[t->link[e]] / t->capacity[t->link[e]];
+    /* Once per link in use (its entries would repeat the same value). */
+    for (int64_t j = 0; j < t->nused; j++) {
+        int64_t l = t->used[j];
+        t->util_link[j] = l;
+        t->util[j] = acc[l] / t->capacity[l];
     }
-    t->nutil = nnz;
+    t->nutil = t->nused;
     t->load_idle = 0;
     return 0;
 }

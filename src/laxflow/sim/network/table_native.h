@@ -48,7 +48,7 @@ struct lxf_table {
     double load_window;
     int track, load_idle;
     double *load;                   /* num_links: the link-load average */
-    int64_t nutil, util_room;       /* entries' links and utilization at the last allocation */
+    int64_t nutil, util_room;       /* links in use and their utilization at the last allocation */
     int64_t *util_link;
     double *util, *old;
     int64_t removed_min;            /* lowest level a completion touched since the last decision, -1 none */
