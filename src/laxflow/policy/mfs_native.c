@@ -232,6 +232,63 @@ static void measure(struct lxf_mfs *m, int64_t n, const int64_t *slot, const dou
         done[finished[j]] = 0.0;
 }
 
+/* A key packed into one word where its fields fit (q, u < 256, e in {0, 1},
+ * 0 <= r < 2^46): the words order as the keys do. */
+struct pkey {
+    uint64_t k;
+    int64_t pos;
+};
+
+#define PK_R_BITS 46
+
+static void pkey_insertion(struct pkey *a, int64_t n)
+{
+    for (int64_t j = 1; j < n; j++) {
+        struct pkey x = a[j];
+        int64_t i = j - 1;
+        while (i >= 0 && a[i].k > x.k) {
+            a[i + 1] = a[i];
+            i--;
+        }
+        a[i + 1] = x;
+    }
+}
+
+/* Quicksort by k (Hoare partition: runs of equal keys split evenly), the
+ * smaller side first so the stack stays O(log n); not stable (equal keys
+ * get equal levels whatever their order). */
+static void pkey_sort(struct pkey *a, int64_t n)
+{
+    while (n > 24) {
+        uint64_t x = a[0].k, y = a[n / 2].k, z = a[n - 1].k; /* median of three */
+        uint64_t pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
+        int64_t i = -1, j = n;
+        for (;;) {
+            do
+                i++;
+            while (a[i].k < pivot);
+            do
+                j--;
+            while (a[j].k > pivot);
+            if (i >= j)
+                break;
+            struct pkey t = a[i];
+            a[i] = a[j];
+            a[j] = t;
+        }
+        int64_t left = j + 1; /* a[0..j] <= pivot <= a[j+1..n) */
+        if (left < n - left) {
+            pkey_sort(a, left);
+            a += left;
+            n -= left;
+        } else {
+            pkey_sort(a + left, n - left);
+            n = left;
+        }
+    }
+    pkey_insertion(a, n);
+}
+
 static int key_cmp(const void *pa, const void *pb)
 {
     const struct key *a = pa, *b = pb;
@@ -353,6 +410,33 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
         }
         queue[i] = key->q;
         dscp[i] = m->dscp_codes[key->q];
+    }
+    int packable = k < 256;
+    for (int64_t i = 0; i < n && packable; i++)
+        packable = keys[i].q >= 0 && keys[i].q < 256 && keys[i].u >= 0 && keys[i].u < 256 && keys[i].r >= 0 &&
+                   keys[i].r < ((int64_t)1 << PK_R_BITS);
+    if (packable) { /* one word per key: into the keys' own buffer (16 of each key's 40 bytes) */
+        struct pkey *pk = (struct pkey *)keys;
+        for (int64_t i = 0; i < n; i++) {
+            const struct key *key = &keys[i]; /* (read before pk[i], which it overlaps, is written) */
+            uint64_t w = ((uint64_t)key->q << (PK_R_BITS + 9)) | ((uint64_t)key->e << (PK_R_BITS + 8)) |
+                         ((uint64_t)key->u << PK_R_BITS) | (uint64_t)key->r;
+            int64_t pos = key->pos;
+            pk[i].k = w;
+            pk[i].pos = pos;
+        }
+        pkey_sort(pk, n);
+        int64_t dense = -1;
+        for (int64_t j = 0; j < n; j++) {
+            if (j == 0 || pk[j].k != pk[j - 1].k)
+                dense++;
+            level[pk[j].pos] = dense;
+        }
+        for (int64_t i = 0; i < n; i++)
+            m->last_rem[slot[i]] = remaining[i];
+        counts[0] = nn;
+        counts[1] = ni;
+        return 0;
     }
     if (n <= 64) { /* (a serving run's decisions see a few dozen flows: insertion sort) */
         for (int64_t j = 1; j < n; j++) {
