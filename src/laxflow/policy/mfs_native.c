@@ -303,6 +303,59 @@ static int key_cmp(const void *pa, const void *pb)
     return 0;
 }
 
+/* level[pos] = the dense rank of each flow's key (equal keys, equal levels). */
+static void dense_levels(struct key *keys, int64_t n, int64_t *level)
+{
+    if (n <= 64) { /* (a serving run's decisions see a few dozen flows: insertion sort) */
+        for (int64_t j = 1; j < n; j++) {
+            struct key x = keys[j];
+            int64_t i = j - 1;
+            while (i >= 0 && key_cmp(&keys[i], &x) > 0) {
+                keys[i + 1] = keys[i];
+                i--;
+            }
+            keys[i + 1] = x;
+        }
+    } else
+        qsort(keys, (size_t)n, sizeof(struct key), key_cmp);
+    int64_t dense = -1;
+    for (int64_t j = 0; j < n; j++) {
+        if (j == 0 || key_cmp(&keys[j], &keys[j - 1]))
+            dense++;
+        level[keys[j].pos] = dense;
+    }
+}
+
+/* dense_levels with each key packed into one word, when every key's fields
+ * fit (k levels < 256: always in practice); 0, nothing done, otherwise.
+ * The words go into the keys' own buffer (16 of each key's 40 bytes). */
+static int dense_levels_packed(struct key *keys, int64_t n, int64_t k, int64_t *level)
+{
+    if (k >= 256)
+        return 0;
+    for (int64_t i = 0; i < n; i++)
+        if (keys[i].q < 0 || keys[i].q >= 256 || keys[i].u < 0 || keys[i].u >= 256 || keys[i].r < 0 ||
+            keys[i].r >= ((int64_t)1 << PK_R_BITS))
+            return 0;
+    struct pkey *pk = (struct pkey *)keys;
+    for (int64_t i = 0; i < n; i++) {
+        const struct key *key = &keys[i]; /* (read before pk[i], which it overlaps, is written) */
+        uint64_t w = ((uint64_t)key->q << (PK_R_BITS + 9)) | ((uint64_t)key->e << (PK_R_BITS + 8)) |
+                     ((uint64_t)key->u << PK_R_BITS) | (uint64_t)key->r;
+        int64_t pos = key->pos;
+        pk[i].k = w;
+        pk[i].pos = pos;
+    }
+    pkey_sort(pk, n);
+    int64_t dense = -1;
+    for (int64_t j = 0; j < n; j++) {
+        if (j == 0 || pk[j].k != pk[j - 1].k)
+            dense++;
+        level[pk[j].pos] = dense;
+    }
+    return 1;
+}
+
 /* The j-th new flow's position: new_pos[j], or without new_pos the last n_new positions. */
 #define NEW_AT(j) (new_pos ? new_pos[j] : n - n_new + (j))
 
@@ -411,51 +464,8 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
         queue[i] = key->q;
         dscp[i] = m->dscp_codes[key->q];
     }
-    int packable = k < 256;
-    for (int64_t i = 0; i < n && packable; i++)
-        packable = keys[i].q >= 0 && keys[i].q < 256 && keys[i].u >= 0 && keys[i].u < 256 && keys[i].r >= 0 &&
-                   keys[i].r < ((int64_t)1 << PK_R_BITS);
-    if (packable) { /* one word per key: into the keys' own buffer (16 of each key's 40 bytes) */
-        struct pkey *pk = (struct pkey *)keys;
-        for (int64_t i = 0; i < n; i++) {
-            const struct key *key = &keys[i]; /* (read before pk[i], which it overlaps, is written) */
-            uint64_t w = ((uint64_t)key->q << (PK_R_BITS + 9)) | ((uint64_t)key->e << (PK_R_BITS + 8)) |
-                         ((uint64_t)key->u << PK_R_BITS) | (uint64_t)key->r;
-            int64_t pos = key->pos;
-            pk[i].k = w;
-            pk[i].pos = pos;
-        }
-        pkey_sort(pk, n);
-        int64_t dense = -1;
-        for (int64_t j = 0; j < n; j++) {
-            if (j == 0 || pk[j].k != pk[j - 1].k)
-                dense++;
-            level[pk[j].pos] = dense;
-        }
-        for (int64_t i = 0; i < n; i++)
-            m->last_rem[slot[i]] = remaining[i];
-        counts[0] = nn;
-        counts[1] = ni;
-        return 0;
-    }
-    if (n <= 64) { /* (a serving run's decisions see a few dozen flows: insertion sort) */
-        for (int64_t j = 1; j < n; j++) {
-            struct key x = keys[j];
-            int64_t i = j - 1;
-            while (i >= 0 && key_cmp(&keys[i], &x) > 0) {
-                keys[i + 1] = keys[i];
-                i--;
-            }
-            keys[i + 1] = x;
-        }
-    } else
-        qsort(keys, (size_t)n, sizeof(struct key), key_cmp);
-    int64_t dense = -1;
-    for (int64_t j = 0; j < n; j++) {
-        if (j == 0 || key_cmp(&keys[j], &keys[j - 1]))
-            dense++;
-        level[keys[j].pos] = dense;
-    }
+    if (!dense_levels_packed(keys, n, k, level))
+        dense_levels(keys, n, level);
     for (int64_t i = 0; i < n; i++)
         m->last_rem[slot[i]] = remaining[i];
     counts[0] = nn;
