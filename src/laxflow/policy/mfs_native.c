@@ -327,12 +327,11 @@ static void dense_levels(struct key *keys, int64_t n, int64_t *level)
 }
 
 /* dense_levels with each key packed into one word, when every key's fields
- * fit (k levels < 256: always in practice); 0, nothing done, otherwise.
- * The words go into the keys' own buffer (16 of each key's 40 bytes). */
-static int dense_levels_packed(struct key *keys, int64_t n, int64_t k, int64_t *level)
+ * fit (fewer than 256 levels: always in practice); 0, nothing done,
+ * otherwise.  The words go into the keys' own buffer (16 of each key's 40
+ * bytes). */
+static int dense_levels_packed(struct key *keys, int64_t n, int64_t *level)
 {
-    if (k >= 256)
-        return 0;
     for (int64_t i = 0; i < n; i++)
         if (keys[i].q < 0 || keys[i].q >= 256 || keys[i].u < 0 || keys[i].u >= 256 || keys[i].r < 0 ||
             keys[i].r >= ((int64_t)1 << PK_R_BITS))
@@ -464,7 +463,7 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
         queue[i] = key->q;
         dscp[i] = m->dscp_codes[key->q];
     }
-    if (!dense_levels_packed(keys, n, k, level))
+    if (!dense_levels_packed(keys, n, level))
         dense_levels(keys, n, level);
     for (int64_t i = 0; i < n; i++)
         m->last_rem[slot[i]] = remaining[i];

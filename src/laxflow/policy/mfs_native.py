@@ -164,10 +164,7 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
         allocate = t.allocate
         for i in range(kept, n):  # slots in snapshot order first, then the facts (as the other paths)
             tag[i] = allocate(flows[i])
-        core = p._native
-        if core is None or core.bound[0] is not t.urgency or core.bound[5] is not capacity:
-            core = _bound(p, capacity)  # (the facts go into the slot arrays as they are now)
-        struct = core.struct
+        struct = _bound(p, capacity).struct  # (the facts go into the slot arrays as they are now)
         for i in range(kept, n):
             _admit(p, struct, flows[i], tag[i], capacity)
         if not progressed:
@@ -199,11 +196,15 @@ def _progress(flows: list) -> tuple[list, bytes]:
 
 
 def _bound(p: MfsPolicy, capacity: np.ndarray) -> NativeCore:
-    """The policy's C state, made on first use, bound to its current arrays."""
+    """The policy's C state, made on first use, bound to its current arrays
+    (bound again only when one of them was replaced)."""
     core = p._native
     if core is None:
         core = p._native = NativeCore(p)
-    core.bind(p, capacity)
+    bound = core.bound
+    if (bound[0] is not p.rmlq.urgency or bound[1] is not p._rank or bound[2] is not p._pruned
+            or bound[3] is not p._explicit_load or bound[4] is not p._finished_bytes or bound[5] is not capacity):
+        core.bind(p, capacity)
     return core
 
 
@@ -216,11 +217,7 @@ def _core(p: MfsPolicy, capacity: np.ndarray, n: int, now: float, snapshot: Call
     interval = p._measure_interval_at(now, len(capacity))
     if p._order_stale:
         p._reorder(snapshot)
-    core = p._native
-    bound = (None,) * 6 if core is None else core.bound
-    if (bound[0] is not p.rmlq.urgency or bound[1] is not p._rank or bound[2] is not p._pruned
-            or bound[3] is not p._explicit_load or bound[4] is not p._finished_bytes or bound[5] is not capacity):
-        core = _bound(p, capacity)
+    core = _bound(p, capacity)
     if n > core._room:
         core.buffers(n)
     core.dt = -1.0 if interval is None else interval[1] - interval[0]
