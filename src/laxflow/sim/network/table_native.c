@@ -393,26 +393,26 @@ int lxf_table_util(struct lxf_table *t)
 {
     if (!t->track)
         return 0;
-    int64_t n = t->n, nnz = t->ptr[n];
+    int64_t n = t->n, m = t->nused;
     int64_t r1 = t->util_room, r2 = t->util_room, r3 = t->util_room;
-    if (grow((void **)&t->util_link, &r1, nnz, sizeof(int64_t)) || grow((void **)&t->util, &r2, nnz, sizeof(double))
-        || grow((void **)&t->old, &r3, nnz, sizeof(double)))
+    if (grow((void **)&t->util_link, &r1, m, sizeof(int64_t)) || grow((void **)&t->util, &r2, m, sizeof(double))
+        || grow((void **)&t->old, &r3, m, sizeof(double)))
         return -1;
     t->util_room = r1 < r2 ? (r1 < r3 ? r1 : r3) : (r2 < r3 ? r2 : r3);
     /* Per link the sum of weight * rate in entry order from 0.0 (np.bincount). */
     double *acc = t->acc;
-    for (int64_t j = 0; j < t->nused; j++)
+    for (int64_t j = 0; j < m; j++)
         acc[t->used[j]] = 0.0;
     for (int64_t i = 0; i < n; i++)
         for (int64_t e = t->ptr[i]; e < t->ptr[i + 1]; e++)
             acc[t->link[e]] += t->weight[e] * t->rate[i];
     /* Once per link in use (its entries would repeat the same value). */
-    for (int64_t j = 0; j < t->nused; j++) {
+    for (int64_t j = 0; j < m; j++) {
         int64_t l = t->used[j];
         t->util_link[j] = l;
         t->util[j] = acc[l] / t->capacity[l];
     }
-    t->nutil = t->nused;
+    t->nutil = m;
     t->load_idle = 0;
     return 0;
 }
