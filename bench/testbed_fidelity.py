@@ -1,6 +1,7 @@
 """Fidelity: the contention scenario predicted by the simulator model vs measured on the testbed.
 
-    python bench/testbed_fidelity.py [--requests N] [--repeat R] [--modes off,static,on] [--json] [--sim-only]
+    python bench/testbed_fidelity.py [--requests N] [--repeat R] [--modes off,static,on]
+                                     [--interarrival-ms MS] [--json] [--sim-only]
 
 As root, per repeat, on one fabric (``laxflow testbed`` namespaces, torn
 down after): the measured low-load TTFT (the SLO base, as ``testbed run``),
@@ -14,6 +15,17 @@ the on run's submit -> permit waits; each parameter's source is in the
 JSON. Predicted and measured CCT and TTFT side by side, the relative error
 (measured / predicted - 1) and whether it is within 20 %. Nothing is fitted:
 a parameter is never chosen to make an error small.
+
+How well a TTFT can be predicted depends on the load. Per mode the JSON
+also gives each side's ``ttft_slope_ms_per_request`` (least squares over
+the measured requests: how much each request waits longer than the one
+before; > 0 where requests arrive faster than a rank finishes them, so a
+queue builds) and ``ttft_band_wire_5pct``: the model's TTFT with every
+transfer 5 % faster and 5 % slower (the line rate x 1.05 and x 0.95, the
+rest as measured). Near saturation a few percent of wire time moves TTFT
+by tens of percent: a measured TTFT inside the band is within a 5 % error
+of the wire model. ``--interarrival-ms`` runs the scenario at another load
+(default: the scenario's 200 ms, the contention point).
 
 Stage 2 defaults to the workers' TCP exchange (``--collective tcp``), which
 is what the model models (not Gloo's ring of messages). Without root, or
@@ -35,6 +47,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from laxflow.errors import UserError
+from laxflow.testbed.fabric import parse_rate
 from laxflow.testbed.scenario import MODES, ScenarioConfig
 from laxflow.testbed.decision_trace import summarize as summarize_decisions
 from laxflow.testbed.sim_model import ModelParams, low_load_ttft, predict
@@ -126,6 +139,18 @@ def mode_params(base: ModelParams, mode: str, measured: dict[str, Any]) -> Model
     return p
 
 
+def ttft_slope_ms(ttfts: list[float]) -> float | None:
+    """Least-squares slope of TTFT over request order, ms per request (None: fewer than 2)."""
+    if len(ttfts) < 2:
+        return None
+    return 1000 * statistics.linear_regression(range(len(ttfts)), ttfts).slope
+
+
+def wire_scaled(cfg: ScenarioConfig, factor: float) -> ScenarioConfig:
+    """``cfg`` with its line rate times ``factor`` (the model's wire that much faster or slower)."""
+    return replace(cfg, rate=f"{parse_rate(cfg.rate) * factor / 1000:.3f}kbit")
+
+
 def _spread(xs: list[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(xs), "min": min(xs), "max": max(xs)}
 
@@ -166,6 +191,9 @@ def one_run(cfg: ScenarioConfig, reps: int | None = None, keep_decisions: bool =
             out["decisions"] = {k: summarize_decisions(v) for k, v in both.items()}
             if keep_decisions:
                 out["decisions"]["records"] = both
+        band = [predict(wire_scaled(cfg, f), mode, p, slo=slo)["ttft_mean"] for f in (1.05, 0.95)]  # [faster, slower]
+        pred["ttft_band_wire_5pct"] = band
+        pred["ttft_slope_ms_per_request"] = ttft_slope_ms(pred["ttft_per_request"])
         pred["ttft_per_request"] = [round(t, 4) for t in pred["ttft_per_request"]]
         out["params"][mode] = params_json(p)
         # the testbed's jitter: each compute sleep from the run's, each message's overhead from the probes'
@@ -177,6 +205,8 @@ def one_run(cfg: ScenarioConfig, reps: int | None = None, keep_decisions: bool =
                 "cwnd_segments", "timeline_ms",
                 "permit_dscp_prefill", "dscp_seen", "ttft_per_request")
         out["measured"][mode] = {k: measured[mode][k] for k in keep if k in measured[mode]}
+        out["measured"][mode]["ttft_slope_ms_per_request"] = ttft_slope_ms(measured[mode].get("ttft_per_request", []))
+        out["measured"][mode]["ttft_in_wire_band"] = min(band) <= measured[mode]["ttft_mean"] <= max(band)
         out["rel_error"][mode] = {k: measured[mode][k] / pred[k] - 1 for k in METRICS}
     out["within_20pct"] = {m: {k: abs(e) <= 0.2 for k, e in errs.items()} for m, errs in out["rel_error"].items()}
     return out
@@ -191,7 +221,11 @@ def summarize(runs: list[dict[str, Any]], modes: tuple[str, ...]) -> dict[str, A
                        "rel_error_seeded": _spread([r["measured"][mode][k] / r["predicted"][mode]["seeded"][k]["mean"] - 1
                                                     for r in runs]),
                        "within_20pct_runs": sum(r["within_20pct"][mode][k] for r in runs)}
-                   for k in METRICS} for mode in modes}
+                   for k in METRICS}
+            | {"ttft_slope_ms_per_request": {side: _spread([r[side][mode]["ttft_slope_ms_per_request"] for r in runs])
+                                             for side in ("predicted", "measured")},
+               "ttft_in_wire_band_runs": sum(r["measured"][mode]["ttft_in_wire_band"] for r in runs)}
+            for mode in modes}
 
 
 def main() -> None:
@@ -201,12 +235,15 @@ def main() -> None:
     ap.add_argument("--name", default=f"fid{os.getpid() % 100000}")
     ap.add_argument("--collective", default="tcp", help="stage 2: tcp (default, what the model models), gloo, auto")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--interarrival-ms", type=float, default=None,
+                    help="time between requests (default: the scenario's 200 ms, the contention point)")
     ap.add_argument("--sim-only", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--decisions", action="store_true", help="keep every KV write's decision record (both sides)")
     args = ap.parse_args()
+    extra = {} if args.interarrival_ms is None else {"interarrival_ms": args.interarrival_ms}
     cfg = ScenarioConfig(name=args.name, requests=args.requests, collective=args.collective,
-                         modes=tuple(args.modes.split(",")))
+                         modes=tuple(args.modes.split(",")), **extra)
     out: dict[str, Any] = {"config": asdict(cfg), "machine": f"{os.cpu_count()} CPUs"}
     if args.sim_only or os.geteuid() != 0:
         out["why_not_measured"] = "--sim-only" if args.sim_only else "the testbed needs root"
@@ -233,8 +270,8 @@ def main() -> None:
     print(f"{'mode':>6} {'metric':>9} {'predicted':>10} {'measured':>10} {'error':>7}  (mean of {args.repeat}; "
           f"error min..max)")
     for m, row in out["summary"].items():
-        for k, s in row.items():
-            e = s["rel_error"]
+        for k in METRICS:
+            s, e = row[k], row[k]["rel_error"]
             print(f"{m:>6} {k:>9} {s['predicted']['mean'] * 1000:8.1f}ms {s['measured']['mean'] * 1000:8.1f}ms "
                   f"{e['mean'] * 100:+6.0f}%  ({e['min'] * 100:+.0f}..{e['max'] * 100:+.0f} %)")
 

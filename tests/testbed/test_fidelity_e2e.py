@@ -48,6 +48,14 @@ def test_fidelity_run_measures_calibrates_and_predicts() -> None:
             t = run[side][mode]["timeline_ms"]
             for j in range(cfg.layers):
                 assert t["read"][j] <= t["compute"][j] <= t["a2a"][j] <= t["acked"][j], (side, mode, t)
+    bench = _bench()
+    for mode in ("off", "on"):  # the load figures: each side's TTFT growth, the model's TTFT on a 5 % faster/slower wire
+        pred, meas = run["predicted"][mode], run["measured"][mode]
+        assert pred["ttft_slope_ms_per_request"] == pytest.approx(bench.ttft_slope_ms(pred["ttft_per_request"]), abs=0.05)
+        assert meas["ttft_slope_ms_per_request"] == pytest.approx(bench.ttft_slope_ms(meas["ttft_per_request"]))
+        band = pred["ttft_band_wire_5pct"]
+        assert len(band) == 2 and all(b > 0 for b in band)
+        assert meas["ttft_in_wire_band"] == (min(band) <= meas["ttft_mean"] <= max(band))
     on = run["params"]["on"]["permit_ms"]
     measured_wait = run["measured"]["on"]["permit_wait_ms_prefill"]
     assert on["1"] == pytest.approx(measured_wait["1"], abs=1e-3) and on["2"] == pytest.approx(measured_wait["2"], abs=1e-3)
@@ -56,3 +64,16 @@ def test_fidelity_run_measures_calibrates_and_predicts() -> None:
     assert run["decisions"]["predicted"]["writes"] == run["decisions"]["measured"]["writes"] == writes
     measured_s3 = {k[3:]: v for k, v in run["measured"]["on"]["permit_dscp_prefill"].items() if k.startswith("s3:")}
     assert run["decisions"]["measured"]["dscp"] == measured_s3  # the testbed daemons' records match their permits
+
+
+def test_load_figures_slope_and_wire_band_helpers() -> None:
+    bench = _bench()
+    assert bench.ttft_slope_ms([0.10, 0.12, 0.14, 0.16]) == pytest.approx(20.0)  # 20 ms more per request
+    assert bench.ttft_slope_ms([0.3, 0.3, 0.3]) == pytest.approx(0.0)
+    assert bench.ttft_slope_ms([0.3]) is None
+    cfg = ScenarioConfig(rate="100mbit")
+    from laxflow.testbed.fabric import parse_rate
+
+    assert parse_rate(bench.wire_scaled(cfg, 0.95).rate) == 95_000_000
+    assert parse_rate(bench.wire_scaled(cfg, 1.05).rate) == 105_000_000
+    assert bench.wire_scaled(cfg, 1.05).kv_bytes == cfg.kv_bytes  # only the wire changes
