@@ -193,8 +193,8 @@ def one_run(cfg: ScenarioConfig, reps: int | None = None, keep_decisions: bool =
                 out["decisions"]["records"] = both
         band = [predict(wire_scaled(cfg, f), mode, p, slo=slo)["ttft_mean"] for f in (1.05, 0.95)]  # [faster, slower]
         pred["ttft_band_wire_5pct"] = band
-        pred["ttft_slope_ms_per_request"] = ttft_slope_ms(pred["ttft_per_request"])
         pred["ttft_per_request"] = [round(t, 4) for t in pred["ttft_per_request"]]
+        pred["ttft_slope_ms_per_request"] = ttft_slope_ms(pred["ttft_per_request"])  # (of the values the JSON holds)
         out["params"][mode] = params_json(p)
         # the testbed's jitter: each compute sleep from the run's, each message's overhead from the probes'
         seeded = [predict(cfg, mode, p, slo=slo, seed=k) for k in range(seeds)]
