@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from laxflow.policy.base import Decision, Snapshot
-from laxflow.policy.flow import STAGE_CODES, Stage
-from laxflow.policy.mfs_scalar import admit, static_facts
+from laxflow.policy.flow import STAGE_CODES, Flow, Stage
+from laxflow.policy.mfs_scalar import admit, bottleneck, static_facts
 
 if TYPE_CHECKING:
     from laxflow.policy.mfs import MfsPolicy
@@ -171,16 +171,27 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
             new_current, new_done = _progress(flows[kept:])
     current, done = _progress(flows) if progressed else (null, null)
     core = _core(p, capacity, n, now, snapshot)
-    args = [
-        core.struct, n, tag, null, n - kept, current, done, new_current, new_done, remaining, link_load, 1, now,
-        core.dt, *core.finished(p), level, queue, dscp, core.timer, core.noted, core.bad, core.counts,
-    ]  # fmt: skip
-    return _step(p, core, flows, args, snapshot)
+    finished = p._finished_links
+    # (link_load is the engine's, never NULL: the step does not ask for a snapshot's; one call, no argument list)
+    rc = _lib.lxf_mfs_decide(core.struct, n, tag, null, n - kept, current, done, new_current, new_done, remaining,
+                             link_load, 1, now, core.dt, list(finished) if finished else null, len(finished),
+                             level, queue, dscp, core.timer, core.noted, core.bad, core.counts)
+    return _notes(p, core, flows, rc, len(finished))
 
 
 def _admit(p: MfsPolicy, struct, f, s: int, capacity: np.ndarray) -> None:
     """``mfs_scalar._admit_one`` for the native path: the facts written by C in one call."""
-    explicit, stage, link, rate, weight, target, due = static_facts(p, f, capacity)
+    if type(f) is Flow:  # static_facts inline (a flow per call, hundreds of thousands per run)
+        links, weights = f.links, f.weights
+        hit = None if links.flags.writeable or weights.flags.writeable else p._bneck_cache.get((id(links), id(weights)))
+        link, rate, weight = hit[3] if hit is not None and hit[2] is capacity else bottleneck(p, f, capacity)
+        d, kind, layer = f.deadline, f.stage, f.layer
+        explicit = kind is Stage.P2D and d is not None
+        stage = STAGE_CODES[kind]
+        target = _NAN if layer is None else float(layer)
+        due = _NAN if d is None else float(d - f.downstream)
+    else:  # (a subclass may define its own due or deadline test)
+        explicit, stage, link, rate, weight, target, due = static_facts(p, f, capacity)
     b, r = p._enter(f)
     if _lib.lxf_mfs_admit(struct, s, link, rate, weight, f.size, explicit, stage, target, due, b, r):
         raise RuntimeError("mfs: a new flow's RMLQ slot is out of range for the C step (policy state out of step)")
@@ -235,11 +246,19 @@ def _step(p: MfsPolicy, core: NativeCore, flows: list, args: list, snapshot: Cal
             load = np.ascontiguousarray(load, np.float64)
         args[_ARG_LINK_LOAD] = _ffi.from_buffer("double[]", load)
         rc = _lib.lxf_mfs_decide(*args)
+    return _notes(p, core, flows, rc, args[_ARG_N_FINISHED])
+
+
+def _notes(p: MfsPolicy, core: NativeCore, flows: list, rc: int, n_finished: int) -> float | None:
+    """After the C step returned ``rc`` (``n_finished``: the finished links it was
+    handed): its errors raised, its notes put on the flows; the timer, None: none."""
     if rc == _lib.LXF_MFS_BAD_INDEX:
         raise RuntimeError("mfs: a flow's RMLQ slot or link is out of range for the C step (policy state out of step)")
+    if rc == _lib.LXF_MFS_NEED_LOAD:
+        raise RuntimeError("mfs: the C step needs a link load and was given none")
     if rc:
         raise MemoryError("no memory for the mfs decision")
-    if args[_ARG_N_FINISHED] and core.dt >= 0:
+    if n_finished and core.dt >= 0:
         p._finished_links.clear()
     counts = core.counts
     if counts[0]:
