@@ -124,6 +124,12 @@ class MfsPolicy(FlowPolicy):
         self._red_cache: dict[tuple[float, ...], float] = {}  # a batch's live deadlines -> RED (_red_sorted)
         # RED per live batch (_red_sorted); dropped whenever the batch's live requests change.
         self._batch_red: dict[int, float] = {}
+        # The batches the last full reorder ranked (live then, or gone but
+        # remembered: a batch leaves and comes back at each of its layers),
+        # each with the RED it was ranked by; and the batches that became live
+        # or whose live requests changed since. See _ranks_hold.
+        self._ranked_red: dict[int, float] = {}
+        self._touched: set[int] = set()
         self._view = LiveView()  # the incremental path's kept state
         self._window_seen = math.nan  # the last snapshot load_window accepted
         self._few_out: dict[tuple, tuple] = {}  # the few-flow path's output arrays by arbitration keys
@@ -260,6 +266,7 @@ class MfsPolicy(FlowPolicy):
             if not requests[r]:
                 del requests[r]
                 self._batch_red.pop(b, None)  # its live deadlines changed
+                self._touched.add(b)
                 if live:
                     self._red_moved = True
             if not live:
@@ -338,6 +345,7 @@ class MfsPolicy(FlowPolicy):
         if live is None:  # the batch is live (again): its rank is Algorithm 1's to give
             live = self._live_flows[b] = {}
             self._live_requests[b] = {}
+            self._touched.add(b)
             self._order_stale = True
         live[f] = r
         requests = self._live_requests[b]
@@ -345,6 +353,7 @@ class MfsPolicy(FlowPolicy):
         if count is None:
             requests[r] = 1
             self._batch_red.pop(b, None)  # its live deadlines changed
+            self._touched.add(b)
             self._red_moved = True
         else:
             requests[r] = count + 1
@@ -483,8 +492,15 @@ class MfsPolicy(FlowPolicy):
         """RED ranks for the live batches, and (standalone) Algorithm 1's pruning
         (on ``snap``: a snapshot, or a function giving one, called only then).
 
-        Writes ranks of live batches only; returns whether any of them changed."""
+        Returns whether any live batch's rank changed. Ranks only order: the
+        live batches are ranked with the batches that left since and may come
+        back (as they were), so one that comes back with the RED it left with
+        still has its place, and nothing is written (see :meth:`_ranks_hold`).
+        """
         self._order_stale = self._red_moved = False
+        if not self._external and self.config.drop_budget <= 0 and self._ranks_hold():
+            return False
+        self._touched.clear()
         live = list(self._live_flows)
         rank = self._rank
         if self._external:
@@ -496,16 +512,53 @@ class MfsPolicy(FlowPolicy):
             order, _ = red_order(unknown)
             ranked.extend((self._batch_index[name], base + k) for k, name in enumerate(order))
         else:
-            ranked = zip(self._red_sorted(live), range(len(live)))
+            ranked = self._rank_with_returning(live)
         moved = False
-        item = rank.item  # (a Python int: cheaper than rank[b] and its NumPy comparison)
+        item, live_now = rank.item, self._live_flows  # (a Python int: cheaper than rank[b] and its NumPy comparison)
         for b, k in ranked:
             if item(b) != k:
                 rank[b] = k
-                moved = True
+                moved = moved or b in live_now
         if not self._external and self.config.drop_budget > 0:
             self._prune(snap if isinstance(snap, Snapshot) else snap(), live)
         return moved
+
+    def _ranks_hold(self) -> bool:
+        """Whether the ranks the last full reorder wrote still order the live
+        batches as a full reorder would: true when every batch that became live
+        or whose live requests changed since is gone again or was ranked then
+        with the RED it has now (its place among the others is where it was;
+        batches that left only leave gaps)."""
+        ranked, live = self._ranked_red, self._live_flows
+        for b in self._touched:
+            if b in live and ranked.get(b) != self._red_of(b):
+                return False
+        self._touched.clear()
+        return True
+
+    def _rank_with_returning(self, live: list[int]) -> list[tuple[int, int]]:
+        """(batch, rank) in :meth:`_red_sorted`'s order for the live batches and
+        the batches the last full reorder ranked that have left since (by the
+        RED they had), so those keep a place to come back to; the live ones'
+        order is :meth:`_red_sorted`'s. Left batches are forgotten when there
+        are more than twice as many as live ones (plus 16), and all of them
+        when a RED is NaN (no order to keep)."""
+        names, ranked = self._batch_names, self._ranked_red
+        keyed = [(self._red_of(b), names[b], b) for b in live]
+        live_set = self._live_flows
+        gone = [(red, names[b], b) for b, red in ranked.items() if b not in live_set]
+        if len(gone) > 2 * len(live) + 16 or any(red != red for red, _, _ in keyed) or \
+                any(red != red for red, _, _ in gone):
+            gone = []
+        keyed.extend(gone)
+        keyed.sort()  # the names are distinct: b is never compared
+        self._ranked_red = {b: red for red, _, b in keyed}
+        return [(b, k) for k, (_, _, b) in enumerate(keyed)]
+
+    def _red_of(self, b: int) -> float:
+        """RED of live batch ``b`` by its live deadlines, memoized (see :meth:`_red_sorted`)."""
+        red = self._batch_red.get(b)
+        return self._red_from_deadlines(b) if red is None else red
 
     def _deadlines(self, b: int) -> list[float]:
         return [d for r in self._live_requests[b] if not math.isnan(d := self._request_deadline[r])]
@@ -515,22 +568,23 @@ class MfsPolicy(FlowPolicy):
         name), with each batch's RED looked up by its deadlines: a batch's live
         requests change far less often than batches come and go (a reorder
         at every batch departure), so most REDs were computed before."""
-        cache, memo, names = self._red_cache, self._batch_red, self._batch_names
-        keyed = []
-        for b in live:
-            red = memo.get(b)
-            if red is None:
-                deadlines = tuple(self._deadlines(b))
-                red = cache.get(deadlines)
-                if red is None:
-                    red = robust_effective_deadline(deadlines).red if deadlines else math.inf
-                    if len(cache) >= 4096:  # bounded: deadlines are absolute, old ones never come back
-                        cache.clear()
-                    cache[deadlines] = red
-                memo[b] = red
-            keyed.append((red, names[b], b))
+        names = self._batch_names
+        keyed = [(self._red_of(b), names[b], b) for b in live]
         keyed.sort()  # the names are distinct: b is never compared
         return [b for _, _, b in keyed]
+
+    def _red_from_deadlines(self, b: int) -> float:
+        """Live batch ``b``'s RED from its deadlines (cached by them), memoized for ``b``."""
+        cache = self._red_cache
+        deadlines = tuple(self._deadlines(b))
+        red = cache.get(deadlines)
+        if red is None:
+            red = robust_effective_deadline(deadlines).red if deadlines else math.inf
+            if len(cache) >= 4096:  # bounded: deadlines are absolute, old ones never come back
+                cache.clear()
+            cache[deadlines] = red
+        self._batch_red[b] = red
+        return red
 
     def _prune(self, snap: Snapshot, live: list[int]) -> None:
         """Algorithm 1 on the live flows' remaining bytes (no coordinator).
