@@ -403,12 +403,17 @@ class FluidNetwork:
         # (level, queue and DSCP are arrays, or the C buffers a policy wrote into.)
         flows = self._flows
         if out[0]:
+            most = 2 * out[0] > n  # (a new level shifts the dense ranks above it: often all flows move)
             if type(level) is np.ndarray:
                 level_l = level.tolist()
             else:  # a C buffer: as a list when many moved (one conversion, not one per index)
-                level_l = _ffi.unpack(level, n) if out[0] > 8 else level
-            for i in _ffi.unpack(changed_buf, out[0]):
-                flows[i].level = level_l[i]
+                level_l = _ffi.unpack(level, n) if most or out[0] > 8 else level
+            if most:  # every flow's, without the positions (the others get the level they have)
+                for flow, value in zip(flows, level_l):
+                    flow.level = value
+            else:
+                for i in _ffi.unpack(changed_buf, out[0]):
+                    flows[i].level = level_l[i]
         if out[2]:
             cap_l = [_INF] * n if cap is None else cap.tolist()
             for i in _ffi.unpack(changed_buf + n, out[2]):
