@@ -176,7 +176,7 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
     rc = _lib.lxf_mfs_decide(core.struct, n, tag, null, n - kept, current, done, new_current, new_done, remaining,
                              link_load, 1, now, core.dt, list(finished) if finished else null, len(finished),
                              level, queue, dscp, core.timer, core.noted, core.bad, core.counts)
-    return _notes(p, core, flows, rc, len(finished))
+    return _after_step(p, core, flows, rc, len(finished))
 
 
 def _admit(p: MfsPolicy, struct, f, s: int, capacity: np.ndarray) -> None:
@@ -246,10 +246,10 @@ def _step(p: MfsPolicy, core: NativeCore, flows: list, args: list, snapshot: Cal
             load = np.ascontiguousarray(load, np.float64)
         args[_ARG_LINK_LOAD] = _ffi.from_buffer("double[]", load)
         rc = _lib.lxf_mfs_decide(*args)
-    return _notes(p, core, flows, rc, args[_ARG_N_FINISHED])
+    return _after_step(p, core, flows, rc, args[_ARG_N_FINISHED])
 
 
-def _notes(p: MfsPolicy, core: NativeCore, flows: list, rc: int, n_finished: int) -> float | None:
+def _after_step(p: MfsPolicy, core: NativeCore, flows: list, rc: int, n_finished: int) -> float | None:
     """After the C step returned ``rc`` (``n_finished``: the finished links it was
     handed): its errors raised, its notes put on the flows; the timer, None: none."""
     if rc == _lib.LXF_MFS_BAD_INDEX:
