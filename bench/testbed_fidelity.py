@@ -49,7 +49,7 @@ from typing import Any
 from laxflow.errors import UserError
 from laxflow.testbed.fabric import parse_rate
 from laxflow.testbed.scenario import MODES, ScenarioConfig
-from laxflow.testbed.decision_trace import summarize as summarize_decisions
+from laxflow.testbed.decision_trace import summarize as summarize_decisions, summarize_holds
 from laxflow.testbed.sim_model import ModelParams, low_load_ttft, predict
 
 METRICS = ("cct_mean", "ttft_mean")
@@ -189,6 +189,8 @@ def one_run(cfg: ScenarioConfig, reps: int | None = None, keep_decisions: bool =
         if mode == "on":
             both = {"predicted": pred.pop("decisions"), "measured": measured["on"].pop("decisions", [])}
             out["decisions"] = {k: summarize_decisions(v) for k, v in both.items()}
+            out["decisions"]["a2a_holds"] = {"predicted": summarize_holds(pred.pop("a2a_holds", None) or []),
+                                             "measured": summarize_holds(measured["on"].pop("a2a_holds", None) or [])}
             if keep_decisions:
                 out["decisions"]["records"] = both
         band = [predict(wire_scaled(cfg, f), mode, p, slo=slo)["ttft_mean"] for f in (1.05, 0.95)]  # [faster, slower]

@@ -62,6 +62,9 @@ def test_fidelity_run_measures_calibrates_and_predicts() -> None:
     assert run["predicted"]["on"]["permit_dscp_prefill"]  # the model's daemons gave permits
     writes = 2 * (cfg.requests + cfg.warmup) * cfg.layers  # every KV write's decision, on both sides
     assert run["decisions"]["predicted"]["writes"] == run["decisions"]["measured"]["writes"] == writes
+    holds = run["decisions"]["a2a_holds"]  # every all_to_all at the gate, on both sides, with its wait
+    assert holds["predicted"]["collectives"] == holds["measured"]["collectives"] == writes
+    assert all(0 <= h["waited_1ms"] <= writes and h["wait_ms"]["p50"] >= 0 for h in holds.values())
     measured_s3 = {k[3:]: v for k, v in run["measured"]["on"]["permit_dscp_prefill"].items() if k.startswith("s3:")}
     assert run["decisions"]["measured"]["dscp"] == measured_s3  # the testbed daemons' records match their permits
 

@@ -11,7 +11,7 @@ import pytest
 from laxflow.sim.events import EventQueue, Priority
 from laxflow.testbed import sim_model as sm
 from laxflow.testbed import sim_wire as sw
-from laxflow.testbed.decision_trace import summarize
+from laxflow.testbed.decision_trace import summarize, summarize_holds
 from laxflow.testbed.fabric import parse_rate
 from laxflow.testbed.scenario import ScenarioConfig
 from laxflow.testbed.sim_model import GOODPUT, ModelParams, low_load_ttft, predict, predict_modes
@@ -318,3 +318,35 @@ def test_a_rank_ends_its_all_to_all_once_its_sendall_returned_and_the_peers_byte
     late = _a2a_done(200)
     assert late[1] > alone[1] + 150 * T
     assert late[0] < alone[0] + 5 * T
+
+
+def test_the_decision_trace_records_what_held_each_collective_at_the_gate() -> None:
+    out = predict(CFG, "on", slo=0.75, trace=True)
+    holds = out["a2a_holds"]
+    total = CFG.requests + CFG.warmup
+    assert len(holds) == 2 * total * CFG.layers == len({(h["node"], h["msg"]) for h in holds})  # each once
+    for h in holds:
+        assert h["submitted"] <= h["t"] <= h["granted"]  # taken in, decided, then permitted
+        for a in h["ahead"]:  # only unfinished messages, ranked above it: never another collective of the port
+            assert a["bytes"] > 0 and a["stage"] in (1, 3)
+    s = summarize_holds(holds)
+    assert s["collectives"] == len(holds) and 0 <= s["waited_1ms"] <= len(holds)
+    assert s["wait_ms"]["p50"] <= s["wait_ms"]["p90"] <= s["wait_ms"]["max"]
+    waited = [h for h in holds if h["granted"] - h["submitted"] >= 0.001]
+    assert s["waited_1ms_nothing_ahead"] == sum(not h["ahead"] for h in waited)
+    assert "a2a_holds" not in predict(CFG, "on", slo=0.75)
+
+
+def test_summarize_holds_counts_what_was_ahead_of_the_collectives_that_waited() -> None:
+    write = {"stage": 3, "queue": 0, "bytes": 250e3, "granted": True}
+    read = {"stage": 1, "queue": 1, "bytes": 200e3, "granted": False}
+    holds = [{"submitted": 0.0, "t": 0.0001, "granted": 0.0002, "ahead": []},
+             {"submitted": 1.0, "t": 1.0001, "granted": 1.030, "ahead": [write, read]},
+             {"submitted": 2.0, "t": 2.0001, "granted": 2.002, "ahead": []},
+             {"submitted": 3.0, "t": 3.0001, "granted": None, "ahead": [write]}]
+    s = summarize_holds(holds)
+    assert s["collectives"] == 4 and s["waited_1ms"] == 2
+    assert s["waited_1ms_granted_write_ahead"] == 1 and s["waited_1ms_granted_read_ahead"] == 0  # the read waited
+    assert s["waited_1ms_nothing_ahead"] == 1
+    assert s["wait_ms"]["max"] == pytest.approx(30.0) and s["wait_ms"]["p50"] == pytest.approx(2.0)
+    assert summarize_holds([]) == {"collectives": 0}

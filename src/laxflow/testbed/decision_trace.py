@@ -8,8 +8,12 @@ inputs MFS's MLU used: the port's measured link load (the core's
 :class:`~laxflow.daemon.ports.LinkMeter`), the policy's explicit-deadline
 load, rho, the bytes left, the time left to the deadline, the MLU and the
 level and DSCP the decision gave. A message's last record is the decision
-its permit carries (a granted message keeps its level). Nothing in the
-daemon changes: the wrapper delegates every other call to the policy.
+its permit carries (a granted message keeps its level). For every
+collective (stage 2) it also records, at the first decision that saw it,
+what ranks above it on its port and is unfinished, and later when its
+permit was written (:meth:`DecisionTrace.holds`): what held the all_to_all
+at the host gate, and for how long. Nothing in the daemon changes: the
+wrapper delegates every other call to the policy.
 
 On the testbed, ``ScenarioConfig.trace_decisions`` makes the scenario start
 each host's daemon as ``python -m laxflow.testbed.decision_trace OUT.json
@@ -41,6 +45,9 @@ class DecisionTrace:
     def __init__(self, core: Any) -> None:
         self.core, self.inner = core, core.policy
         self.records: list[tuple] = []
+        # per collective, at the first decision that saw it: (t, port, [(stage, queue, unfinished bytes, granted)
+        # per message ranked above it], its Message: granted is set on it when the permit is written)
+        self.held: dict[int, tuple] = {}
         core.policy = self
 
     def __getattr__(self, name: str) -> Any:
@@ -48,6 +55,7 @@ class DecisionTrace:
 
     def decide(self, snap: Snapshot) -> Decision:
         d = self.inner.decide(snap)
+        self._record_holds(snap, d)
         explicit = getattr(self.inner, "_explicit_load", None)
         for i, f in enumerate(snap.flows):
             if f.stage is not Stage.P2D:
@@ -67,6 +75,27 @@ class DecisionTrace:
             self.records.append((snap.now, m.msg_id, f.request, f.layer, port, load, ex, rho, rem, left, mlu,
                                  int(d.queue[i]), int(d.dscp[i]), float(meter._bytes[port]), float(meter._t[port])))
         return d
+
+    def _record_holds(self, snap: Snapshot, d: Decision) -> None:
+        """For each collective this decision is the first to see: the unfinished messages ranked above it."""
+        msgs = [self.core.messages.get(int(f.id)) for f in snap.flows]
+        rank = [int(r) for r in d.level]
+        for i, f in enumerate(snap.flows):
+            m = msgs[i]
+            if f.stage is not Stage.COLLECTIVE or m is None or m.granted is not None or m.msg_id in self.held:
+                continue
+            ahead = [(int(g.flow.stage.code), int(d.queue[j]), float(snap.remaining[j]), g.granted is not None)
+                     for j, g in enumerate(msgs)
+                     if g is not None and g.port == m.port and rank[j] < rank[i] and snap.remaining[j] > 0]
+            self.held[m.msg_id] = (snap.now, m.port, ahead, m)
+
+    def holds(self) -> list[dict[str, Any]]:
+        """Per collective, in time order: when the daemon took it in (``submitted``), its first decision
+        (``t``), when its permit was written (``granted``; None: never), and what was ranked above it
+        and unfinished at that decision (stage, queue, unfinished bytes, granted)."""
+        return [{"msg": msg, "port": port, "submitted": m.submitted, "t": t, "granted": m.granted,
+                 "ahead": [dict(zip(("stage", "queue", "bytes", "granted"), a)) for a in ahead]}
+                for msg, (t, port, ahead, m) in sorted(self.held.items(), key=lambda kv: kv[1][0])]
 
     def at_grant(self) -> list[dict[str, Any]]:
         """Each message's last record (the decision its permit carried), in time order."""
@@ -93,6 +122,26 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def summarize_holds(holds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The collectives at the daemon's gate: how many, their wait from intake to permit (ms: mean, p50,
+    p90, max; how many waited 1 ms or more), and of those how many had a granted stage-3 write (a KV write
+    in flight) or stage-1 read ranked above them at their first decision, and how many nothing."""
+    out: dict[str, Any] = {"collectives": len(holds)}
+    waits = [(1000 * (h["granted"] - h["submitted"]), h) for h in holds if h["granted"] is not None]
+    if not waits:
+        return out
+    ms = sorted(w for w, _ in waits)
+    out["wait_ms"] = {"mean": round(statistics.fmean(ms), 3), "p50": round(ms[len(ms) // 2], 3),
+                      "p90": round(ms[min(len(ms) - 1, int(0.9 * len(ms)))], 3), "max": round(ms[-1], 3)}
+    long = [h for w, h in waits if w >= 1.0]
+    out["waited_1ms"] = len(long)
+    for stage, name in ((3, "write"), (1, "read")):
+        out[f"waited_1ms_granted_{name}_ahead"] = sum(any(a["stage"] == stage and a["granted"] for a in h["ahead"])
+                                                      for h in long)
+    out["waited_1ms_nothing_ahead"] = sum(not h["ahead"] for h in long)
+    return out
+
+
 def main() -> None:
     """``python -m laxflow.testbed.decision_trace OUT --node ...``: the daemon, traced; OUT written when it stops."""
     ap = argparse.ArgumentParser(description=main.__doc__)
@@ -116,7 +165,8 @@ def main() -> None:
     finally:
         daemon.shutdown()
         with open(args.out, "w") as f:
-            json.dump({"node": args.node, "ports": [p.name for p in config.core.ports], "at_grant": trace.at_grant()}, f)
+            json.dump({"node": args.node, "ports": [p.name for p in config.core.ports], "at_grant": trace.at_grant(),
+                       "holds": trace.holds()}, f)
 
 
 if __name__ == "__main__":

@@ -180,6 +180,7 @@ class ControlPlane:
         self.procs: list[subprocess.Popen[str]] = []
         self.logs: list[Any] = []
         self.decisions: list[dict[str, Any]] | None = None  # trace_decisions: every daemon's KV writes at grant
+        self.holds: list[dict[str, Any]] | None = None  # and what held each waiting collective at the gate
 
     def shm(self, host: int) -> str:
         return f"/{self.cfg.name}-h{host}-{os.getpid()}"
@@ -250,11 +251,13 @@ class ControlPlane:
         for h in range(self.tb.config.hosts):
             Segment.unlink_name(self.shm(h))  # a daemon killed above leaves its segment and doorbell
         if self.cfg.trace_decisions:
-            self.decisions = []
+            self.decisions, self.holds = [], []
             for h in range(self.tb.config.hosts):
                 try:
                     with open(self._trace(h)) as f:
-                        self.decisions += [dict(r, node=f"h{h}") for r in json.load(f)["at_grant"]]
+                        trace = json.load(f)
+                    self.decisions += [dict(r, node=f"h{h}") for r in trace["at_grant"]]
+                    self.holds += [dict(r, node=f"h{h}") for r in trace.get("holds", [])]
                 except (OSError, ValueError, KeyError):
                     pass  # a daemon that was killed wrote none: the trace has the others
         if exc[0] is None:
@@ -275,6 +278,7 @@ def run_mode(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, slo: fl
             result = _run_job(tb, cfg, mode, capture, cp, slo)
         if cp.decisions is not None:
             result["decisions"] = cp.decisions
+            result["a2a_holds"] = cp.holds
         return result
     return _run_job(tb, cfg, mode, capture, None, slo)
 

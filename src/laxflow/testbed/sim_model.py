@@ -242,6 +242,8 @@ class _Model:
             if self.trace:
                 out["decisions"] = [dict(r, node=f"h{d.host}") for d in self.daemons if d.tracer
                                     for r in d.tracer.at_grant()]
+                out["a2a_holds"] = [dict(r, node=f"h{d.host}") for d in self.daemons if d.tracer
+                                    for r in d.tracer.holds()]
         assert len(cct) == 2 * L * (len(self.arrivals) - w)
         return out
 
