@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from laxflow.policy.base import Decision, Snapshot
-from laxflow.policy.flow import STAGE_CODES, Flow, Stage
-from laxflow.policy.mfs_scalar import admit, bottleneck, static_facts
+from laxflow.policy.flow import STAGE_CODES, Stage
+from laxflow.policy.mfs_scalar import admit, static_facts
 
 if TYPE_CHECKING:
     from laxflow.policy.mfs import MfsPolicy
@@ -181,17 +181,7 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
 
 def _admit(p: MfsPolicy, struct, f, s: int, capacity: np.ndarray) -> None:
     """``mfs_scalar._admit_one`` for the native path: the facts written by C in one call."""
-    if type(f) is Flow:  # static_facts inline (a flow per call, hundreds of thousands per run)
-        links, weights = f.links, f.weights
-        hit = None if links.flags.writeable or weights.flags.writeable else p._bneck_cache.get((id(links), id(weights)))
-        link, rate, weight = hit[3] if hit is not None and hit[2] is capacity else bottleneck(p, f, capacity)
-        d, kind, layer = f.deadline, f.stage, f.layer
-        explicit = kind is Stage.P2D and d is not None
-        stage = STAGE_CODES[kind]
-        target = _NAN if layer is None else float(layer)
-        due = _NAN if d is None else float(d - f.downstream)
-    else:  # (a subclass may define its own due or deadline test)
-        explicit, stage, link, rate, weight, target, due = static_facts(p, f, capacity)
+    explicit, stage, link, rate, weight, target, due = static_facts(p, f, capacity)
     b, r = p._enter(f)
     if _lib.lxf_mfs_admit(struct, s, link, rate, weight, f.size, explicit, stage, target, due, b, r):
         raise RuntimeError("mfs: a new flow's RMLQ slot is out of range for the C step (policy state out of step)")

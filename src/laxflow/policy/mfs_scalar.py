@@ -171,10 +171,17 @@ def admit(p: MfsPolicy, flows: list[Flow], capacity: np.ndarray) -> tuple[list[i
 def static_facts(p: MfsPolicy, f: Flow, capacity: np.ndarray) -> tuple[bool, int, int, float, float, float, float]:
     """A new flow's static facts but its batch and request: (explicit, stage,
     bottleneck link, rate and weight there, target layer, due time; NaN: none).
-    Shared by the scalar and native paths' admission."""
+    Shared by the scalar and native paths' admission (a flow per call,
+    hundreds of thousands per run: a plain Flow's fields are read directly,
+    as its ``due`` and ``has_explicit_deadline`` compute them)."""
     link, rate, weight = bottleneck(p, f, capacity)
-    target = _NAN if f.layer is None else float(f.layer)
-    due = _NAN if (d := f.due) is None else float(d)
+    layer = f.layer
+    target = _NAN if layer is None else float(layer)
+    if type(f) is Flow:
+        d, kind = f.deadline, f.stage
+        due = _NAN if d is None else float(d - f.downstream)
+        return kind is Stage.P2D and d is not None, STAGE_CODES[kind], link, rate, weight, target, due
+    due = _NAN if (d := f.due) is None else float(d)  # (a subclass may define its own)
     return f.has_explicit_deadline, STAGE_CODES[f.stage], link, rate, weight, target, due
 
 
