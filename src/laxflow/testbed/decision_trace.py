@@ -105,6 +105,11 @@ class DecisionTrace:
         return [dict(zip(FIELDS, r)) for r in sorted(last.values(), key=lambda r: r[0])]
 
 
+def _at(xs: list[float], p: float) -> float:
+    """The ``p`` quantile of sorted ``xs`` (non-empty): the element at index floor(p * n)."""
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Quantiles (10/50/90 %) of each input at grant, the DSCP counts and the share at each DSCP."""
     out: dict[str, Any] = {"writes": len(records)}
@@ -113,7 +118,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     for k in ("link_load", "explicit_load", "rho", "time_left", "mlu"):
         xs = sorted(r[k] for r in records if r[k] is not None and math.isfinite(r[k]))
         if xs:
-            out[k] = {q: round(xs[min(len(xs) - 1, int(p * len(xs)))], 4) for q, p in (("p10", .1), ("p50", .5), ("p90", .9))}
+            out[k] = {q: round(_at(xs, p), 4) for q, p in (("p10", .1), ("p50", .5), ("p90", .9))}
             out[k]["mean"] = round(statistics.fmean(xs), 4)
     dscp: dict[str, int] = {}
     for r in records:
@@ -131,8 +136,8 @@ def summarize_holds(holds: list[dict[str, Any]]) -> dict[str, Any]:
     if not waits:
         return out
     ms = sorted(w for w, _ in waits)
-    out["wait_ms"] = {"mean": round(statistics.fmean(ms), 3), "p50": round(ms[len(ms) // 2], 3),
-                      "p90": round(ms[min(len(ms) - 1, int(0.9 * len(ms)))], 3), "max": round(ms[-1], 3)}
+    out["wait_ms"] = {"mean": round(statistics.fmean(ms), 3), "p50": round(_at(ms, .5), 3),
+                      "p90": round(_at(ms, .9), 3), "max": round(ms[-1], 3)}
     long = [h for w, h in waits if w >= 1.0]
     out["waited_1ms"] = len(long)
     for stage, name in ((3, "write"), (1, "read")):
