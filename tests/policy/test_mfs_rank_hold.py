@@ -56,11 +56,14 @@ def test_live_ranks_follow_a_fresh_red_sort_through_departures_returns_and_ties(
         if rng.random() < 0.3:  # a reorder now, stale or not
             batches = list(p._live_flows)
             before = {b: int(p._rank[b]) for b in batches}
-            touched = set(p._touched)
+            # (before the reorder, which may rebuild _ranked_red): every batch that came or changed
+            # since the last full reorder is gone again or back with the RED it was ranked by
+            holds = all(b not in p._live_flows or p._ranked_red.get(b) == p._red_of(b) for b in p._touched)
             moved = p._reorder(lambda: None)
-            held += not touched or all(b not in p._live_flows or p._ranked_red.get(b) == p._red_of(b)
-                                       for b in touched)
             ranks = [int(p._rank[b]) for b in batches]
+            if holds:  # then the reorder writes nothing
+                held += 1
+                assert not moved and ranks == [before[b] for b in batches], step
             assert len(set(ranks)) == len(ranks), step  # distinct: strictly ordered
             if not any(math.isnan(p._red_of(b)) for b in batches):
                 assert sorted(batches, key=lambda b: int(p._rank[b])) == p._red_sorted(batches), step
