@@ -120,3 +120,22 @@ def test_spin_us_is_read_from_the_file_and_validated(tmp_path):
     f.write_text(json.dumps({"node": "n1", "ports": [{"name": "eth0", "gbps": 1}], "spin_us": -1}))
     with pytest.raises(UserError, match="spin_us: expected 0..1000000"):
         load_config({"config": str(f)})
+
+
+@pytest.mark.parametrize("value, expected", [(None, None), (0.5, 0.5), ("absent", 0.25)])
+def test_spare_share_is_read_from_the_file(tmp_path, value, expected):
+    f = tmp_path / "d.json"
+    raw = {"node": "n1", "ports": [{"name": "eth0", "gbps": 1}]}
+    if value != "absent":
+        raw["spare_share"] = value
+    f.write_text(json.dumps(raw))
+    assert load_config({"config": str(f)}).core.spare_share == expected
+
+
+@pytest.mark.parametrize("value, message", [("half", "spare_share: expected a number"),
+                                            (2, r"spare_share must be a share of the line rate in \(0, 1\]")])
+def test_bad_spare_share_is_one_clear_error(tmp_path, value, message):
+    f = tmp_path / "d.json"
+    f.write_text(json.dumps({"node": "n1", "ports": [{"name": "eth0", "gbps": 1}], "spare_share": value}))
+    with pytest.raises(UserError, match=message):
+        load_config({"config": str(f)})

@@ -330,3 +330,94 @@ def test_a_port_with_its_own_window_classifies_without_holding():
     assert sorted(granted(out)) == [2, 3, 4]  # eth0 holds the layer-3 read; eth0-rx grants both
     levels = {p.msg_id: p.level for p in out.permits}
     assert levels[4] < levels[3]  # each still in its own class
+
+
+# ------------------------------------------------------------------ spare capacity
+
+MS = 1e-3
+
+
+def counted_core(**kw) -> DaemonCore:
+    """One port with its own byte counter (the core only takes the samples it is given)."""
+    return DaemonCore(CoreConfig(ports=(PortSpec("eth0", GBPS100, counter="tx_bytes"),), window_bytes=0.0, **kw))
+
+
+def three_ranks(core: DaemonCore) -> None:
+    """A collective (granted at once), then reads one and three layers ahead (held behind it)."""
+    core.batch_formed("b1", ["r1"], 0.0)
+    core.layer_begin("b1", 0, 0.0)
+    core.submit(1, "r1", Stage.COLLECTIVE, 0, 1e9, 0.0)
+    core.submit(2, "r1", Stage.REUSE, 1, 1e6, 0.0)
+    core.submit(3, "r1", Stage.REUSE, 3, 1e6, 0.0)
+    assert granted(core.step(0.0)) == [1]
+
+
+def test_a_port_left_idle_by_a_granted_message_grants_the_next_rank_one_at_a_time():
+    # The collective's 1 GB are granted but its bytes wait elsewhere (its peer's port): the port's own
+    # counter shows it idle. Strict priority would hold both reads until the collective completes.
+    core = counted_core()
+    three_ranks(core)
+    sent = 0.0
+    core.port_counter("eth0", sent, 0.0)
+    sent += GBPS100 * MS  # a busy millisecond: the collective at line rate
+    core.port_counter("eth0", sent, 1 * MS)
+    assert granted(core.step(1 * MS)) == []
+    sent += 0.1 * GBPS100 * MS  # 10 % of the line rate: spare, but one interval is not enough
+    core.port_counter("eth0", sent, 2 * MS)
+    assert granted(core.step(2 * MS)) == []
+    core.port_counter("eth0", sent + 0.1 * GBPS100 * MS, 3 * MS)
+    out = core.step(3 * MS)
+    assert granted(out) == [2] and out.permits[0].spare  # the higher read only
+    assert out.permits[0].level == 2  # in its own class: the switch still orders it below the collective
+    sent += 0.2 * GBPS100 * MS
+    # The next rank waits for two more spare intervals measured after that grant.
+    core.port_counter("eth0", sent, 4 * MS)
+    assert granted(core.step(4 * MS)) == []
+    for t in (5, 6):
+        sent += 0.75 * GBPS100 * MS  # exactly the line rate less the 25 % share: still spare
+        core.port_counter("eth0", sent, t * MS)
+    out = core.step(6 * MS)
+    assert granted(out) == [3] and core.stats["spare_permits"] == 2
+
+
+def test_a_busy_interval_or_a_grant_restarts_the_count_and_a_busy_port_holds():
+    core = counted_core()
+    three_ranks(core)
+    core.port_counter("eth0", 0.0, 0.0)
+    core.port_counter("eth0", 0.0, 1 * MS)  # spare
+    core.port_counter("eth0", 0.8 * GBPS100 * MS, 2 * MS)  # 80 % busy: not spare (at most 75 % is)
+    core.port_counter("eth0", 0.8 * GBPS100 * MS, 3 * MS)  # spare again, but only one in a row
+    assert granted(core.step(3 * MS)) == []
+    # A strict grant (the collective completes, the first read goes) restarts the count too.
+    core.port_counter("eth0", 0.8 * GBPS100 * MS, 4 * MS)  # second spare interval in a row...
+    core.complete(1, 4 * MS)  # ...but the strict rule grants first
+    out = core.step(4 * MS)
+    assert granted(out) == [2] and not out.permits[0].spare
+    core.port_counter("eth0", 0.8 * GBPS100 * MS, 5 * MS)
+    assert granted(core.step(5 * MS)) == []
+    # At line rate nothing below goes until the read is done.
+    busy = 0.8 * GBPS100 * MS
+    for t in range(6, 20):
+        busy += GBPS100 * MS
+        core.port_counter("eth0", busy, t * MS)
+        assert granted(core.step(t * MS)) == []
+    assert core.stats["spare_permits"] == 0
+
+
+@pytest.mark.parametrize("ports, share", [((PortSpec("eth0", GBPS100),), 0.25),  # no counter: load from completions
+                                          ((PortSpec("eth0", GBPS100, counter="tx_bytes"),), None)])  # turned off
+def test_without_a_counter_or_with_spare_share_null_the_rule_stays_strict(ports, share):
+    core = DaemonCore(CoreConfig(ports=ports, window_bytes=0.0, spare_share=share))
+    three_ranks(core)
+    for t in range(10):
+        core.port_counter("eth0", 0.0, t * MS)
+        assert granted(core.step(t * MS)) == []
+
+
+@pytest.mark.parametrize("kw, message", [({"spare_share": 0.0}, "spare_share must be"),
+                                         ({"spare_share": 1.5}, "spare_share must be"),
+                                         ({"spare_share": True}, "spare_share must be"),
+                                         ({"spare_samples": 0}, "spare_samples must be")])
+def test_spare_settings_are_checked(kw, message):
+    with pytest.raises(UserError, match=message):
+        CoreConfig(ports=(PortSpec("eth0", GBPS100),), **kw)

@@ -11,7 +11,7 @@ Config file (JSON), every key optional::
      "ports": "auto" | "ports.json" | [{"name": "eth0", "gbps": 100}],
      "metrics_port": 9464, "metrics_host": "0.0.0.0", "hooks": "ipc:///run/laxflow/hooks.sock",
      "keys_dir": "/etc/laxflow/keys", "stale_ms": 100, "poll_us": 50, "rtt_us": 20, "window_bytes": null,
-     "heartbeat_s": 0.5, "mfs": {"levels": 8, "period": 0.001, ...}}
+     "spare_share": 0.25, "heartbeat_s": 0.5, "mfs": {"levels": 8, "period": 0.001, ...}}
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def runtime_dir(env: Mapping[str, str] | None = None) -> str:
 
 
 _FILE_KEYS = {"node", "coordinator", "shm", "ports", "metrics_port", "metrics_host", "hooks", "keys_dir", "stale_ms",
-              "poll_us", "spin_us", "rtt_us", "window_bytes", "heartbeat_s", "mfs", "default_port"}
+              "poll_us", "spin_us", "rtt_us", "window_bytes", "spare_share", "heartbeat_s", "mfs", "default_port"}
 
 
 def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None) -> DaemonConfig:
@@ -130,6 +130,8 @@ def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None) 
         mfs=MfsConfig.from_mapping(mfs_raw),
         rtt=_number(values.get("rtt_us", 20), "rtt_us") * 1e-6,
         window_bytes=None if values.get("window_bytes") is None else _number(values["window_bytes"], "window_bytes"),
+        spare_share=None if (spare := values.get("spare_share", CoreConfig.spare_share)) is None
+        else _number(spare, "spare_share"),
         default_port=_integer(values.get("default_port", 0), "default_port"),
     )
     kw = {f.name: values[f.name] for f in fields(DaemonConfig) if f.name in values and f.name not in ("core", "shm")}

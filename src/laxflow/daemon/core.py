@@ -35,7 +35,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from laxflow.daemon.gate import grants
+from laxflow.daemon.gate import grants, spare_grants
 from laxflow.daemon.ports import LinkMeter, PortSpec
 from laxflow.daemon.state import BatchInfo, BatchReport, Message, PermitChange, RequestInfo, StepResult
 from laxflow.errors import UserError
@@ -55,14 +55,20 @@ class CoreConfig:
     """What the core needs, validated once.
 
     ``window_bytes``: the permit rule's work-conserving window per port; None
-    means one bandwidth-delay product, ``rate * rtt``. ``default_port``: the
-    port of shim messages whose (pid, handle) was never bound to one.
+    means one bandwidth-delay product, ``rate * rtt``. ``spare_share``: the
+    rule's spare-capacity grant (:mod:`laxflow.daemon.gate`) on ports with a
+    byte counter: when at least this share of the line rate went unused in
+    each of ``spare_samples`` counter intervals since the port's last grant,
+    its highest-ranked waiting messages go; None: never. ``default_port``:
+    the port of shim messages whose (pid, handle) was never bound to one.
     """
 
     ports: tuple[PortSpec, ...]
     mfs: MfsConfig = field(default_factory=MfsConfig)
     rtt: float = 20e-6
     window_bytes: float | None = None
+    spare_share: float | None = 0.25
+    spare_samples: int = 2
     default_port: int = 0
     batch_idle: float = 1.0  # s without messages after which a batch departs
 
@@ -75,6 +81,12 @@ class CoreConfig:
             raise UserError(f"daemon config: rtt must be a number of seconds > 0, got {self.rtt!r}")
         if self.window_bytes is not None and not (math.isfinite(self.window_bytes) and self.window_bytes >= 0):
             raise UserError(f"daemon config: window_bytes must be >= 0 bytes, got {self.window_bytes!r}")
+        if self.spare_share is not None and (isinstance(self.spare_share, bool)
+                                             or not (isinstance(self.spare_share, (int, float)) and 0 < self.spare_share <= 1)):
+            raise UserError(f"daemon config: spare_share must be a share of the line rate in (0, 1] or null, "
+                            f"got {self.spare_share!r}")
+        if isinstance(self.spare_samples, bool) or not isinstance(self.spare_samples, int) or self.spare_samples < 1:
+            raise UserError(f"daemon config: spare_samples must be an integer >= 1, got {self.spare_samples!r}")
         if not 0 <= self.default_port < len(self.ports):
             raise UserError(f"daemon config: default_port must be 0..{len(self.ports) - 1}, got {self.default_port}")
         if not (math.isfinite(self.batch_idle) and self.batch_idle > 0):
@@ -112,6 +124,12 @@ class DaemonCore:
         self.handle_port: dict[tuple[int, int], int] = {}
         self.completed_bytes = np.zeros(len(self.ports))  # bytes of messages seen done, per port
         self._counted = [p.counter is None for p in config.ports]  # meter fed from completions
+        # Ports where the permit rule may grant into spare capacity: those with their own byte counter (a
+        # meter fed from completions sees no bytes while they move), each with its run of spare intervals
+        # since its last grant.
+        self._spare_at = [None if p.counter is None or config.spare_share is None else 1.0 - config.spare_share
+                          for p in config.ports]
+        self._spare_run = [0] * len(config.ports)
         self._dirty = False
         self._regate = False
         self._timer: float | None = None
@@ -121,7 +139,7 @@ class DaemonCore:
         self._arrivals: list[BatchInfo] = []
         self.coordinated = False
         self.stats = {"submits": 0, "completions": 0, "layer_boundaries": 0, "bad_events": 0, "permits": 0,
-                      "decisions": 0, "unknown_completions": 0, "duplicate_submits": 0}
+                      "spare_permits": 0, "decisions": 0, "unknown_completions": 0, "duplicate_submits": 0}
 
     # ------------------------------------------------------------ shm events
 
@@ -286,8 +304,19 @@ class DaemonCore:
         self._regate = True
 
     def port_counter(self, port: int | str, total_bytes: float, now: float) -> None:
-        """A port's cumulative transmitted bytes (sysfs ``tx_bytes``), for its link load."""
-        self.meter.sample(self._port(port), total_bytes, now)
+        """A port's cumulative transmitted bytes (sysfs ``tx_bytes``), for its link
+        load and the permit rule's spare capacity."""
+        p = self._port(port)
+        u = self.meter.sample(p, total_bytes, now)
+        at = self._spare_at[p]
+        if u is None or at is None:
+            return
+        if u > at:
+            self._spare_run[p] = 0
+            return
+        self._spare_run[p] += 1
+        if self._spare_run[p] >= self.config.spare_samples and not self._regate:
+            self._regate = any(m.port == p and m.granted is None for m in self.messages.values())
 
     # ------------------------------------------------------------ coordinator
 
@@ -369,11 +398,19 @@ class DaemonCore:
                 continue
             ok = grants([m.rank for m in ms], [m.size - m.done for m in ms], [m.granted is None for m in ms],
                         float(self.window[p]))
+            spare = False
+            if not any(ok):
+                if self._spare_run[p] < self.config.spare_samples:
+                    continue
+                ok, spare = spare_grants([m.rank for m in ms], [m.granted is None for m in ms]), True
+                self.stats["spare_permits"] += sum(ok)
+            self._spare_run[p] = 0  # what was just granted is not in the counter yet: spare is measured anew
             for m, go in zip(ms, ok):
                 if go:
                     m.granted = now
                     self.stats["permits"] += 1
-                    self._permits.append(PermitChange(m.msg_id, GATE_OPEN, m.level, m.dscp, m.port, now - m.submitted))
+                    self._permits.append(PermitChange(m.msg_id, GATE_OPEN, m.level, m.dscp, m.port, now - m.submitted,
+                                                      spare))
 
     def _account(self, port: int, nbytes: float, now: float) -> None:
         self.completed_bytes[port] += nbytes

@@ -18,6 +18,20 @@ lower rank start while the last W bytes of the higher ones drain, so the
 port does not idle for one completion round-trip; W = 0 is strict priority
 without overlap. Unfinished bytes are the message size minus the bytes its
 completions (or progress reports) have accounted for.
+
+Spare capacity (:func:`spare_grants`): the host's software queues are
+strict priority and, like any priority queue, work-conserving: a lower class
+sends whenever the higher ones leave the port idle. A granted message's
+bytes may wait elsewhere -- a KV write to a decode port that other senders
+share moves at its share there, and a transport that reports a write done
+only once it is acknowledged holds its bytes "unfinished" after the last one
+left -- and then the rule above would hold everything below it while this
+port idles. So the core also watches the port's own byte counter: when at
+least ``spare_share`` of the line rate went unused in each of
+``spare_samples`` counter intervals since the port's last grant, and the
+rule above grants nothing, the highest-ranked waiting messages go (one rank
+at a time: the next waits for the counter to show spare capacity again
+with them sending). Ports without a counter never grant this way.
 """
 
 from __future__ import annotations
@@ -53,3 +67,9 @@ def grants(rank: Sequence[int], remaining: Sequence[float], waiting: Sequence[bo
         if waiting[i]:
             out[i] = True
     return out
+
+
+def spare_grants(rank: Sequence[int], waiting: Sequence[bool]) -> list[bool]:
+    """The spare-capacity grant: the waiting messages of the highest waiting rank."""
+    top = min((r for r, w in zip(rank, waiting) if w), default=None)
+    return [w and r == top for r, w in zip(rank, waiting)]

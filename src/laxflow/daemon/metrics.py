@@ -33,6 +33,9 @@ class DaemonMetrics:
         self.queue_depth = Gauge("laxflow_daemon_queue_depth", "Messages waiting for a permit, per port and RMLQ level "
                                  "(level = K is the scavenger class)", ["node", "port", "level"], registry=r)
         self.permits = Counter("laxflow_daemon_permits", "Permits granted", ["node", "port"], registry=r)
+        self.spare_permits = Counter("laxflow_daemon_spare_permits", "Permits granted into a port's spare capacity "
+                                     "with higher ranks unfinished (the permit rule's work-conserving grant)",
+                                     ["node", "port"], registry=r)
         self.latency = Histogram("laxflow_daemon_submit_to_permit_seconds", "Message submit to permit written",
                                  ["node"], buckets=LATENCY_BUCKETS, registry=r)
         self.live = Gauge("laxflow_daemon_live_messages", "Messages submitted and not yet complete", ["node"], registry=r)
@@ -62,6 +65,7 @@ class DaemonMetrics:
         self._last_stats: dict[str, int] = {}
         # Children resolved once: labels() per permit costs a lock and a dict walk on the loop's hot path.
         self._permits_by_port = [self.permits.labels(node, p) for p in self.port_names]
+        self._spare_by_port = [self.spare_permits.labels(node, p) for p in self.port_names]
         self._latency = self.latency.labels(node)
 
     def serve(self, host: str, port: int) -> int:
@@ -72,6 +76,8 @@ class DaemonMetrics:
     def observe_step(self, result: "StepResult") -> None:
         for p in result.permits:
             self._permits_by_port[p.port].inc()
+            if p.spare:
+                self._spare_by_port[p.port].inc()
             self._latency.observe(max(0.0, p.waited))
         for r in result.reports:
             self.reports.labels(self.node, r.kind).inc()

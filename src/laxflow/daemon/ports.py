@@ -149,21 +149,24 @@ class LinkMeter:
         self._t = np.full(n, np.nan)  # time of the last sample (NaN: none yet)
         self._carry = np.zeros(n)  # bytes counted ahead of the line rate, due in the next intervals
 
-    def sample(self, port: int, total_bytes: float, now: float) -> None:
-        """The port's cumulative byte counter read at ``now``."""
+    def sample(self, port: int, total_bytes: float, now: float) -> float | None:
+        """The port's cumulative byte counter read at ``now``; the utilization
+        of the interval it closes (carried bytes included, in [0, 1]), None if
+        it closes none (the first sample, or no time passed)."""
         last_t = self._t[port]
         if math.isnan(last_t):
             self._t[port], self._bytes[port] = now, total_bytes
-            return
+            return None
         dt = now - last_t
         if dt <= 0:
-            return  # same instant: keep the older base, the bytes count at the next sample
+            return None  # same instant: keep the older base, the bytes count at the next sample
         moved = max(0.0, total_bytes - self._bytes[port]) + self._carry[port]
         span = self.capacity[port] * dt
         u = min(1.0, moved / span)
         self._carry[port] = min(moved - u * span, self.capacity[port] * self.window)
         self.load[port] = u + (self.load[port] - u) * math.exp(-dt / self.window)
         self._t[port], self._bytes[port] = now, total_bytes
+        return u
 
     def loads(self) -> np.ndarray:
         return np.clip(self.load, 0.0, 1.0)

@@ -86,6 +86,7 @@ class PermitChange:
     dscp: int
     port: int
     waited: float  # s from submit to this permit
+    spare: bool = False  # granted into the port's spare capacity, with higher ranks unfinished
 
 
 @dataclass(frozen=True)
