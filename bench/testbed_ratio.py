@@ -83,6 +83,8 @@ def main() -> None:
     ap.add_argument("--collective", choices=("auto", "gloo", "tcp"), default="auto")
     ap.add_argument("--transport", choices=("tcp", "mooncake"), default="tcp")
     ap.add_argument("--name", default="lxfratio", help="testbed name (namespaces <name>-h*, <name>-sw)")
+    ap.add_argument("--spare-share", type=float, default=None,
+                    help="the daemons' spare-capacity grant (testbed run's --spare-share; 0 = strict priority only)")
     ap.add_argument("--json", action="store_true", help="print only the JSON result")
     args = ap.parse_args()
     if args.runs < 1:
@@ -92,6 +94,8 @@ def main() -> None:
     laxflow = str(Path(sys.executable).with_name("laxflow"))
     cmd = [laxflow, "testbed", "run", "--json", "--name", args.name, "--collective", args.collective,
            "--transport", args.transport]
+    if args.spare_share is not None:
+        cmd += ["--spare-share", str(args.spare_share)]
     results: list[dict[str, Any]] = []
     failed: list[str] = []
     load = [os.getloadavg()[0]]
@@ -107,7 +111,8 @@ def main() -> None:
             last = f"cct_ratio {results[-1]['cct_ratio']:.3f}" if proc.returncode == 0 else f"failed: {failed[-1]}"
             print(f"run {i + 1}/{args.runs}: {last}", file=sys.stderr, flush=True)
     out = aggregate(results) if results else {"runs": 0}
-    out.update(failed_runs=failed, collective=args.collective, transport=args.transport, machine=machine(),
+    out.update(failed_runs=failed, collective=args.collective, transport=args.transport,
+               spare_share=0.25 if args.spare_share is None else args.spare_share, machine=machine(),
                load_average=[round(min(load), 2), round(max(load), 2)])
     print(json.dumps(out) if args.json else json.dumps(out, indent=1))
     if not results:

@@ -72,6 +72,9 @@ def test_bad_scenario_config() -> None:
         ScenarioConfig(tagger="sockopt")
     with pytest.raises(UserError, match="warmup"):
         ScenarioConfig(warmup=-1)
+    for bad in (0.0, 1.5, float("nan")):
+        with pytest.raises(UserError, match="spare_share"):
+            ScenarioConfig(spare_share=bad)
 
     result = CliRunner().invoke(app, ["testbed", "run", "--scenario", "training"])
     assert isinstance(result.exception, UserError) and "--scenario" in str(result.exception)

@@ -327,6 +327,7 @@ def test_the_decision_trace_records_what_held_each_collective_at_the_gate() -> N
     assert len(holds) == 2 * total * CFG.layers == len({(h["node"], h["msg"]) for h in holds})  # each once
     for h in holds:
         assert h["submitted"] <= h["t"] <= h["granted"]  # taken in, decided, then permitted
+        assert not h["spare"] or h["ahead"]  # a spare-capacity grant is one with something above it
         for a in h["ahead"]:  # only unfinished messages, ranked above it: never another collective of the port
             assert a["bytes"] > 0 and a["stage"] in (1, 3)
     s = summarize_holds(holds)
@@ -341,12 +342,12 @@ def test_summarize_holds_counts_what_was_ahead_of_the_collectives_that_waited() 
     write = {"stage": 3, "queue": 0, "bytes": 250e3, "granted": True}
     read = {"stage": 1, "queue": 1, "bytes": 200e3, "granted": False}
     holds = [{"submitted": 0.0, "t": 0.0001, "granted": 0.0002, "ahead": []},
-             {"submitted": 1.0, "t": 1.0001, "granted": 1.030, "ahead": [write, read]},
+             {"submitted": 1.0, "t": 1.0001, "granted": 1.030, "spare": True, "ahead": [write, read]},
              {"submitted": 2.0, "t": 2.0001, "granted": 2.002, "ahead": []},
              {"submitted": 3.0, "t": 3.0001, "granted": None, "ahead": [write]}]
     s = summarize_holds(holds)
-    assert s["collectives"] == 4 and s["waited_1ms"] == 2
+    assert s["collectives"] == 4 and s["waited_1ms"] == 2 and s["spare_grants"] == 1
     assert s["waited_1ms_granted_write_ahead"] == 1 and s["waited_1ms_granted_read_ahead"] == 0  # the read waited
     assert s["waited_1ms_nothing_ahead"] == 1
     assert s["wait_ms"]["max"] == pytest.approx(30.0) and s["wait_ms"]["p50"] == pytest.approx(2.0)
-    assert summarize_holds([]) == {"collectives": 0}
+    assert summarize_holds([]) == {"collectives": 0, "spare_grants": 0}

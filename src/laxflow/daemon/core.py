@@ -407,7 +407,7 @@ class DaemonCore:
             self._spare_run[p] = 0  # what was just granted is not in the counter yet: spare is measured anew
             for m, go in zip(ms, ok):
                 if go:
-                    m.granted = now
+                    m.granted, m.spare = now, spare
                     self.stats["permits"] += 1
                     self._permits.append(PermitChange(m.msg_id, GATE_OPEN, m.level, m.dscp, m.port, now - m.submitted,
                                                       spare))

@@ -70,6 +70,7 @@ class Message:
     flow: Flow
     done: float = 0.0  # bytes accounted done by progress reports
     granted: float | None = None  # when its permit was written
+    spare: bool = False  # granted into the port's spare capacity (PermitChange.spare)
     level: int = 0  # RMLQ level (K = scavenger) it waits or went at
     dscp: int = 0
     rank: int = 0  # host order (policy's Decision.level)

@@ -167,6 +167,9 @@ def run_command(
                                    "on (coordinator + daemons); off and on required."),
     window_bytes: Optional[int] = typer.Option(None, "--window-bytes",
                                                help="Daemons' permit window in bytes (default: one BDP)."),
+    spare_share: float = typer.Option(0.25, "--spare-share",
+                                      help="Daemons' spare-capacity grant: a share of the line rate in (0, 1], "
+                                           "0 = strict priority only."),
     collective: str = typer.Option("auto", "--collective",
                                    help="Stage 2: gloo (torch.distributed), tcp (own exchange), auto (gloo if torch)."),
     transport: str = typer.Option("tcp", "--transport",
@@ -186,7 +189,7 @@ def run_command(
         name=name, requests=requests, warmup=warmup, rate=rate, tagger=tagger, layers=layers, compute_ms=compute_ms,
         a2a_bytes=a2a_bytes, reuse_bytes=reuse_bytes, kv_bytes=kv_bytes, interarrival_ms=interarrival_ms,
         slo_factor=slo_factor, modes=tuple(m.strip() for m in modes.split(",") if m.strip()), window_bytes=window_bytes, collective=collective,
-        transport=transport))
+        transport=transport, spare_share=spare_share or None))
     if as_json:
         typer.echo(json.dumps(result, indent=1))
         return

@@ -91,9 +91,10 @@ class DecisionTrace:
 
     def holds(self) -> list[dict[str, Any]]:
         """Per collective, in time order: when the daemon took it in (``submitted``), its first decision
-        (``t``), when its permit was written (``granted``; None: never), and what was ranked above it
-        and unfinished at that decision (stage, queue, unfinished bytes, granted)."""
-        return [{"msg": msg, "port": port, "submitted": m.submitted, "t": t, "granted": m.granted,
+        (``t``), when its permit was written (``granted``; None: never; ``spare``: into the port's spare
+        capacity), and what was ranked above it and unfinished at that decision (stage, queue, unfinished
+        bytes, granted)."""
+        return [{"msg": msg, "port": port, "submitted": m.submitted, "t": t, "granted": m.granted, "spare": m.spare,
                  "ahead": [dict(zip(("stage", "queue", "bytes", "granted"), a)) for a in ahead]}
                 for msg, (t, port, ahead, m) in sorted(self.held.items(), key=lambda kv: kv[1][0])]
 
@@ -130,8 +131,9 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
 def summarize_holds(holds: list[dict[str, Any]]) -> dict[str, Any]:
     """The collectives at the daemon's gate: how many, their wait from intake to permit (ms: mean, p50,
     p90, max; how many waited 1 ms or more), and of those how many had a granted stage-3 write (a KV write
-    in flight) or stage-1 read ranked above them at their first decision, and how many nothing."""
-    out: dict[str, Any] = {"collectives": len(holds)}
+    in flight) or stage-1 read ranked above them at their first decision, and how many nothing; how many
+    went into the port's spare capacity with something above them unfinished (``spare_grants``)."""
+    out: dict[str, Any] = {"collectives": len(holds), "spare_grants": sum(bool(h.get("spare")) for h in holds)}
     waits = [(1000 * (h["granted"] - h["submitted"]), h) for h in holds if h["granted"] is not None]
     if not waits:
         return out

@@ -97,6 +97,7 @@ class ScenarioConfig:
     tagger: str = "shim"  # or "sockopt"
     modes: tuple[str, ...] = ("off", "static", "on")
     window_bytes: int | None = None  # the daemons' permit window (None: their default, one BDP)
+    spare_share: float | None = 0.25  # the daemons' spare-capacity grant (None: strict priority only)
     collective: str = "auto"  # stage 2: gloo (torch installed), tcp (the workers' own exchange), auto
     transport: str = "tcp"  # stages 1 and 3: the workers' own TCP exchange, or Mooncake (mooncake_traffic)
     trace_decisions: bool = False  # "on": record the daemons' KV-write decisions (laxflow.testbed.decision_trace)
@@ -125,6 +126,8 @@ class ScenarioConfig:
                             "(pip install 'laxflow[mooncake]')")
         if self.window_bytes is not None and self.window_bytes < 0:
             raise UserError(f"scenario: window_bytes must be >= 0, got {self.window_bytes}")
+        if self.spare_share is not None and not 0 < self.spare_share <= 1:
+            raise UserError(f"scenario: spare_share must be in (0, 1] (or 0 for none), got {self.spare_share}")
         if self.tagger != "shim" and "on" in self.modes:
             raise UserError("scenario: mode on needs tagger shim (the permit's class reaches the wire through it)")
 
@@ -216,6 +219,7 @@ class ControlPlane:
             conf_raw: dict[str, Any] = {"spin_us": 0}
             if self.cfg.window_bytes is not None:
                 conf_raw["window_bytes"] = self.cfg.window_bytes
+            conf_raw["spare_share"] = self.cfg.spare_share
             json.dump(conf_raw, f)
         traced = [sys.executable, "-m", "laxflow.testbed.decision_trace"]
         for h in range(self.tb.config.hosts):

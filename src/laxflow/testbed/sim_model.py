@@ -264,7 +264,7 @@ class _Daemon:
         ports = (PortSpec("eth0", m.rate, counter="tx_bytes"),
                  PortSpec(RX_PORT, m.rate, counter="rx_bytes", window=RX_WINDOW))
         self.core = DaemonCore(CoreConfig(ports=ports, mfs=MfsConfig.from_mapping({}),
-                                          window_bytes=m.cfg.window_bytes))
+                                          window_bytes=m.cfg.window_bytes, spare_share=m.cfg.spare_share))
         self.waiting: dict[int, tuple[int, float, Callable[[int], None]]] = {}
         self.next_id = 1
         self.timers: set[float] = set()
