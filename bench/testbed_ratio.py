@@ -81,7 +81,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=8, help="testbed runs (default 8)")
     ap.add_argument("--collective", choices=("auto", "gloo", "tcp"), default="auto")
-    ap.add_argument("--transport", choices=("tcp", "mooncake"), default="tcp")
+    ap.add_argument("--transport", choices=("auto", "tcp", "mooncake"), default="auto",
+                    help="stages 1 and 3 (testbed run's --transport; auto: mooncake if installed)")
     ap.add_argument("--name", default="lxfratio", help="testbed name (namespaces <name>-h*, <name>-sw)")
     ap.add_argument("--spare-share", type=float, default=None,
                     help="the daemons' spare-capacity grant (testbed run's --spare-share; 0 = strict priority only)")
@@ -111,7 +112,8 @@ def main() -> None:
             last = f"cct_ratio {results[-1]['cct_ratio']:.3f}" if proc.returncode == 0 else f"failed: {failed[-1]}"
             print(f"run {i + 1}/{args.runs}: {last}", file=sys.stderr, flush=True)
     out = aggregate(results) if results else {"runs": 0}
-    out.update(failed_runs=failed, collective=args.collective, transport=args.transport,
+    transport = {r.get("config", {}).get("transport", args.transport) for r in results} or {args.transport}
+    out.update(failed_runs=failed, collective=args.collective, transport=",".join(sorted(transport)),
                spare_share=0.25 if args.spare_share is None else args.spare_share, machine=machine(),
                load_average=[round(min(load), 2), round(max(load), 2)])
     print(json.dumps(out) if args.json else json.dumps(out, indent=1))

@@ -417,7 +417,39 @@ def test_without_a_counter_or_with_spare_share_null_the_rule_stays_strict(ports,
 @pytest.mark.parametrize("kw, message", [({"spare_share": 0.0}, "spare_share must be"),
                                          ({"spare_share": 1.5}, "spare_share must be"),
                                          ({"spare_share": True}, "spare_share must be"),
-                                         ({"spare_samples": 0}, "spare_samples must be")])
+                                         ({"spare_quiet": -1.0}, "spare_quiet must be"),
+                                         ({"spare_burst": float("inf")}, "spare_burst must be")])
 def test_spare_settings_are_checked(kw, message):
     with pytest.raises(UserError, match=message):
         CoreConfig(ports=(PortSpec("eth0", GBPS100),), **kw)
+
+
+def saturated_counter(rate: float, seconds: float, seed: int = 3) -> list[tuple[float, float]]:
+    """(time, tx_bytes) samples of a port sending at its line rate in 64 KiB GSO super-packets, each counted
+    at once when the port's shaper takes it (every 64 KiB / rate, a little late at times), read every 1-1.3 ms
+    as the daemon's loop reads it (a poll rounded up to whole milliseconds)."""
+    rng = np.random.default_rng(seed)
+    burst = 65536.0
+    period = burst / rate
+    taken = np.cumsum(period + rng.exponential(0.02 * period, int(seconds / period) + 1))
+    samples, t = [], 0.0
+    while t < seconds:
+        samples.append((t, burst * float(np.searchsorted(taken, t, side="right"))))
+        t += 1e-3 + rng.uniform(0.0, 3e-4)
+    return samples
+
+
+@pytest.mark.parametrize("burst, misfires", [(65536.0, False), (0.0, True)])
+def test_a_saturated_port_counting_whole_super_packets_shows_no_spare_capacity(burst, misfires):
+    # On the testbed (100 Mbit/s veths) a saturated port's counter jumps by a GSO super-packet every 5.2 ms
+    # and stands still in between: two quiet 1-ms samples in a row happen (seen on the wire: up to 3.4 ms of
+    # them in 10 s at line rate), so a stretch of 2 ms alone granted a read during a Mooncake write at
+    # line rate. The stretch lasts at least one super-packet's time.
+    rate = 100e6 / 8
+    core = DaemonCore(CoreConfig(ports=(PortSpec("eth0", rate, counter="tx_bytes"),), window_bytes=0.0,
+                                 spare_burst=burst))
+    three_ranks(core)
+    for t, sent in saturated_counter(rate, 10.0):
+        core.port_counter("eth0", sent, t)
+        core.step(t)
+    assert (core.stats["spare_permits"] > 0) == misfires

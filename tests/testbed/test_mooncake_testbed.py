@@ -2,7 +2,8 @@
 
 A 2-host fabric (100 Mbit/s, strict-priority HTB queues by DSCP) with a
 real ``laxflow daemon`` in h0's namespace (its one port with a zero permit
-window: a lower-level message waits until the higher ones' bytes are done), a
+window and no spare-capacity grant: a lower-level message waits until the
+higher ones' bytes are done), a
 plain Mooncake target in h1, and the initiator in h0 under the laxflow shim
 using ``laxflow.adapters.mooncake.TransferEngine`` (mc_tb_initiator.py).
 Checked: the bytes on both sides (sha256), the DSCP of every data byte the
@@ -52,7 +53,10 @@ def _start_daemon(tb: Testbed, tmp: str, shm: str, hooks: str) -> subprocess.Pop
         json.dump({"ports": [{"name": "eth0", "rate": rate, "counter": "/sys/class/net/eth0/statistics/tx_bytes"}]}, f)
     conf = os.path.join(tmp, "daemon.json")
     with open(conf, "w") as f:
-        json.dump({"window_bytes": 0}, f)  # strict priority without overlap: a lower level waits for the bytes above
+        # Strict priority without overlap: a lower level waits for the bytes above. (The default also grants
+        # into spare capacity, when the port's counter shows it idle for a while: a write stalled that long on
+        # a loaded machine would let the read go early. tests/daemon/test_daemon_core.py covers that rule.)
+        json.dump({"window_bytes": 0, "spare_share": None}, f)
     log = open(os.path.join(tmp, "daemon.log"), "w")
     proc = tb.popen_in(0, [*LAXFLOW, "daemon", "--config", conf, "--node", "h0", "--shm", shm, "--ports", ports,
                            "--hooks", hooks, "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT)

@@ -58,8 +58,12 @@ class CoreConfig:
     means one bandwidth-delay product, ``rate * rtt``. ``spare_share``: the
     rule's spare-capacity grant (:mod:`laxflow.daemon.gate`) on ports with a
     byte counter: when at least this share of the line rate went unused in
-    each of ``spare_samples`` counter intervals since the port's last grant,
-    its highest-ranked waiting messages go; None: never. ``default_port``:
+    every counter interval of a stretch since the port's last grant, its
+    highest-ranked waiting messages go; None: never. The stretch lasts
+    ``spare_quiet`` seconds, and at least the time ``spare_burst`` bytes take
+    at the port's line rate: a NIC or veth counts a GSO/TSO super-packet (up
+    to 64 KiB) when it takes it, so a saturated port's counter stands still
+    between its super-packets (5.2 ms each at 100 Mbit/s). ``default_port``:
     the port of shim messages whose (pid, handle) was never bound to one.
     """
 
@@ -68,7 +72,8 @@ class CoreConfig:
     rtt: float = 20e-6
     window_bytes: float | None = None
     spare_share: float | None = 0.25
-    spare_samples: int = 2
+    spare_quiet: float = 0.002
+    spare_burst: float = 65536.0
     default_port: int = 0
     batch_idle: float = 1.0  # s without messages after which a batch departs
 
@@ -85,8 +90,10 @@ class CoreConfig:
                                              or not (isinstance(self.spare_share, (int, float)) and 0 < self.spare_share <= 1)):
             raise UserError(f"daemon config: spare_share must be a share of the line rate in (0, 1] or null, "
                             f"got {self.spare_share!r}")
-        if isinstance(self.spare_samples, bool) or not isinstance(self.spare_samples, int) or self.spare_samples < 1:
-            raise UserError(f"daemon config: spare_samples must be an integer >= 1, got {self.spare_samples!r}")
+        for name in ("spare_quiet", "spare_burst"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+                raise UserError(f"daemon config: {name} must be a number >= 0, got {value!r}")
         if not 0 <= self.default_port < len(self.ports):
             raise UserError(f"daemon config: default_port must be 0..{len(self.ports) - 1}, got {self.default_port}")
         if not (math.isfinite(self.batch_idle) and self.batch_idle > 0):
@@ -125,11 +132,14 @@ class DaemonCore:
         self.completed_bytes = np.zeros(len(self.ports))  # bytes of messages seen done, per port
         self._counted = [p.counter is None for p in config.ports]  # meter fed from completions
         # Ports where the permit rule may grant into spare capacity: those with their own byte counter (a
-        # meter fed from completions sees no bytes while they move), each with its run of spare intervals
-        # since its last grant.
+        # meter fed from completions sees no bytes while they move): the utilization at or below which an
+        # interval has spare capacity, how long such a stretch must last, and per port the current stretch
+        # since the last grant ((start, last sample), None: none) and the time of its last counter sample.
         self._spare_at = [None if p.counter is None or config.spare_share is None else 1.0 - config.spare_share
                           for p in config.ports]
-        self._spare_run = [0] * len(config.ports)
+        self._spare_span = [max(config.spare_quiet, config.spare_burst / p.rate) for p in config.ports]
+        self._quiet: list[tuple[float, float] | None] = [None] * len(config.ports)
+        self._sampled: list[float | None] = [None] * len(config.ports)
         self._dirty = False
         self._regate = False
         self._timer: float | None = None
@@ -308,14 +318,19 @@ class DaemonCore:
         load and the permit rule's spare capacity."""
         p = self._port(port)
         u = self.meter.sample(p, total_bytes, now)
-        at = self._spare_at[p]
+        at, last = self._spare_at[p], self._sampled[p]
         if u is None or at is None:
+            if last is None or now > last:
+                self._sampled[p] = now
             return
+        self._sampled[p] = now
         if u > at:
-            self._spare_run[p] = 0
+            self._quiet[p] = None
             return
-        self._spare_run[p] += 1
-        if self._spare_run[p] >= self.config.spare_samples and not self._regate:
+        quiet = self._quiet[p]
+        start = last if quiet is None else quiet[0]
+        self._quiet[p] = (start, now)
+        if now - start >= self._spare_span[p] and not self._regate:
             self._regate = any(m.port == p and m.granted is None for m in self.messages.values())
 
     # ------------------------------------------------------------ coordinator
@@ -400,11 +415,13 @@ class DaemonCore:
                         float(self.window[p]))
             spare = False
             if not any(ok):
-                if self._spare_run[p] < self.config.spare_samples:
+                quiet = self._quiet[p]
+                if quiet is None or quiet[1] - quiet[0] < self._spare_span[p]:
                     continue
                 ok, spare = spare_grants([m.rank for m in ms], [m.granted is None for m in ms]), True
                 self.stats["spare_permits"] += sum(ok)
-            self._spare_run[p] = 0  # what was just granted is not in the counter yet: spare is measured anew
+            # What was just granted is not in the counter yet: spare capacity is measured anew from now.
+            self._quiet[p] = (now, now)
             for m, go in zip(ms, ok):
                 if go:
                     m.granted, m.spare = now, spare

@@ -27,11 +27,13 @@ share moves at its share there, and a transport that reports a write done
 only once it is acknowledged holds its bytes "unfinished" after the last one
 left -- and then the rule above would hold everything below it while this
 port idles. So the core also watches the port's own byte counter: when at
-least ``spare_share`` of the line rate went unused in each of
-``spare_samples`` counter intervals since the port's last grant, and the
-rule above grants nothing, the highest-ranked waiting messages go (one rank
-at a time: the next waits for the counter to show spare capacity again
-with them sending). Ports without a counter never grant this way.
+least ``spare_share`` of the line rate went unused in every counter
+interval of a stretch since the port's last grant -- 2 ms, and no shorter
+than a 64 KiB super-packet takes at the line rate, which a NIC counts at
+once (``CoreConfig.spare_quiet``, ``spare_burst``) -- and the rule above
+grants nothing, the highest-ranked waiting messages go (one rank at a time:
+the next waits for the counter to show spare capacity again with them
+sending). Ports without a counter never grant this way.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ needs nothing. Heavy imports (scapy) happen inside the commands.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -172,9 +173,9 @@ def run_command(
                                            "0 = strict priority only."),
     collective: str = typer.Option("auto", "--collective",
                                    help="Stage 2: gloo (torch.distributed), tcp (own exchange), auto (gloo if torch)."),
-    transport: str = typer.Option("tcp", "--transport",
-                                  help="Stages 1 and 3: tcp (the workers' own exchange) or mooncake (Mooncake "
-                                       "TransferEngine through laxflow's adapter)."),
+    transport: str = typer.Option("auto", "--transport",
+                                  help="Stages 1 and 3: mooncake (Mooncake TransferEngine through laxflow's "
+                                       "adapter), tcp (the workers' own exchange), auto (mooncake if installed)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Run a synthetic disaggregated prefill on a 4-host fabric: one class (off), static per-stage classes
@@ -185,6 +186,8 @@ def run_command(
     from laxflow.testbed.scenario import ScenarioConfig, run_contention
 
     require_root("run")
+    if transport == "auto":
+        transport = "mooncake" if importlib.util.find_spec("mooncake") is not None else "tcp"
     result = run_contention(ScenarioConfig(
         name=name, requests=requests, warmup=warmup, rate=rate, tagger=tagger, layers=layers, compute_ms=compute_ms,
         a2a_bytes=a2a_bytes, reuse_bytes=reuse_bytes, kv_bytes=kv_bytes, interarrival_ms=interarrival_ms,
