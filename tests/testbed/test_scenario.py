@@ -38,6 +38,7 @@ def test_contention_end_to_end() -> None:
         assert out[mode]["cct_mean"] > 0 and out[mode]["ttft_mean"] > 0
         assert 0 <= out[mode]["slo_attainment"] <= 1
     assert out["cct_ratio"] == pytest.approx(out["off"]["cct_mean"] / out["on"]["cct_mean"])
+    assert out["transport"] == "tcp" and out["collective"] in ("gloo", "tcp")
     # the SLO is the paper's: 3 x the TTFT measured at low load, the same for every mode
     assert out["slo_s"] == pytest.approx(3 * out["low_load_ttft_s"]) and out["low_load_ttft_s"] > 0
     used = out["on"]["permit_dscp_prefill"]  # "s<stage>:<dscp>" -> messages

@@ -203,4 +203,5 @@ def run_command(
         typer.echo(f"{mode:>6}: CCT {r['cct_mean'] * 1000:.1f} ms  TTFT {r['ttft_mean'] * 1000:.1f} ms  "
                    f"SLO attainment {r['slo_attainment']:.2f}")
     typer.echo(f"CCT off/on {result['cct_ratio']:.2f}x  TTFT off/on {result['ttft_ratio']:.2f}x  "
-               f"DSCP seen (on) {result['dscp_seen']}  [{result['on_mode']}]")
+               f"DSCP seen (on) {result['dscp_seen']}  [stage 2 {result['collective']}, stages 1 and 3 "
+               f"{result['transport']}; {result['on_mode']}]")

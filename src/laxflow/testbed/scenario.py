@@ -451,6 +451,7 @@ def run_contention(cfg: ScenarioConfig) -> dict[str, Any]:
                 "ttft_ratio": results["off"]["ttft_mean"] / on["ttft_mean"], "dscp_seen": seen,
                 "capture_drops": drops, "on_mode": "coordinator + node daemon per host, permits via the shim",
                 "slo_s": slo, "low_load_ttft_s": low, "config": asdict(cfg),
+                "collective": collective_kind(cfg), "transport": cfg.transport,
                 "tcp_congestion_control": congestion_control})
     if "static" in results:
         out["static_cct_ratio"] = results["off"]["cct_mean"] / results["static"]["cct_mean"]
