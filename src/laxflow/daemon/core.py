@@ -317,13 +317,16 @@ class DaemonCore:
         """A port's cumulative transmitted bytes (sysfs ``tx_bytes``), for its link
         load and the permit rule's spare capacity."""
         p = self._port(port)
+        last = self._sampled[p]
         u = self.meter.sample(p, total_bytes, now)
-        at, last = self._spare_at[p], self._sampled[p]
-        if u is None or at is None:
-            if last is None or now > last:
+        if u is None:  # the first sample (it starts the first interval), or no time passed
+            if last is None:
                 self._sampled[p] = now
             return
         self._sampled[p] = now
+        at = self._spare_at[p]
+        if at is None:
+            return
         if u > at:
             self._quiet[p] = None
             return
