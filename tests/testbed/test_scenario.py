@@ -80,3 +80,5 @@ def test_bad_scenario_config() -> None:
 
     result = CliRunner().invoke(app, ["testbed", "run", "--scenario", "training"])
     assert isinstance(result.exception, UserError) and "--scenario" in str(result.exception)
+    result = CliRunner().invoke(app, ["testbed", "run", "--transport", "rdma"])
+    assert isinstance(result.exception, UserError) and "--transport: expected auto, mooncake or tcp" in str(result.exception)

@@ -125,13 +125,13 @@ def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None) 
     mfs_raw = values.get("mfs", {})
     if not isinstance(mfs_raw, dict):
         raise UserError("daemon config: 'mfs' must be an object of MFS options")
+    spare = values.get("spare_share", CoreConfig.spare_share)
     core = CoreConfig(
         ports=ports,
         mfs=MfsConfig.from_mapping(mfs_raw),
         rtt=_number(values.get("rtt_us", 20), "rtt_us") * 1e-6,
         window_bytes=None if values.get("window_bytes") is None else _number(values["window_bytes"], "window_bytes"),
-        spare_share=None if (spare := values.get("spare_share", CoreConfig.spare_share)) is None
-        else _number(spare, "spare_share"),
+        spare_share=None if spare is None else _number(spare, "spare_share"),
         default_port=_integer(values.get("default_port", 0), "default_port"),
     )
     kw = {f.name: values[f.name] for f in fields(DaemonConfig) if f.name in values and f.name not in ("core", "shm")}

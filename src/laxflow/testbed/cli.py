@@ -185,6 +185,8 @@ def run_command(
     from laxflow.testbed.fabric import require_root
     from laxflow.testbed.scenario import ScenarioConfig, run_contention
 
+    if transport not in ("auto", "mooncake", "tcp"):
+        raise UserError(f"--transport: expected auto, mooncake or tcp, got {transport!r}")
     require_root("run")
     if transport == "auto":
         transport = "mooncake" if importlib.util.find_spec("mooncake") is not None else "tcp"
