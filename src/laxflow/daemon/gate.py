@@ -33,7 +33,9 @@ than a 64 KiB super-packet takes at the line rate, which a NIC counts at
 once (``CoreConfig.spare_quiet``, ``spare_burst``) -- and the rule above
 grants nothing, the highest-ranked waiting messages go (one rank at a time:
 the next waits for the counter to show spare capacity again with them
-sending). Ports without a counter never grant this way.
+sending). Ports without a counter never grant this way. The rule trusts
+the counter to count bytes as they leave; a counter refreshed only every
+few hundred ms would look quiet all the time (``spare_share: null`` there).
 """
 
 from __future__ import annotations
