@@ -77,6 +77,13 @@ def machine() -> str:
     return f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}, kernel {platform.release()}"
 
 
+def as_run(results: list[dict[str, Any]], key: str, given: Any) -> Any:
+    """``key`` of the runs' scenario config, as ``testbed run`` resolved it (its defaults where this bench
+    passed nothing; the same in every run of one invocation), or ``given`` when no run came back."""
+    values = {r.get("config", {}).get(key, given) for r in results} or {given}
+    return values.pop() if len(values) == 1 else sorted(values, key=str)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=8, help="testbed runs (default 8)")
@@ -112,9 +119,8 @@ def main() -> None:
             last = f"cct_ratio {results[-1]['cct_ratio']:.3f}" if proc.returncode == 0 else f"failed: {failed[-1]}"
             print(f"run {i + 1}/{args.runs}: {last}", file=sys.stderr, flush=True)
     out = aggregate(results) if results else {"runs": 0}
-    transport = {r.get("config", {}).get("transport", args.transport) for r in results} or {args.transport}
-    out.update(failed_runs=failed, collective=args.collective, transport=",".join(sorted(transport)),
-               spare_share=0.25 if args.spare_share is None else args.spare_share, machine=machine(),
+    out.update(failed_runs=failed, collective=args.collective, transport=as_run(results, "transport", args.transport),
+               spare_share=as_run(results, "spare_share", args.spare_share), machine=machine(),
                load_average=[round(min(load), 2), round(max(load), 2)])
     print(json.dumps(out) if args.json else json.dumps(out, indent=1))
     if not results:

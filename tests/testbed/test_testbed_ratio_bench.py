@@ -36,3 +36,11 @@ def test_one_run_has_no_interval_and_runs_without_gate_times_report_none():
     out = _bench().aggregate([_run(1.3, 0.02)])
     assert out["cct_ratio"]["ci95"] is None and out["cct_ratio"]["runs_at_target"] == 1
     assert "a2a_gate_ms" not in out["on"]
+
+
+def test_the_json_names_the_transport_and_spare_share_the_runs_used():
+    as_run = _bench().as_run
+    runs = [{"config": {"transport": "mooncake", "spare_share": None}}] * 2
+    # testbed run resolved --transport auto and --spare-share 0 (strict): the runs' own config says so
+    assert as_run(runs, "transport", "auto") == "mooncake" and as_run(runs, "spare_share", 0.0) is None
+    assert as_run([], "transport", "auto") == "auto"  # no run came back: what was asked

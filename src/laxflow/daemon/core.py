@@ -134,12 +134,11 @@ class DaemonCore:
         # Ports where the permit rule may grant into spare capacity: those with their own byte counter (a
         # meter fed from completions sees no bytes while they move): the utilization at or below which an
         # interval has spare capacity, how long such a stretch must last, and per port the current stretch
-        # since the last grant ((start, last sample), None: none) and the time of its last counter sample.
+        # since the last grant ((start, last sample), None: none).
         self._spare_at = [None if p.counter is None or config.spare_share is None else 1.0 - config.spare_share
                           for p in config.ports]
         self._spare_span = [max(config.spare_quiet, config.spare_burst / p.rate) for p in config.ports]
         self._quiet: list[tuple[float, float] | None] = [None] * len(config.ports)
-        self._sampled: list[float | None] = [None] * len(config.ports)
         self._dirty = False
         self._regate = False
         self._timer: float | None = None
@@ -317,15 +316,10 @@ class DaemonCore:
         """A port's cumulative transmitted bytes (sysfs ``tx_bytes``), for its link
         load and the permit rule's spare capacity."""
         p = self._port(port)
-        last = self._sampled[p]
+        last, _ = self.meter.last_sample(p)  # where the interval this sample closes began
         u = self.meter.sample(p, total_bytes, now)
-        if u is None:  # the first sample (it starts the first interval), or no time passed
-            if last is None:
-                self._sampled[p] = now
-            return
-        self._sampled[p] = now
         at = self._spare_at[p]
-        if at is None:
+        if u is None or at is None:  # no interval closed (the first sample, or no time passed), or no spare rule
             return
         if u > at:
             self._quiet[p] = None

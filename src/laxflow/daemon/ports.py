@@ -168,5 +168,9 @@ class LinkMeter:
         self._t[port], self._bytes[port] = now, total_bytes
         return u
 
+    def last_sample(self, port: int) -> tuple[float, float]:
+        """The port's last counter sample the load came from: (time, bytes); time NaN before any."""
+        return float(self._t[port]), float(self._bytes[port])
+
     def loads(self) -> np.ndarray:
         return np.clip(self.load, 0.0, 1.0)

@@ -171,12 +171,12 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
             new_current, new_done = _progress(flows[kept:])
     current, done = _progress(flows) if progressed else (null, null)
     core = _core(p, capacity, n, now, snapshot)
-    finished = p._finished_links
+    finished, n_finished = core.finished(p)
     # (link_load is the engine's, never NULL: the step does not ask for a snapshot's; one call, no argument list)
     rc = _lib.lxf_mfs_decide(core.struct, n, tag, null, n - kept, current, done, new_current, new_done, remaining,
-                             link_load, 1, now, core.dt, list(finished) if finished else null, len(finished),
+                             link_load, 1, now, core.dt, finished, n_finished,
                              level, queue, dscp, core.timer, core.noted, core.bad, core.counts)
-    return _after_step(p, core, flows, rc, len(finished))
+    return _after_step(p, core, flows, rc, n_finished)
 
 
 def _admit(p: MfsPolicy, struct, f, s: int, capacity: np.ndarray) -> None:

@@ -71,9 +71,9 @@ class DecisionTrace:
             rem = float(snap.remaining[i])
             residual = None if left is None else left * float(snap.capacity[port]) * (1.0 - rho)
             mlu = None if residual is None else (rem / residual if residual > 0 else math.inf)
-            meter = self.core.meter  # the port's last counter sample the load came from (value, time)
+            counter_t, counter = self.core.meter.last_sample(port)  # the port's sample the load came from
             self.records.append((snap.now, m.msg_id, f.request, f.layer, port, load, ex, rho, rem, left, mlu,
-                                 int(d.queue[i]), int(d.dscp[i]), float(meter._bytes[port]), float(meter._t[port])))
+                                 int(d.queue[i]), int(d.dscp[i]), counter, counter_t))
         return d
 
     def _record_holds(self, snap: Snapshot, d: Decision) -> None:

@@ -127,7 +127,8 @@ class ScenarioConfig:
         if self.window_bytes is not None and self.window_bytes < 0:
             raise UserError(f"scenario: window_bytes must be >= 0, got {self.window_bytes}")
         if self.spare_share is not None and not 0 < self.spare_share <= 1:
-            raise UserError(f"scenario: spare_share must be in (0, 1] (or 0 for none), got {self.spare_share}")
+            raise UserError(f"scenario: spare_share must be in (0, 1], or None (testbed run --spare-share 0) for "
+                            f"strict priority only, got {self.spare_share}")
         if self.tagger != "shim" and "on" in self.modes:
             raise UserError("scenario: mode on needs tagger shim (the permit's class reaches the wire through it)")
 
