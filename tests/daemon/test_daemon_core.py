@@ -362,7 +362,7 @@ def test_a_port_left_idle_by_a_granted_message_grants_the_next_rank_one_at_a_tim
     sent += GBPS100 * MS  # a busy millisecond: the collective at line rate
     core.port_counter("eth0", sent, 1 * MS)
     assert granted(core.step(1 * MS)) == []
-    sent += 0.1 * GBPS100 * MS  # 10 % of the line rate: spare, but one interval is not enough
+    sent += 0.1 * GBPS100 * MS  # 10 % of the line rate: spare, but 1 ms is not the 2 ms stretch
     core.port_counter("eth0", sent, 2 * MS)
     assert granted(core.step(2 * MS)) == []
     core.port_counter("eth0", sent + 0.1 * GBPS100 * MS, 3 * MS)
@@ -370,7 +370,7 @@ def test_a_port_left_idle_by_a_granted_message_grants_the_next_rank_one_at_a_tim
     assert granted(out) == [2] and out.permits[0].spare  # the higher read only
     assert out.permits[0].level == 2  # in its own class: the switch still orders it below the collective
     sent += 0.2 * GBPS100 * MS
-    # The next rank waits for two more spare intervals measured after that grant.
+    # The next rank waits for a new 2 ms stretch, measured from that grant.
     core.port_counter("eth0", sent, 4 * MS)
     assert granted(core.step(4 * MS)) == []
     for t in (5, 6):
@@ -380,16 +380,16 @@ def test_a_port_left_idle_by_a_granted_message_grants_the_next_rank_one_at_a_tim
     assert granted(out) == [3] and core.stats["spare_permits"] == 2
 
 
-def test_a_busy_interval_or_a_grant_restarts_the_count_and_a_busy_port_holds():
+def test_a_busy_interval_or_a_grant_restarts_the_stretch_and_a_busy_port_holds():
     core = counted_core()
     three_ranks(core)
     core.port_counter("eth0", 0.0, 0.0)
     core.port_counter("eth0", 0.0, 1 * MS)  # spare
     core.port_counter("eth0", 0.8 * GBPS100 * MS, 2 * MS)  # 80 % busy: not spare (at most 75 % is)
-    core.port_counter("eth0", 0.8 * GBPS100 * MS, 3 * MS)  # spare again, but only one in a row
+    core.port_counter("eth0", 0.8 * GBPS100 * MS, 3 * MS)  # spare again, but only 1 ms of it
     assert granted(core.step(3 * MS)) == []
-    # A strict grant (the collective completes, the first read goes) restarts the count too.
-    core.port_counter("eth0", 0.8 * GBPS100 * MS, 4 * MS)  # second spare interval in a row...
+    # A strict grant (the collective completes, the first read goes) restarts the stretch too.
+    core.port_counter("eth0", 0.8 * GBPS100 * MS, 4 * MS)  # 2 ms of spare now...
     core.complete(1, 4 * MS)  # ...but the strict rule grants first
     out = core.step(4 * MS)
     assert granted(out) == [2] and not out.permits[0].spare
