@@ -183,7 +183,7 @@ class FlowPolicy(ABC):
             queue = np.minimum(level, len(table) - 2)
         return Decision(level=level, queue=queue, dscp=table[queue], cap=cap, timers=timers)
 
-    def decide_into(self, flows: list[Flow], now: float, kept: int, progressed: bool, capacity: np.ndarray,
+    def decide_into(self, flows: list[Flow], now: float, kept: int, progressed: bool | list[Flow], capacity: np.ndarray,
                     load_window: float, buffers: tuple, snapshot: Callable[[], Snapshot]) -> Any:
         """``decide`` for the network engine, written straight into its C buffers.
 
@@ -193,7 +193,9 @@ class FlowPolicy(ABC):
         the first ``kept`` had the last decision, the rest are new),
         ``progressed`` (whether the owner called ``reschedule`` since the last
         decision: request progress, ``Flow.current_layer`` and
-        ``compute_done``, changes only with one), ``capacity``, its link-load
+        ``compute_done``, changes only with one; True: any flow's may have
+        changed, a list: the flows whose progress changed, as the owner named
+        them; False: none), ``capacity``, its link-load
         window, and ``buffers``, cffi pointers: its ``remaining`` bytes
         (``double *``, n, read), its link-load average (``double *``,
         ``len(capacity)``, read; not clipped), the ``level``, ``queue``

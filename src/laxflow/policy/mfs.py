@@ -122,6 +122,9 @@ class MfsPolicy(FlowPolicy):
         self._last_t: float | None = None
         self._bneck_cache: dict[tuple[int, int], tuple] = {}  # see mfs_scalar.bottleneck
         self._red_cache: dict[tuple[float, ...], float] = {}  # a batch's live deadlines -> RED (_red_sorted)
+        # A batch's live requests (indices, in the order they came) -> RED; cleared
+        # when a request's deadline is set after its index was made (set_order).
+        self._red_by_requests: dict[tuple[int, ...], float] = {}
         # RED per live batch (_red_sorted); dropped whenever the batch's live requests change.
         self._batch_red: dict[int, float] = {}
         # The batches the last full reorder ranked (live then, or gone but
@@ -220,7 +223,7 @@ class MfsPolicy(FlowPolicy):
             level=level, queue=queue, dscp=self._dscp_codes[queue], timers=() if timer is None else (timer,)
         )
 
-    def decide_into(self, flows: list[Flow], now: float, kept: int, progressed: bool, capacity: np.ndarray,
+    def decide_into(self, flows: list[Flow], now: float, kept: int, progressed: bool | list[Flow], capacity: np.ndarray,
                     load_window: float, buffers: tuple, snapshot: Callable[[], Snapshot]) -> Any:
         """The network engine's way in (``FlowPolicy.decide_into``): ``decide`` for
         ``flows`` (at least one) written into the engine's C buffers; the timer
@@ -250,35 +253,39 @@ class MfsPolicy(FlowPolicy):
         facts = t.facts[s]
         if facts is None:  # admission never finished (a decide that raised): the arrays hold what there is
             facts = (bool(t.explicit[s]), 0, int(t.bneck_link[s]), 0.0, float(t.bneck_weight[s]), int(t.batch[s]))
-        explicit, _, link, _, weight, b = facts[:6]
-        if explicit and self._finished_bytes.size:
+        b = facts[5]
+        if facts[0] and self._finished_bytes.size:
             # Its last bytes moved since the last decision: count them there.
-            self._finished_bytes[link] += t.last_rem[s] * weight
+            link = facts[2]
+            self._finished_bytes[link] += t.last_rem[s] * facts[4]
             self._finished_links.add(link)
         if self._view.active:  # (else the incremental path starts over from its next snapshot)
             self._view.forget(flow, s)
         t.release(flow)
         live = self._live_flows.get(b)
-        if live is not None:
-            r = live.pop(flow)
-            requests = self._live_requests[b]
-            requests[r] -= 1
-            if not requests[r]:
-                del requests[r]
-                self._batch_red.pop(b, None)  # its live deadlines changed
-                self._touched.add(b)
-                if live:
-                    self._red_moved = True
-            if not live:
-                del self._live_flows[b]
-                del self._live_requests[b]
-                # Batch departure: Algorithm 1 runs again, unless it would
-                # only close the departed batch's gap in the ranks: no pruning
-                # to redo, no coordinator order, and no live batch's RED moved
-                # since the last run. Levels depend on the ranks' order alone,
-                # so they are the same either way.
-                if self._red_moved or self._external or self.config.drop_budget > 0:
-                    self._order_stale = True
+        if live is None:
+            return
+        r = live.pop(flow)
+        requests = self._live_requests[b]
+        count = requests[r] - 1
+        if count:
+            requests[r] = count
+            return
+        del requests[r]
+        self._batch_red.pop(b, None)  # its live deadlines changed
+        self._touched.add(b)
+        if live:
+            self._red_moved = True
+            return
+        del self._live_flows[b]
+        del self._live_requests[b]
+        # Batch departure: Algorithm 1 runs again, unless it would only close
+        # the departed batch's gap in the ranks: no pruning to redo, no
+        # coordinator order, and no live batch's RED moved since the last
+        # run. Levels depend on the ranks' order alone, so they are the same
+        # either way.
+        if self._red_moved or self._external or self.config.drop_budget > 0:
+            self._order_stale = True
 
     def queue_level(self, flow: Flow) -> int:
         """RMLQ level of a live flow (K = scavenger); for tests and the daemon's DSCP."""
@@ -384,6 +391,7 @@ class MfsPolicy(FlowPolicy):
             self._order_stale = True
         elif batch >= 0 and self._request_batch[r] < 0:  # first named by set_order
             self._request_deadline[r] = deadline
+            self._red_by_requests.clear()
             self._request_batch[r] = batch
         return r
 
@@ -574,15 +582,23 @@ class MfsPolicy(FlowPolicy):
         return [b for _, _, b in keyed]
 
     def _red_from_deadlines(self, b: int) -> float:
-        """Live batch ``b``'s RED from its deadlines (cached by them), memoized for ``b``."""
-        cache = self._red_cache
-        deadlines = tuple(self._deadlines(b))
-        red = cache.get(deadlines)
+        """Live batch ``b``'s RED from its deadlines, memoized for ``b``; cached by
+        its live requests (a batch leaves and comes back with the same ones at
+        each of its layers) and by the deadlines themselves."""
+        requests = tuple(self._live_requests[b])
+        red = self._red_by_requests.get(requests)
         if red is None:
-            red = robust_effective_deadline(deadlines).red if deadlines else math.inf
-            if len(cache) >= 4096:  # bounded: deadlines are absolute, old ones never come back
-                cache.clear()
-            cache[deadlines] = red
+            cache = self._red_cache
+            deadlines = tuple(self._deadlines(b))
+            red = cache.get(deadlines)
+            if red is None:
+                red = robust_effective_deadline(deadlines).red if deadlines else math.inf
+                if len(cache) >= 4096:  # bounded: deadlines are absolute, old ones never come back
+                    cache.clear()
+                cache[deadlines] = red
+            if len(self._red_by_requests) >= 4096:  # bounded: requests finish and never come back
+                self._red_by_requests.clear()
+            self._red_by_requests[requests] = red
         self._batch_red[b] = red
         return red
 

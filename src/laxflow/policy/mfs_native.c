@@ -472,6 +472,20 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
     return 0;
 }
 
+int lxf_mfs_progress(struct lxf_mfs *m, int64_t k, const int64_t *slot, const double *current, const char *done)
+{
+    for (int64_t j = 0; j < k; j++) /* (checked before anything is written) */
+        if (slot[j] < 0 || slot[j] >= m->slots)
+            return LXF_MFS_BAD_INDEX;
+    if (grow_seen(m))
+        return LXF_MFS_NO_MEMORY;
+    for (int64_t j = 0; j < k; j++) {
+        m->seen_layer[slot[j]] = current[j];
+        m->seen_done[slot[j]] = done[j];
+    }
+    return 0;
+}
+
 int lxf_mfs_admit(struct lxf_mfs *m, int64_t s, int64_t bneck_link, double bneck_rate, double bneck_weight,
                   double size, int explicit_, int stage, double target, double due, int64_t batch, int64_t request)
 {

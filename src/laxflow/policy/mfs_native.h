@@ -97,6 +97,13 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
                    const int64_t *finished, int64_t n_finished, int64_t *level, int64_t *queue, uint8_t *dscp,
                    double *timer, int64_t *noted, int64_t *infeasible, int64_t *counts);
 
+/* Request progress of k flows (slots slot[k]: current layer, NaN none;
+ * compute ended) as lxf_mfs_decide keeps it per slot: what a decision with
+ * current NULL reads for them (the owner named the flows whose progress it
+ * changed).  Returns 0, LXF_MFS_BAD_INDEX (nothing written) or
+ * LXF_MFS_NO_MEMORY. */
+int lxf_mfs_progress(struct lxf_mfs *m, int64_t k, const int64_t *slot, const double *current, const char *done);
+
 /* A new flow's static facts into slot s (mfs_scalar._admit_one's array
  * writes in one call; the step reads them, and of them writes only
  * last_rem, at the end of each decision).  Returns 0 or LXF_MFS_BAD_INDEX. */

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from laxflow.policy.base import Decision, Snapshot
-from laxflow.policy.flow import STAGE_CODES, Stage
+from laxflow.policy.flow import STAGE_CODES, Flow, Stage
 from laxflow.policy.mfs_scalar import admit, static_facts
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ if NATIVE and (_lib.LXF_MFS_STAGE_COLLECTIVE, _lib.LXF_MFS_STAGE_P2D) != (
     raise ImportError("laxflow.policy._mfs_native was built with other stage codes than laxflow.policy.flow")
 
 _NAN = float("nan")
+_STAGE_CODE, _P2D_STAGE = STAGE_CODES, Stage.P2D
 _F64 = np.dtype(np.float64)
 # Positions in lxf_mfs_decide's argument list that _step reads back.
 _ARG_LINK_LOAD, _ARG_N_FINISHED = 10, 15
@@ -150,42 +151,118 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
     ``dscp`` uint8 written, n each; ``tag``: the engine's per-flow int64
     column, where this path keeps each flow's RMLQ slot). Request progress
     is read from the flows only if the owner ``progressed`` them (the
-    engine's reschedule contract) or they are new. The timer, None: none."""
-    t = p.rmlq
+    engine's reschedule contract: True, every flow; a list, those flows) or
+    they are new. The timer, None: none.
+
+    The engine calls this at every recompute (hundreds of thousands of times
+    a run), so what ``_core`` and ``_after_step`` do for a snapshot is
+    spelled out here, with their rare branches left to them."""
     n = len(flows)
     if p._tagged != tag:  # (an address: the column moved, or its tags were not set here) set them, read all progress
+        slot = p.rmlq.slot
         for i, f in enumerate(flows[:kept]):
-            tag[i] = t.slot[f]
+            tag[i] = slot[f]
         p._tagged = tag
         progressed = True
     null = _ffi.NULL
     new_current = new_done = null
+    every = progressed is True
     if kept < n:
-        allocate = t.allocate
-        for i in range(kept, n):  # slots in snapshot order first, then the facts (as the other paths)
-            tag[i] = allocate(flows[i])
-        struct = _bound(p, capacity).struct  # (the facts go into the slot arrays as they are now)
-        for i in range(kept, n):
-            _admit(p, struct, flows[i], tag[i], capacity)
-        if not progressed:
+        _admit_new(p, flows, kept, tag, capacity)
+        if not every:
             new_current, new_done = _progress(flows[kept:])
-    current, done = _progress(flows) if progressed else (null, null)
-    core = _core(p, capacity, n, now, snapshot)
-    finished, n_finished = core.finished(p)
+    current, done = _progress(flows) if every else (null, null)
+    # _core, inline: the explicit-load interval, RED order, the arrays bound, room for n.
+    last = p._last_t
+    p._last_t = now
+    dt = now - last if last is not None and now > last else -1.0
+    if p._explicit_load.size != len(capacity):  # (first decision, or another link count)
+        p._last_t = last
+        dt = _interval(p._measure_interval_at(now, len(capacity)))
+    if p._order_stale:
+        p._reorder(snapshot)
+    core = p._native
+    if core is None or core.bound[0] is not p.rmlq.urgency or core.bound[1] is not p._rank \
+            or core.bound[2] is not p._pruned or core.bound[3] is not p._explicit_load \
+            or core.bound[4] is not p._finished_bytes or core.bound[5] is not capacity:
+        core = _bound(p, capacity)
+    if n > core._room:
+        core.buffers(n)
+    core.dt = dt
+    if progressed and not every:  # the flows the owner named: their progress, by slot
+        _progress_of(p, core, progressed)
+    links = p._finished_links
     # (link_load is the engine's, never NULL: the step does not ask for a snapshot's; one call, no argument list)
-    rc = _lib.lxf_mfs_decide(core.struct, n, tag, null, n - kept, current, done, new_current, new_done, remaining,
-                             link_load, 1, now, core.dt, finished, n_finished,
-                             level, queue, dscp, core.timer, core.noted, core.bad, core.counts)
-    return _after_step(p, core, flows, rc, n_finished)
+    if links:
+        n_finished = len(links)
+        rc = _lib.lxf_mfs_decide(core.struct, n, tag, null, n - kept, current, done, new_current, new_done,
+                                 remaining, link_load, 1, now, dt, list(links), n_finished,
+                                 level, queue, dscp, core.timer, core.noted, core.bad, core.counts)
+    else:
+        n_finished = 0
+        rc = _lib.lxf_mfs_decide(core.struct, n, tag, null, n - kept, current, done, new_current, new_done,
+                                 remaining, link_load, 1, now, dt, null, 0,
+                                 level, queue, dscp, core.timer, core.noted, core.bad, core.counts)
+    counts = core.counts
+    if rc or counts[0] or counts[1] or n_finished:
+        return _after_step(p, core, flows, rc, n_finished)
+    p._view.active = False  # a from-scratch decision: the incremental path starts over
+    t_next = core.timer[0]
+    return None if t_next != t_next else t_next
 
 
-def _admit(p: MfsPolicy, struct, f, s: int, capacity: np.ndarray) -> None:
-    """``mfs_scalar._admit_one`` for the native path: the facts written by C in one call."""
-    explicit, stage, link, rate, weight, target, due = static_facts(p, f, capacity)
-    b, r = p._enter(f)
-    if _lib.lxf_mfs_admit(struct, s, link, rate, weight, f.size, explicit, stage, target, due, b, r):
-        raise RuntimeError("mfs: a new flow's RMLQ slot is out of range for the C step (policy state out of step)")
-    p.rmlq.facts[s] = (explicit, stage, link, rate, weight, b, r, target, due)
+def _interval(interval: tuple[float, float] | None) -> float:
+    """The step's ``dt`` for ``MfsPolicy._measure_interval_at``'s interval (< 0: none)."""
+    return -1.0 if interval is None else interval[1] - interval[0]
+
+
+def _admit_new(p: MfsPolicy, flows: list, kept: int, tag, capacity: np.ndarray) -> None:
+    """The engine's new flows (positions ``kept`` on) into the RMLQ: their
+    slots in ``tag`` (in snapshot order first, then the facts, as the other
+    paths), their static facts into the slot arrays (``lxf_mfs_admit``) and
+    ``rmlq.facts``, their batch and request entered (``_admit`` for a run of
+    flows, with ``static_facts``'s frozen-shape case spelled out: a run
+    admits hundreds of thousands)."""
+    t = p.rmlq
+    new = flows[kept:]
+    slots = list(map(t.allocate, new))
+    for i, s in enumerate(slots, kept):
+        tag[i] = s
+    struct = _bound(p, capacity).struct  # (the facts go into the slot arrays as they are now)
+    facts, cache, enter, admit = t.facts, p._bneck_cache, p._enter, _lib.lxf_mfs_admit
+    for f, s in zip(new, slots):
+        hit = None
+        if type(f) is Flow:
+            hit = cache.get((id(f.links), id(f.weights)))
+        if hit is not None and hit[2] is capacity and not (hit[0].flags.writeable or hit[1].flags.writeable):
+            link, rate, weight = hit[3]
+            d, kind, layer = f.deadline, f.stage, f.layer
+            explicit = kind is _P2D_STAGE and d is not None
+            stage = _STAGE_CODE[kind]
+            target = _NAN if layer is None else float(layer)
+            due = _NAN if d is None else float(d - f.downstream)
+        else:
+            explicit, stage, link, rate, weight, target, due = static_facts(p, f, capacity)
+        b, r = enter(f)
+        if admit(struct, s, link, rate, weight, f.size, explicit, stage, target, due, b, r):
+            raise RuntimeError("mfs: a new flow's RMLQ slot is out of range for the C step (policy state out of step)")
+        facts[s] = (explicit, stage, link, rate, weight, b, r, target, due)
+
+
+def _progress_of(p: MfsPolicy, core: NativeCore, named: list) -> None:
+    """The progress of the flows the owner named (``reschedule(flows)``) into
+    the C step's per-slot progress; flows no longer live are skipped (new
+    ones were read at admission)."""
+    get = p.rmlq.slot.get
+    live = [(s, f) for f in named if (s := get(f)) is not None]
+    if live:
+        slots, named_live = zip(*live)
+        current, done = _progress(named_live)
+        rc = _lib.lxf_mfs_progress(core.struct, len(slots), slots, current, done)
+        if rc == _lib.LXF_MFS_BAD_INDEX:
+            raise RuntimeError("mfs: a named flow's RMLQ slot is out of range for the C step (policy state out of step)")
+        if rc:
+            raise MemoryError("no memory for the mfs request progress")
 
 
 def _progress(flows: list) -> tuple[list, bytes]:

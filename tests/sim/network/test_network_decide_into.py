@@ -42,9 +42,10 @@ class Recording(MfsPolicy):
         return out
 
 
-def fluid_run(native: bool, toggle: bool = False) -> tuple:
+def fluid_run(native: bool, toggle: bool = False, named: bool = False) -> tuple:
     """Flows of every stage with deadlines, layers and progress on a small fabric
-    (``toggle``: the policy switches between its C and Python paths now and then)."""
+    (``toggle``: the policy switches between its C and Python paths now and then;
+    ``named``: the owner names the flows whose progress it changed)."""
     rng = np.random.default_rng(5)
     topo = leaf_spine(32, 4, 1e9, oversubscription=2.0)
     policy = Recording(native, period=2e-5, load_window=1e-4)
@@ -68,7 +69,7 @@ def fluid_run(native: bool, toggle: bool = False) -> tuple:
             for f in flows[k * 8: k * 8 + 8]:
                 f.current_layer = (f.current_layer or 0) + 1
                 f.compute_done = k % 3 == 0
-            net.reschedule()
+            net.reschedule(flows[k * 8: k * 8 + 8] if named else None)
             seen.append([(f.level, f.queue, f.dscp) for f in net.live])
         net.queue.push(float(k) * 2e-5, Priority.ARRIVAL, progress)
         if toggle:  # between progress events: the next decisions see no reschedule
@@ -88,6 +89,41 @@ def test_decisions_into_the_table_equal_decisions_on_snapshots():
     assert native[:-1] == snapshots[:-1]
     assert native[3], "the run must see infeasible explicit flows"
     assert any(s.get("rmlq_level", 7) < 3 for s in native[1]), "and promotions"
+
+
+def test_progress_of_the_flows_the_owner_names_is_progress_of_all():
+    """``reschedule(flows)``: the C path reads the progress of those flows only
+    (some not arrived yet, some finished), and decides as the snapshot path,
+    which reads every flow's."""
+    named, snapshots = fluid_run(True, named=True), fluid_run(False, named=True)
+    assert named[-1]["decide_into"] > 500
+    assert named[:-1] == snapshots[:-1] == fluid_run(False)[:-1]
+
+
+def test_the_engine_hands_on_whose_progress_changed():
+    topo = leaf_spine(8, 2, 1e9)
+    seen = []
+
+    class Watching(MfsPolicy):
+        def decide_into(self, flows, now, kept, progressed, *args):
+            seen.append(progressed if isinstance(progressed, bool) else [f.id for f in progressed])
+            return super().decide_into(flows, now, kept, progressed, *args)
+
+    net = FluidNetwork(topo, Watching())
+    flows = [Flow.on_path(f"f{i}", 1e6, topo.path(i, (i + 1) % 8), stage=Stage.REUSE, layer=2, current_layer=0)
+             for i in range(3)]
+
+    def step(at, action):
+        net.queue.push(at, Priority.ARRIVAL, action)
+
+    step(0.0, lambda: [net.add_flow(f) for f in flows])
+    step(1e-4, lambda: None)  # (no event of its own: only the completions' recomputes)
+    step(2e-4, lambda: (net.reschedule(flows[:1]), net.reschedule(flows[2:])))
+    step(3e-4, lambda: (net.reschedule(flows[:1]), net.reschedule()))
+    net.run()
+    assert seen[0] is True  # the first decision reads every flow's
+    assert ["f0", "f2"] in seen and seen.count(True) == 2
+    assert all(s is False for s in seen[1:] if s not in (True, ["f0", "f2"]))
 
 
 def test_switching_paths_mid_run_changes_nothing():

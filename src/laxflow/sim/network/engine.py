@@ -47,7 +47,7 @@ engine's piecewise-constant rates.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -155,7 +155,9 @@ class FluidNetwork:
         self._dec: tuple = ()
         self._load_ptr = table.load
         self._snap: EngineSnapshot | None = None  # made for decide_into when asked (_snapshot_now)
-        self._progressed = True  # reschedule was called since the last decision (decide_into's "progressed")
+        # Whose progress changed since the last decision (decide_into's "progressed"):
+        # True, any flow's (reschedule()); a list, those flows' (reschedule(flows)); False, none.
+        self._progressed: bool | list[Flow] = True
 
     # -- owner API --------------------------------------------------------------
 
@@ -213,14 +215,23 @@ class FluidNetwork:
         if self._recompute_at != now:
             self._schedule_recompute()
 
-    def reschedule(self) -> None:
+    def reschedule(self, flows: Iterable[Flow] | None = None) -> None:
         """Ask the policy again at ``queue.now`` (the owner changed request state).
 
         Called by the owner after it changed live flows' request progress
         (``current_layer``, ``compute_done``): a policy deciding into the
-        engine (``decide_into``) reads progress again only then.
+        engine (``decide_into``) reads progress again only then, of
+        ``flows`` if the owner names them (every flow whose progress it
+        changed), else of every live flow.
         """
-        self._progressed = True
+        progressed = self._progressed
+        if flows is None or self._decide_into is None:  # (a policy deciding on snapshots reads all progress anyway)
+            self._progressed = True
+        elif progressed is not True:
+            if progressed:
+                progressed.extend(flows)
+            else:
+                self._progressed = list(flows)
         now = self.queue.now
         if now > self._t:
             self._advance(now)

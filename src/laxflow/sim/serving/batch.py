@@ -24,7 +24,7 @@ Per layer j:
 
 At every layer boundary and when compute ends, the request fields of the
 batch's live flows (``current_layer``, ``compute_done``) are updated first
-and the network is asked to reschedule.
+and the network is asked to reschedule, naming them.
 
 Flow deadlines: every flow carries its request's absolute TTFT deadline
 (batch-wide flows the tightest of the batch, and the id of that request).
@@ -172,7 +172,7 @@ class BatchRun:
         ahead = self.sim.reuse_lookahead
         if ahead is not None:
             self._issue_reuse_until(min(self.num_layers, j + ahead))
-        self.sim.network.reschedule()
+        self.sim.network.reschedule(self.flows.values())
         self._layer_cct = 0.0
         if self._pending_reuse[j] > 0:
             self._stall_since = self.sim.queue.now
@@ -285,7 +285,7 @@ class BatchRun:
         for s in self.states:
             s.compute_end = now
             s.stall = self.stall + sum(self.cct)
-        self.sim.network.reschedule()
+        self.sim.network.reschedule(self.flows.values())
         self.sim.compute_done(self)
         for s in self.states:
             if s.p2d_pending == 0:
