@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from laxflow.policy.base import Decision, Snapshot
-from laxflow.policy.flow import STAGE_CODES, Flow, Stage
+from laxflow.policy.flow import STAGE_CODES, Stage
 from laxflow.policy.mfs_scalar import admit, static_facts
 
 if TYPE_CHECKING:
@@ -43,7 +43,6 @@ if NATIVE and (_lib.LXF_MFS_STAGE_COLLECTIVE, _lib.LXF_MFS_STAGE_P2D) != (
     raise ImportError("laxflow.policy._mfs_native was built with other stage codes than laxflow.policy.flow")
 
 _NAN = float("nan")
-_STAGE_CODE, _P2D_STAGE = STAGE_CODES, Stage.P2D
 _F64 = np.dtype(np.float64)
 # Positions in lxf_mfs_decide's argument list that _step reads back.
 _ARG_LINK_LOAD, _ARG_N_FINISHED = 10, 15
@@ -220,29 +219,16 @@ def _admit_new(p: MfsPolicy, flows: list, kept: int, tag, capacity: np.ndarray) 
     """The engine's new flows (positions ``kept`` on) into the RMLQ: their
     slots in ``tag`` (in snapshot order first, then the facts, as the other
     paths), their static facts into the slot arrays (``lxf_mfs_admit``) and
-    ``rmlq.facts``, their batch and request entered (``_admit`` for a run of
-    flows, with ``static_facts``'s frozen-shape case spelled out: a run
-    admits hundreds of thousands)."""
+    ``rmlq.facts``, their batch and request entered."""
     t = p.rmlq
     new = flows[kept:]
     slots = list(map(t.allocate, new))
     for i, s in enumerate(slots, kept):
         tag[i] = s
     struct = _bound(p, capacity).struct  # (the facts go into the slot arrays as they are now)
-    facts, cache, enter, admit = t.facts, p._bneck_cache, p._enter, _lib.lxf_mfs_admit
+    facts, enter, admit = t.facts, p._enter, _lib.lxf_mfs_admit
     for f, s in zip(new, slots):
-        hit = None
-        if type(f) is Flow:
-            hit = cache.get((id(f.links), id(f.weights)))
-        if hit is not None and hit[2] is capacity and not (hit[0].flags.writeable or hit[1].flags.writeable):
-            link, rate, weight = hit[3]
-            d, kind, layer = f.deadline, f.stage, f.layer
-            explicit = kind is _P2D_STAGE and d is not None
-            stage = _STAGE_CODE[kind]
-            target = _NAN if layer is None else float(layer)
-            due = _NAN if d is None else float(d - f.downstream)
-        else:
-            explicit, stage, link, rate, weight, target, due = static_facts(p, f, capacity)
+        explicit, stage, link, rate, weight, target, due = static_facts(p, f, capacity)
         b, r = enter(f)
         if admit(struct, s, link, rate, weight, f.size, explicit, stage, target, due, b, r):
             raise RuntimeError("mfs: a new flow's RMLQ slot is out of range for the C step (policy state out of step)")

@@ -25,7 +25,8 @@ average in place and writes levels, queues and DSCP codepoints in place,
 and keeps its own per-flow numbers in the table's ``tag`` column. Such a
 policy reads request progress (``Flow.current_layer``, ``compute_done``)
 only after the owner called :meth:`FluidNetwork.reschedule`, so an owner
-that changes progress must call it (a layer boundary, the end of compute).
+that changes progress must call it (a layer boundary, the end of compute),
+naming the flows it changed when it knows them (then only theirs is read).
 
 Every per-flow number (bytes left, rate, the last decision, the usage
 vectors as one CSR) lives in a C table (``table_native.c``, built with the
