@@ -77,8 +77,9 @@ class Flow:
     current_layer: int | None = None  # layer the request is computing now
     compute_done: bool = False  # the request's prefill compute has ended
 
-    # Written by the engine after each decision (the Decision's arrays); read
-    # back by stateful policies and by whoever reports per-flow classes.
+    # Written by the engine after each decision (the Decision's arrays), unless
+    # its owner reads none of them (FluidNetwork's flow_fields=False: the
+    # serving simulator); read by whoever reports per-flow classes.
     level: int | None = None  # host priority (dense rank, 0 first)
     queue: int | None = None  # RMLQ queue / switch class
     dscp: int | None = None  # DSCP codepoint of that queue

@@ -452,3 +452,28 @@ def test_recompute_after_a_completion_waits_for_same_time_owner_events():
     assert queue.nothing_else_now()
     queue.push(queue.now, Priority.TIMER, lambda: None)
     assert not queue.nothing_else_now()
+
+
+@pytest.mark.parametrize("policy", ["mfs", "edf", "fs"])
+def test_an_owner_that_reads_no_flow_fields_gets_the_same_run(policy):
+    """``flow_fields=False`` (the serving simulator): no decision is written to
+    the Flow objects, and every rate and finish time is the same as with them."""
+    topo = leaf_spine(8, 2, 1e9, oversubscription=2.0)
+    rng = np.random.default_rng(3)
+    runs = []
+    for fields in (True, False):
+        net = FluidNetwork(topo, create_policy(policy), flow_fields=fields)
+        flows = [Flow.on_path(f"f{i}", float(rng.exponential(1e6)) + 1e3, topo.path(i % 8, (i * 3 + 1) % 8),
+                              arrival=i * 1e-5, stage=list(Stage)[i % 3], request=f"r{i // 3}", batch=f"b{i // 6}",
+                              deadline=5e-3 + i * 1e-4, layer=i % 4, current_layer=0) for i in range(40)]
+        rng = np.random.default_rng(3)  # (the same sizes for the second run)
+        schedule(net, flows)
+        rates = []
+        net.queue.push(4e-4, Priority.ARRIVAL, lambda net=net, flows=flows: rates.extend(map(net.rate_of, flows)))
+        net.run()
+        runs.append(([f.finish.hex() for f in flows], [r.hex() for r in rates],
+                     [(f.level, f.queue, f.dscp) for f in flows]))
+    (finish_on, rates_on, fields_on), (finish_off, rates_off, fields_off) = runs
+    assert finish_on == finish_off and rates_on == rates_off
+    assert all(level is not None and dscp is not None for level, _, dscp in fields_on)
+    assert all(field == (None, None, None) for field in fields_off)

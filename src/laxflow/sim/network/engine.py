@@ -91,6 +91,12 @@ class FluidNetwork:
     (seconds, default 10 ms: a few layers of a prefill) is the time constant
     of ``Snapshot.link_load``, which is kept when the policy reads it
     (``FlowPolicy.reads_link_load``) or ``track_link_load`` is True.
+    With ``flow_fields`` (the default) each decision's ``level``, ``cap``,
+    ``queue`` and ``dscp`` are written to the live Flow objects where they
+    changed; an owner that never reads them (the serving simulator, whose
+    MFS runs shift most flows' dense levels at every batch's arrival and
+    departure) passes False and saves those stores: the table holds the
+    decision either way, and rates and finish times are the same.
     """
 
     def __init__(
@@ -100,6 +106,7 @@ class FluidNetwork:
         queue: EventQueue | None = None,
         load_window: float = 0.01,
         track_link_load: bool | None = None,
+        flow_fields: bool = True,
     ) -> None:
         if not load_window > 0:
             raise ValueError(f"load_window must be > 0 s (got {load_window!r})")
@@ -117,6 +124,7 @@ class FluidNetwork:
         # The moving average is kept only when someone reads it: the policy
         # (``reads_link_load``) or the owner (``track_link_load=True``).
         self._track_load = policy.reads_link_load if track_link_load is None else bool(track_link_load)
+        self._flow_fields = bool(flow_fields)  # decisions written back to the Flow objects
         capacity = np.ascontiguousarray(self.capacity, dtype=np.float64)
         table = _lib.lxf_table_new(capacity.size, _ffi.from_buffer("double[]", capacity), self._track_load,
                                    self.load_window)
@@ -413,34 +421,45 @@ class FluidNetwork:
         # The Flow objects' copies of the decision, where they changed (often
         # only levels: a new batch shifts the dense ranks of many flows).
         # (level, queue and DSCP are arrays, or the C buffers a policy wrote into.)
-        flows = self._flows
-        if out[0]:
-            most = 2 * out[0] > n  # (a new level shifts the dense ranks above it: often all flows move)
-            if type(level) is np.ndarray:
-                level_l = level.tolist()
-            else:  # a C buffer: as a list when many moved (one conversion, not one per index)
-                level_l = _ffi.unpack(level, n) if most or out[0] > 8 else level
-            if most:  # every flow's, without the positions (the others get the level they have)
-                for flow, value in zip(flows, level_l):
-                    flow.level = value
-            else:
-                for i in _ffi.unpack(changed_buf, out[0]):
-                    flows[i].level = level_l[i]
-        if out[2]:
-            cap_l = [_INF] * n if cap is None else cap.tolist()
-            for i in _ffi.unpack(changed_buf + n, out[2]):
-                flows[i].cap = cap_l[i]
-        if out[3]:
-            queue_l, dscp_l = (queue.tolist(), dscp.tolist()) if type(queue) is np.ndarray else (queue, dscp)
-            for i in _ffi.unpack(changed_buf + 2 * n, out[3]):
-                flow = flows[i]
-                flow.queue = queue_l[i]
-                flow.dscp = dscp_l[i]
+        if self._flow_fields:
+            self._write_flow_fields(n, out, changed_buf, level, cap, queue, dscp)
         for t in timers:
             if t > now and t not in self._timers and math.isfinite(t):
                 self._timers.add(t)
                 self.queue.push(t, Priority.TIMER, self._on_timer, t)
         self._schedule_completion(self._next[0])
+
+    def _write_flow_fields(self, n: int, out, changed_buf, level, cap, queue, dscp) -> None:
+        """The decision just stored, on the Flow objects where it changed (``out``
+        and ``changed_buf``: lxf_table_apply's counts and positions)."""
+        flows = self._flows
+        if out[0]:
+            array = type(level) is np.ndarray  # (else the C buffer a policy wrote into)
+            if 2 * out[0] > n:  # every flow's, without the positions (a new level shifts the dense ranks above it)
+                for flow, value in zip(flows, level.tolist() if array else _ffi.unpack(level, n)):
+                    flow.level = value
+            else:
+                if array:  # a few changed (new flows): their values, not the whole list
+                    level_at = level.item if 4 * out[0] < n else level.tolist().__getitem__
+                else:  # one conversion of the buffer when more than a few moved, not one per index
+                    level_at = _ffi.unpack(level, n).__getitem__ if out[0] > 8 else level.__getitem__
+                for i in _ffi.unpack(changed_buf, out[0]):
+                    flows[i].level = level_at(i)
+        if out[2]:
+            cap_l = [_INF] * n if cap is None else cap.tolist()
+            for i in _ffi.unpack(changed_buf + n, out[2]):
+                flows[i].cap = cap_l[i]
+        if out[3]:
+            if type(queue) is not np.ndarray:  # (the C buffers a policy wrote into: indexed as they are)
+                queue_at, dscp_at = queue.__getitem__, dscp.__getitem__
+            elif 4 * out[3] < n:  # a few changed (new flows): their values, not whole lists
+                queue_at, dscp_at = queue.item, dscp.item
+            else:
+                queue_at, dscp_at = queue.tolist().__getitem__, dscp.tolist().__getitem__
+            for i in _ffi.unpack(changed_buf + 2 * n, out[3]):
+                flow = flows[i]
+                flow.queue = queue_at(i)
+                flow.dscp = dscp_at(i)
 
     def _decide_into_table(self, now: float, kept: int, n: int) -> tuple | None:
         """The policy's ``decide_into`` (its decision written into the engine's C

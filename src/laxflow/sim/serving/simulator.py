@@ -85,9 +85,11 @@ class ServingSimulator:
         )
         self.cluster = Cluster(self.cluster_config, self.runner.unit_gpus)
         self.queue = EventQueue()
-        # The "ttft" dispatch reads the measured link load whatever the policy reads.
+        # The "ttft" dispatch reads the measured link load whatever the policy reads;
+        # nothing here reads a flow's level, queue or DSCP (the results are per request and batch).
         self.network = FluidNetwork(self.cluster.topology, self.policy, self.queue,
-                                    track_link_load=True if config.router_dispatch == "ttft" else None)
+                                    track_link_load=True if config.router_dispatch == "ttft" else None,
+                                    flow_fields=False)
         self.caches = PrefixCaches(len(self.cluster.prefill_units), config.cache_tokens_per_unit, config.kv_placement)
         self.router = GlobalRouter(
             len(self.cluster.prefill_units), len(self.cluster.decode_units), self.caches, config.router_overlap_weight

@@ -169,7 +169,7 @@ class InstanceEngine:
         port = dep.nic_gbps * 1e9 / 8 * dep.gpus  # every GPU's NIC carries its TP shard of the KV
         self.topology = big_switch(len(self.instances), port)
         policy = flow_policy if flow_policy is not None else create_policy(self.config.flow_policy)
-        self.network = FluidNetwork(self.topology, policy, self.queue)
+        self.network = FluidNetwork(self.topology, policy, self.queue, flow_fields=False)  # (no flow's level is read here)
 
     # -- the pool manager's API ----------------------------------------------------
 
