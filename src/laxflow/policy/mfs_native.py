@@ -315,9 +315,9 @@ def _after_step(p: MfsPolicy, core: NativeCore, flows: list, rc: int, n_finished
         p._finished_links.clear()
     counts = core.counts
     if counts[0]:
-        noted = core.noted
-        for j in range(counts[0]):
-            flows[noted[2 * j]].state["rmlq_level"] = noted[2 * j + 1]
+        noted = _ffi.unpack(core.noted, 2 * counts[0])  # (position, level) pairs
+        for i, q in zip(noted[::2], noted[1::2]):
+            flows[i].state["rmlq_level"] = q
     if counts[1]:
         for i in _ffi.unpack(core.bad, counts[1]):
             p.infeasible.add(flows[i].id)
