@@ -190,18 +190,12 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
     core.dt = dt
     if progressed and not every:  # the flows the owner named: their progress, by slot
         _progress_of(p, core, progressed)
-    links = p._finished_links
+    links = p._finished_links  # (NativeCore.finished)
+    n_finished = len(links)
     # (link_load is the engine's, never NULL: the step does not ask for a snapshot's; one call, no argument list)
-    if links:
-        n_finished = len(links)
-        rc = _lib.lxf_mfs_decide(core.struct, n, tag, null, n - kept, current, done, new_current, new_done,
-                                 remaining, link_load, 1, now, dt, list(links), n_finished,
-                                 level, queue, dscp, core.timer, core.noted, core.bad, core.counts)
-    else:
-        n_finished = 0
-        rc = _lib.lxf_mfs_decide(core.struct, n, tag, null, n - kept, current, done, new_current, new_done,
-                                 remaining, link_load, 1, now, dt, null, 0,
-                                 level, queue, dscp, core.timer, core.noted, core.bad, core.counts)
+    rc = _lib.lxf_mfs_decide(core.struct, n, tag, null, n - kept, current, done, new_current, new_done, remaining,
+                             link_load, 1, now, dt, list(links) if n_finished else null, n_finished,
+                             level, queue, dscp, core.timer, core.noted, core.bad, core.counts)
     counts = core.counts
     if rc or counts[0] or counts[1] or n_finished:
         return _after_step(p, core, flows, rc, n_finished)
