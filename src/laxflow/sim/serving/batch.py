@@ -68,13 +68,14 @@ class Shape(NamedTuple):
     """One transfer of a batch with its payload applied to its pattern: what every flow issued for it
     shares, computed once per batch (a transfer repeats layer after layer) by :meth:`BatchRun._shape`."""
 
-    stage: Stage  # (its value is the stage's key in BatchContext.delivered)
+    stage: Stage
     net: float  # bytes over the network, true bytes (0: no network part)
     size: float  # the flow's size, in the engine's per-pair units
     links: np.ndarray  # the pattern's read-only usage arrays (the engine caches their merge by id)
     weights: np.ndarray
     intra: float  # s of the busiest GPU's NVSwitch part
     intra_event: bool  # whether the NVSwitch part gets its own event (it may land after the network part)
+    key: str  # the stage's key in BatchContext.delivered (its value, read once: an enum property per flow is not free)
 
 
 class BatchRun:
@@ -306,7 +307,7 @@ class BatchRun:
         # so an NVSwitch part no longer than that never decides: skip its event.
         intra_event = intra > 0 and (net <= 0 or intra > net / pattern.bottleneck)
         size = net / pattern.pairs if net > 0 else 0.0
-        return Shape(stage, net, size, pattern.links, pattern.weights, intra, intra_event)
+        return Shape(stage, net, size, pattern.links, pattern.weights, intra, intra_event, stage.value)
 
     def _p2d_shapes(self) -> list[tuple[RequestState, float, Shape]]:
         """Per request: the network bytes of one layer's KV to its decode unit, and that transfer's shape."""
@@ -335,7 +336,7 @@ class BatchRun:
             )
             self.flows[id(flow)] = flow
 
-            def landed(f: Flow, then=then, arg=arg, net=net, key=shape.stage.value) -> None:
+            def landed(f: Flow, then=then, arg=arg, net=net, key=shape.key) -> None:
                 self.flows.pop(id(f), None)
                 self.sim.delivered[key] += net
                 then(arg)
