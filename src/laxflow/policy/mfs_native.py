@@ -141,8 +141,8 @@ def decide_native(p: MfsPolicy, snap: Snapshot) -> Decision:
     return Decision(level=level, queue=queue, dscp=dscp, timers=() if timer is None else (timer,))
 
 
-def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bool, capacity: np.ndarray, remaining,
-                link_load, level, queue, dscp, tag, snapshot: Callable[[], Snapshot]) -> float | None:
+def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bool | list, capacity: np.ndarray,
+                remaining, link_load, level, queue, dscp, tag, snapshot: Callable[[], Snapshot]) -> float | None:
     """``MfsPolicy.decide_into``: one decision over the engine's ``flows`` (at
     least one; the first ``kept`` had the last decision, the rest are new),
     read from and written into its C buffers (cffi pointers: ``remaining``
@@ -151,11 +151,7 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
     column, where this path keeps each flow's RMLQ slot). Request progress
     is read from the flows only if the owner ``progressed`` them (the
     engine's reschedule contract: True, every flow; a list, those flows) or
-    they are new. The timer, None: none.
-
-    The engine calls this at every recompute (hundreds of thousands of times
-    a run), so what ``_core`` and ``_after_step`` do for a snapshot is
-    spelled out here, with their rare branches left to them."""
+    they are new. The timer, None: none."""
     n = len(flows)
     if p._tagged != tag:  # (an address: the column moved, or its tags were not set here) set them, read all progress
         slot = p.rmlq.slot
@@ -171,42 +167,15 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
         if not every:
             new_current, new_done = _progress(flows[kept:])
     current, done = _progress(flows) if every else (null, null)
-    # _core, inline: the explicit-load interval, RED order, the arrays bound, room for n.
-    last = p._last_t
-    p._last_t = now
-    dt = now - last if last is not None and now > last else -1.0
-    if p._explicit_load.size != len(capacity):  # (first decision, or another link count)
-        p._last_t = last
-        dt = _interval(p._measure_interval_at(now, len(capacity)))
-    if p._order_stale:
-        p._reorder(snapshot)
-    core = p._native
-    if core is None or core.bound[0] is not p.rmlq.urgency or core.bound[1] is not p._rank \
-            or core.bound[2] is not p._pruned or core.bound[3] is not p._explicit_load \
-            or core.bound[4] is not p._finished_bytes or core.bound[5] is not capacity:
-        core = _bound(p, capacity)
-    if n > core._room:
-        core.buffers(n)
-    core.dt = dt
+    core = _core(p, capacity, n, now, snapshot)
     if progressed and not every:  # the flows the owner named: their progress, by slot
         _progress_of(p, core, progressed)
-    links = p._finished_links  # (NativeCore.finished)
-    n_finished = len(links)
+    finished, n_finished = core.finished(p)
     # (link_load is the engine's, never NULL: the step does not ask for a snapshot's; one call, no argument list)
     rc = _lib.lxf_mfs_decide(core.struct, n, tag, null, n - kept, current, done, new_current, new_done, remaining,
-                             link_load, 1, now, dt, list(links) if n_finished else null, n_finished,
+                             link_load, 1, now, core.dt, finished, n_finished,
                              level, queue, dscp, core.timer, core.noted, core.bad, core.counts)
-    counts = core.counts
-    if rc or counts[0] or counts[1] or n_finished:
-        return _after_step(p, core, flows, rc, n_finished)
-    p._view.active = False  # a from-scratch decision: the incremental path starts over
-    t_next = core.timer[0]
-    return None if t_next != t_next else t_next
-
-
-def _interval(interval: tuple[float, float] | None) -> float:
-    """The step's ``dt`` for ``MfsPolicy._measure_interval_at``'s interval (< 0: none)."""
-    return -1.0 if interval is None else interval[1] - interval[0]
+    return _after_step(p, core, flows, rc, n_finished)
 
 
 def _admit_new(p: MfsPolicy, flows: list, kept: int, tag, capacity: np.ndarray) -> None:
@@ -240,7 +209,8 @@ def _progress_of(p: MfsPolicy, core: NativeCore, named: list) -> None:
         current, done = _progress(named_live)
         rc = _lib.lxf_mfs_progress(core.struct, len(slots), slots, current, done)
         if rc == _lib.LXF_MFS_BAD_INDEX:
-            raise RuntimeError("mfs: a named flow's RMLQ slot is out of range for the C step (policy state out of step)")
+            raise RuntimeError("mfs: a named flow's RMLQ slot is out of range for the C step "
+                               "(policy state out of step)")
         if rc:
             raise MemoryError("no memory for the mfs request progress")
 
