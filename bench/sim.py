@@ -1,6 +1,7 @@
 """Serving-simulator speed: one policy at paper scale, and wall time as the cluster grows.
 
     python bench/sim.py --json   # {"paper_scale_s", "requests_per_s", "calib_s", "mfs_paper_scale_s", "mfs_over_fs", "scaling": {...}}
+    python bench/sim.py --json --split   # ... and "split": {...}: where mfs_over_fs comes from
 
 Paper scale (MFS §6.1): 256 servers x 8 A100 (1024 prefill GPUs = 32
 Mixtral-8x22B units), 512 warm-up + 1024 measured QwenA-conversation
@@ -23,6 +24,24 @@ paper-scale run under ``mfs`` (same workload), and ``mfs_over_fs`` its ratio
 to the ``--policy`` run (target <= 1.5 with the default ``fs``); ``--no-mfs``
 skips it. ``detail.mfs_path`` says whether mfs decided in C (``native``, the
 module built at install) or on its Python paths.
+
+``--split`` (with ``fs``) adds three paper-scale runs that tell apart what
+``mfs_over_fs`` is made of (``bench/_schedule_replay.py``): fs with the
+link-load average kept (``fs_link_load_s``); mfs with its decisions
+recorded (not timed); and those decisions replayed by a policy that only
+copies them into the engine (``mfs_replayed_s``: the run MFS's schedule
+makes, with no MFS code in it; ``replay_copy_s`` of it are the copies,
+timed inside). Each must reproduce its original run (the same events and
+TTFTs), else the script stops with an error. With ``schedule_s`` =
+``mfs_replayed_s - replay_copy_s``, ``schedule_over_fs`` is ``schedule_s /
+paper_scale_s`` (the engine and simulator's share under MFS's schedule:
+more levels to fill, timer events, the link-load average, whose part
+``link_load_over_fs`` is) and ``policy_over_fs`` is ``(mfs_paper_scale_s -
+schedule_s) / paper_scale_s`` (MFS's own decisions and completions, with
+what they cost the rest of the run in caches); the two add up to
+``mfs_over_fs``. ``policy_us_per_decision`` spreads the policy's time over
+the decisions. The recording holds 17 bytes per live flow per decision:
+about 540 MB at paper scale.
 """
 
 from __future__ import annotations
@@ -32,23 +51,55 @@ import json
 import sys
 import time
 
+from _schedule_replay import FsKeepingLinkLoad, RecordingMfs, ReplayedSchedule  # bench/ is on the path
+
 from laxflow.policy import mfs_native
+from laxflow.policy.base import FlowPolicy
 from laxflow.policy.mfs import MfsPolicy
 from laxflow.sim.serving.config import ClusterConfig, ServingConfig
 from laxflow.sim.serving.experiment import CAPACITY, RunSpec, build_workload
 from laxflow.sim.serving.simulator import ServingSimulator
 
 
-def timed_run(servers: int, requests: int, warmup: int, rate: float, policy: str, model: str, workload: str) -> dict:
+def timed_run(servers: int, requests: int, warmup: int, rate: float, policy: str | FlowPolicy, model: str,
+              workload: str) -> tuple[dict, tuple]:
+    """One run's figures, and its outcome (network events, every request's TTFT, bytes per stage) to compare runs."""
     cfg = ServingConfig(model=model, cluster=ClusterConfig(servers=servers), warmup=warmup)
-    spec = RunSpec(cfg, workload, rate, policy, requests, seed=0)
+    spec = RunSpec(cfg, workload, rate, "fs", requests, seed=0)  # (the workload does not depend on the policy)
     reqs = build_workload(spec)
     t0, c0 = time.perf_counter(), time.process_time()
     res = ServingSimulator(cfg, reqs, policy).run()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     att = sum(1 for s in res.measured if s.ttft <= s.slo) / len(res.measured)
+    outcome = (res.network_events, tuple(s.ttft for s in res.states), tuple(sorted(res.stage_bytes_delivered.items())))
     return {"servers": servers, "requests": len(reqs), "wall_s": wall, "cpu_s": cpu, "events": res.network_events,
-            "batches": len(res.batches), "slo_attainment": att}
+            "batches": len(res.batches), "slo_attainment": att}, outcome
+
+
+def split(paper: dict, fs_outcome: tuple, mfs: dict, run) -> dict:
+    """``--split``'s runs (``run(policy)``: a paper-scale ``timed_run``) and keys; see the module doc."""
+    fs_load, fs_load_outcome = run(FsKeepingLinkLoad())
+    if fs_load_outcome != fs_outcome:
+        raise SystemExit("bench/sim.py --split: fs with the link-load average kept ran differently from fs")
+    recording = RecordingMfs()
+    _, recorded_outcome = run(recording)
+    replay = ReplayedSchedule(recording)
+    replayed, replayed_outcome = run(replay)
+    if replayed_outcome != recorded_outcome or not replay.complete:
+        raise SystemExit("bench/sim.py --split: the replayed mfs schedule ran differently from the recorded mfs run")
+    fs_s, mfs_s = paper["wall_s"], mfs["wall_s"]
+    schedule_s = replayed["wall_s"] - replay.copy_s
+    decisions = len(recording.decisions)
+    return {
+        "fs_link_load_s": round(fs_load["wall_s"], 3),
+        "mfs_replayed_s": round(replayed["wall_s"], 3),
+        "replay_copy_s": round(replay.copy_s, 3),
+        "decisions": decisions,
+        "link_load_over_fs": round((fs_load["wall_s"] - fs_s) / fs_s, 2),
+        "schedule_over_fs": round(schedule_s / fs_s, 2),
+        "policy_over_fs": round((mfs_s - schedule_s) / fs_s, 2),
+        "policy_us_per_decision": round(1e6 * (mfs_s - schedule_s) / decisions, 2),
+    }
 
 
 def calib_s() -> float:
@@ -72,7 +123,11 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1024, help="measured requests at 256 servers")
     ap.add_argument("--warmup", type=int, default=512, help="warm-up requests at 256 servers")
     ap.add_argument("--no-mfs", action="store_true", help="skip the paper-scale mfs run (mfs_over_fs)")
+    ap.add_argument("--split", action="store_true",
+                    help="three more paper-scale runs: what mfs_over_fs is made of (needs --policy fs and the mfs run)")
     args = ap.parse_args()
+    if args.split and (args.policy != "fs" or args.no_mfs):
+        ap.error("--split compares mfs with fs: it needs --policy fs and the mfs run (no --no-mfs)")
     load = None
     if args.rate is None:
         if (args.model, args.workload) not in CAPACITY:
@@ -81,21 +136,30 @@ def main() -> None:
     calib = calib_s()
 
     sizes = [int(s) for s in args.servers.split(",")]
-    runs = {}
+    def paper_run(policy: str | FlowPolicy) -> tuple[dict, tuple]:
+        return timed_run(256, args.requests, args.warmup, args.rate, policy, args.model, args.workload)
+
+    runs, outcomes = {}, {}
     for servers in sizes:
         scale = servers / 256
-        r = timed_run(servers, max(1, round(args.requests * scale)), round(args.warmup * scale), args.rate,
-                      args.policy, args.model, args.workload)
+        r, outcomes[servers] = timed_run(servers, max(1, round(args.requests * scale)), round(args.warmup * scale),
+                                         args.rate, args.policy, args.model, args.workload)
         runs[servers] = r
         if not args.json:
             print(json.dumps(r), file=sys.stderr)
-    paper = runs.get(256) or timed_run(256, args.requests, args.warmup, args.rate, args.policy, args.model,
-                                       args.workload)
-    mfs = None
+    if 256 in runs:
+        paper = runs[256]
+    else:
+        paper, outcomes[256] = paper_run(args.policy)
+    mfs = parts = None
     if not args.no_mfs:
-        mfs = timed_run(256, args.requests, args.warmup, args.rate, "mfs", args.model, args.workload)
+        mfs, _ = paper_run("mfs")
         if not args.json:
             print(json.dumps({"policy": "mfs", **mfs}), file=sys.stderr)
+    if args.split:
+        parts = split(paper, outcomes[256], mfs, paper_run)
+        if not args.json:
+            print(json.dumps({"split": parts}), file=sys.stderr)
     calib = min(calib, calib_s())
     out = {
         "paper_scale_s": round(paper["wall_s"], 3),
@@ -106,6 +170,7 @@ def main() -> None:
         **({"mfs_paper_scale_s": round(mfs["wall_s"], 3), "mfs_over_fs": round(mfs["wall_s"] / paper["wall_s"], 2)}
            if mfs else {}),
         "scaling": {str(s): round(r["wall_s"], 3) for s, r in runs.items()},
+        **({"split": parts} if parts else {}),
         "detail": {"policy": args.policy, "rate": args.rate, "load": load, "model": args.model, "workload": args.workload,
                    "runs": {str(s): r for s, r in runs.items()}, "mfs_run": mfs,
                    # which decision path mfs ran: its C step (built at install) or the Python paths
