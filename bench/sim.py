@@ -42,7 +42,7 @@ what they cost the rest of the run in caches); the two add up to
 ``mfs_over_fs``. ``policy_us_per_decision`` spreads the policy's time over
 the decisions. The recording holds 17 bytes per live flow per decision:
 about 540 MB at paper scale (the whole ``--split`` run peaked at 0.7 GB
-resident; it takes about a minute more than the plain run).
+resident; its three runs add about 40 s to the plain one).
 """
 
 from __future__ import annotations
