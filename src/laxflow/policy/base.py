@@ -202,7 +202,9 @@ class FlowPolicy(ABC):
         (``int64_t *``, n each) and ``dscp`` (``uint8_t *``, n) to write, as
         ``decide`` would return them (no caps), and a ``tag`` column
         (``int64_t *``, n; -1 for a new flow) the policy may use for its own
-        per-flow numbers, kept in step with the flows. ``snapshot()`` gives the
+        per-flow numbers, kept in step with the flows. ``buffers`` is the same
+        tuple from call to call while none of its pointers changed (a policy
+        may keep what it made of them by the tuple). ``snapshot()`` gives the
         engine's snapshot of this recompute, for what the policy still reads
         from one. Returns the timer (None: none).
         """

@@ -137,7 +137,10 @@ class MfsPolicy(FlowPolicy):
         self._window_seen = math.nan  # the last snapshot load_window accepted
         self._few_out: dict[tuple, tuple] = {}  # the few-flow path's output arrays by arbitration keys
         self._native: NativeCore | None = None  # the native path's C state, made on its first decision
-        self._tagged: Any = None  # the engine tag column decide_into keeps slots in, while it does
+        # Bumped whenever _rank, _pruned, _explicit_load or _finished_bytes is
+        # replaced by another array: the C state binds them again (NativeCore).
+        self._arrays_gen = 0
+        self._tagged: Any = None  # the engine buffers whose tag column decide_into keeps slots in, while it does
 
     # ------------------------------------------------------------ coordinator
 
@@ -176,7 +179,7 @@ class MfsPolicy(FlowPolicy):
             return decide_native(self, snap)
         self._tagged = None  # (the Python paths keep no engine tags)
         if self._native is not None:  # nor the C side's view of the arrays they change: re-bound at its next decision
-            self._native.bound = (None,) * 6
+            self._native.gen = -1
         floor = self.incremental_below if self._view.active else self.incremental_from
         if self.incremental and floor < n <= self.incremental_upto:
             return decide_incremental(self, snap)
@@ -233,7 +236,7 @@ class MfsPolicy(FlowPolicy):
             return NotImplemented
         if load_window != self._window_seen:
             self._check_window(load_window)
-        return decide_into(self, flows, now, kept, progressed, capacity, *buffers, snapshot)
+        return decide_into(self, flows, now, kept, progressed, capacity, buffers, snapshot)
 
     def _check_window(self, window: float) -> None:
         """The link-load average the snapshots carry must be over MfsConfig.load_window."""
@@ -374,6 +377,7 @@ class MfsPolicy(FlowPolicy):
             self._batch_names.append(name)
             if b >= len(self._rank):
                 self._rank = np.concatenate([self._rank, np.zeros(len(self._rank), np.int64)])
+                self._arrays_gen += 1
             self._rank[b] = np.iinfo(np.int64).max // 2  # until ordered: last
             self._order_stale = True
         return b
@@ -388,6 +392,7 @@ class MfsPolicy(FlowPolicy):
             self._request_batch.append(batch)
             if r >= len(self._pruned):
                 self._pruned = np.concatenate([self._pruned, np.zeros(len(self._pruned), bool)])
+                self._arrays_gen += 1
             self._order_stale = True
         elif batch >= 0 and self._request_batch[r] < 0:  # first named by set_order
             self._request_deadline[r] = deadline
@@ -423,14 +428,19 @@ class MfsPolicy(FlowPolicy):
     def _measure_interval_at(self, now: float, links: int) -> tuple[float, float] | None:
         """:meth:`_measure_interval` at time ``now`` on ``links`` links (the native path's, without a snapshot)."""
         if self._explicit_load.size != links:
-            self._explicit_load = np.zeros(links)
-            self._finished_bytes = np.zeros(links)
-            self._finished_links.clear()
+            self._fit_links(links)
         last = self._last_t
         self._last_t = now
         if last is None or now <= last:
             return None
         return last, now
+
+    def _fit_links(self, links: int) -> None:
+        """Per-link averages for ``links`` links (the network's link count changed: they start over at 0)."""
+        self._explicit_load = np.zeros(links)
+        self._finished_bytes = np.zeros(links)
+        self._arrays_gen += 1
+        self._finished_links.clear()
 
     def _measure_explicit_load(self, snap: Snapshot, idx: np.ndarray, is_new: np.ndarray) -> None:
         """Advance the explicit-traffic moving average over [last decision, now]."""
@@ -452,6 +462,7 @@ class MfsPolicy(FlowPolicy):
         util = np.clip(np.nan_to_num(util, nan=0.0, posinf=1.0), 0.0, 1.0)
         decay = math.exp(-(now - last) / self.config.load_window)
         self._explicit_load = util + (self._explicit_load - util) * decay
+        self._arrays_gen += 1
         self._finished_bytes[:] = 0.0
         self._finished_links.clear()
 

@@ -71,6 +71,22 @@ struct lxf_mfs {
     void *keys;            /* per flow: arbitration keys for the dense levels */
     uint8_t *is_new;       /* per flow */
     int64_t scratch_flows;
+    /* lxf_mfs_decide_engine's arguments and outputs, set by the caller (and
+     * set again whenever the network engine or the caller replaced one): the
+     * engine's per-flow columns (tag: the RMLQ slots; remaining; the level,
+     * queue and DSCP written), its unclipped link-load average, and where
+     * the timer, the noted pairs, the infeasible positions and their counts
+     * go (lxf_mfs_decide's out arguments, with room for the flows decided) */
+    const int64_t *e_tag;
+    const double *e_remaining;
+    const double *e_link_load;
+    int64_t *e_level;
+    int64_t *e_queue;
+    uint8_t *e_dscp;
+    double *o_timer;
+    int64_t *o_noted;
+    int64_t *o_infeasible;
+    int64_t *o_counts;
 };
 
 /* One decision over n live flows (positions 0..n-1 of the snapshot).
@@ -97,6 +113,15 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
                    const int64_t *finished, int64_t n_finished, int64_t *level, int64_t *queue, uint8_t *dscp,
                    double *timer, int64_t *noted, int64_t *infeasible, int64_t *counts);
 
+/* lxf_mfs_decide for the network engine (MfsPolicy.decide_into): over its
+ * n flows, the last n_new of them new, with the engine's buffers and the
+ * outputs bound in m (e_* and o_*; the link load clipped as the engine's
+ * snapshot would give it).  The same returns as lxf_mfs_decide but
+ * LXF_MFS_NEED_LOAD, which needs no second call here. */
+int lxf_mfs_decide_engine(struct lxf_mfs *m, int64_t n, int64_t n_new, const double *current, const char *done,
+                          const double *new_current, const char *new_done, double now, double dt,
+                          const int64_t *finished, int64_t n_finished);
+
 /* Request progress of k flows (slots slot[k]: current layer, NaN none;
  * compute ended) as lxf_mfs_decide keeps it per slot: what a decision with
  * current NULL reads for them (the owner named the flows whose progress it
@@ -105,10 +130,11 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
 int lxf_mfs_progress(struct lxf_mfs *m, int64_t k, const int64_t *slot, const double *current, const char *done);
 
 /* A new flow's static facts into slot s (mfs_scalar._admit_one's array
- * writes in one call; the step reads them, and of them writes only
- * last_rem, at the end of each decision).  Returns 0 or LXF_MFS_BAD_INDEX. */
-int lxf_mfs_admit(struct lxf_mfs *m, int64_t s, int64_t bneck_link, double bneck_rate, double bneck_weight,
-                  double size, int explicit_, int stage, double target, double due, int64_t batch, int64_t request);
+ * writes in one call; after its size, the facts in Rmlq.facts order).  The
+ * step reads them, and of them writes only last_rem, at the end of each
+ * decision.  Returns 0 or LXF_MFS_BAD_INDEX. */
+int lxf_mfs_admit(struct lxf_mfs *m, int64_t s, double size, int explicit_, int stage, int64_t bneck_link,
+                  double bneck_rate, double bneck_weight, int64_t batch, int64_t request, double target, double due);
 
 void lxf_mfs_free(struct lxf_mfs *m);
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from laxflow.policy.base import Decision, Snapshot
 from laxflow.policy.flow import STAGE_CODES, Stage
-from laxflow.policy.mfs_scalar import admit, static_facts
+from laxflow.policy.mfs_scalar import admission_facts, admit
 
 if TYPE_CHECKING:
     from laxflow.policy.mfs import MfsPolicy
@@ -60,7 +60,9 @@ _SLOT_FIELDS = (
 class NativeCore:
     """One policy's C state: the struct, the arrays it points into (held, so
     they stay alive), and the out-buffers. Re-binds the arrays whenever the
-    policy replaced one (a table grew, the link count changed)."""
+    policy replaced one (the RMLQ grew, ``MfsPolicy._arrays_gen`` moved, the
+    capacity array is another), and the network engine's buffers whenever
+    it hands ``decide_into`` another tuple of them."""
 
     def __init__(self, p: MfsPolicy) -> None:
         self.struct = _ffi.new("struct lxf_mfs *")
@@ -73,12 +75,17 @@ class NativeCore:
         s.num_thresholds = len(p._q_ascending)
         self._codes = np.ascontiguousarray(p._dscp_codes, np.uint8)
         s.dscp_codes = _ffi.from_buffer("uint8_t[]", self._codes)
-        # The arrays the struct points into now, in bind's order (held: they stay alive).
-        self.bound: tuple = (None,) * 6
+        # What the struct is bound to: the RMLQ's urgency array (the slot arrays
+        # are replaced together), the capacity array, the policy's _arrays_gen
+        # (-1: bind again), the engine's buffers (decide_into's tuple).
+        self.urgency = self.capacity = self.engine = None
+        self.gen = -1
         self._room = 0
         self.noted = self.bad = None
         self.counts = _ffi.new("int64_t[2]")
         self.timer = _ffi.new("double *")
+        s.o_counts = self.counts
+        s.o_timer = self.timer
         self.dt = -1.0  # the decision's explicit-load interval (s; < 0: none), set by _core
 
     @staticmethod
@@ -93,9 +100,12 @@ class NativeCore:
 
     def bind(self, p: MfsPolicy, capacity: np.ndarray) -> None:
         """Point the struct at the policy's current arrays (called when one of them was replaced)."""
+        if p._explicit_load.size != len(capacity):  # (the per-link averages first: they are bound too)
+            p._fit_links(len(capacity))
         t, s = p.rmlq, self.struct
         for name, ctype in _SLOT_FIELDS:
             setattr(s, "explicit_" if name == "explicit" else name, _ffi.from_buffer(ctype, getattr(t, name)))
+        self._rank, self._pruned, self._load, self._finished = p._rank, p._pruned, p._explicit_load, p._finished_bytes
         s.rank = _ffi.from_buffer("int64_t[]", p._rank)
         s.pruned = _ffi.from_buffer("uint8_t[]", p._pruned)
         s.explicit_load = _ffi.from_buffer("double[]", p._explicit_load)
@@ -108,13 +118,22 @@ class NativeCore:
         s.num_links = len(held)
         s.slots = len(t.urgency)
         s.nonzero_valid = 0
-        self.bound = (t.urgency, p._rank, p._pruned, p._explicit_load, p._finished_bytes, capacity)
+        self.urgency, self.capacity, self.gen = t.urgency, capacity, p._arrays_gen
+
+    def bind_engine(self, buffers: tuple) -> None:
+        """Point the struct at the network engine's buffers (``decide_into``'s tuple)."""
+        s = self.struct
+        remaining, load, s.e_level, s.e_queue, s.e_dscp, tag = buffers
+        s.e_remaining, s.e_link_load, s.e_tag = remaining, load, tag
+        self.engine = buffers
 
     def buffers(self, n: int) -> None:
         """Room for ``n`` flows in the out-buffers (noted pairs, infeasible positions)."""
         self._room = max(n, 2 * self._room)
         self.noted = _ffi.new("int64_t[]", 2 * self._room)
         self.bad = _ffi.new("int64_t[]", self._room)
+        self.struct.o_noted = self.noted
+        self.struct.o_infeasible = self.bad
 
 
 def decide_native(p: MfsPolicy, snap: Snapshot) -> Decision:
@@ -142,40 +161,73 @@ def decide_native(p: MfsPolicy, snap: Snapshot) -> Decision:
 
 
 def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bool | list, capacity: np.ndarray,
-                remaining, link_load, level, queue, dscp, tag, snapshot: Callable[[], Snapshot]) -> float | None:
+                buffers: tuple, snapshot: Callable[[], Snapshot]) -> float | None:
     """``MfsPolicy.decide_into``: one decision over the engine's ``flows`` (at
     least one; the first ``kept`` had the last decision, the rest are new),
-    read from and written into its C buffers (cffi pointers: ``remaining``
-    and the unclipped ``link_load`` read; ``level``, ``queue`` int64 and
-    ``dscp`` uint8 written, n each; ``tag``: the engine's per-flow int64
-    column, where this path keeps each flow's RMLQ slot). Request progress
-    is read from the flows only if the owner ``progressed`` them (the
-    engine's reschedule contract: True, every flow; a list, those flows) or
-    they are new. The timer, None: none."""
+    read from and written into its C ``buffers`` (cffi pointers: ``remaining``
+    and the unclipped link load read; ``level``, ``queue`` int64 and ``dscp``
+    uint8 written, n each; ``tag``: the engine's per-flow int64 column, where
+    this path keeps each flow's RMLQ slot). Request progress is read from the
+    flows only if the owner ``progressed`` them (the engine's reschedule
+    contract: True, every flow; a list, those flows) or they are new. The
+    timer, None: none.
+
+    Per decision this is the path's whole Python: the struct stays bound to
+    the engine's buffers while the engine hands the same tuple
+    (``p._tagged``), and to the policy's arrays while none was replaced."""
     n = len(flows)
-    if p._tagged != tag:  # (an address: the column moved, or its tags were not set here) set them, read all progress
-        slot = p.rmlq.slot
-        for i, f in enumerate(flows[:kept]):
-            tag[i] = slot[f]
-        p._tagged = tag
-        progressed = True
+    if p._tagged is not buffers and _engine_bind(p, flows, kept, capacity, buffers):
+        progressed = True  # (the tags were set here again: read all progress)
     null = _ffi.NULL
     new_current = new_done = null
     every = progressed is True
     if kept < n:
-        _admit_new(p, flows, kept, tag, capacity)
+        _admit_new(p, flows, kept, buffers[5], capacity)
         if not every:
             new_current, new_done = _progress(flows[kept:])
     current, done = _progress(flows) if every else (null, null)
-    core = _core(p, capacity, n, now, snapshot)
+    if p._order_stale:  # (reads no level: the scalar path's order, after its promotions; pruning reads snapshot())
+        p._reorder(snapshot)
+    core = p._native
+    if core.gen != p._arrays_gen or core.urgency is not p.rmlq.urgency or core.capacity is not capacity:
+        core = _bound(p, capacity)
+    if n > core._room:
+        core.buffers(n)
     if progressed and not every:  # the flows the owner named: their progress, by slot
-        _progress_of(p, core, progressed)
-    finished, n_finished = core.finished(p)
-    # (link_load is the engine's, never NULL: the step does not ask for a snapshot's; one call, no argument list)
-    rc = _lib.lxf_mfs_decide(core.struct, n, tag, null, n - kept, current, done, new_current, new_done, remaining,
-                             link_load, 1, now, core.dt, finished, n_finished,
-                             level, queue, dscp, core.timer, core.noted, core.bad, core.counts)
-    return _after_step(p, core, flows, rc, n_finished)
+        _progress_of(p, progressed)
+    last, p._last_t = p._last_t, now  # (MfsPolicy._measure_interval_at; the links were fitted at binding)
+    dt = core.dt = -1.0 if last is None or now <= last else now - last
+    finished = p._finished_links
+    if finished:
+        n_finished = len(finished)
+        rc = _lib.lxf_mfs_decide_engine(core.struct, n, n - kept, current, done, new_current, new_done, now, dt,
+                                        list(finished), n_finished)
+    else:
+        n_finished = 0
+        rc = _lib.lxf_mfs_decide_engine(core.struct, n, n - kept, current, done, new_current, new_done, now, dt,
+                                        null, 0)
+    if rc or n_finished or core.counts[0] or core.counts[1]:
+        return _after_step(p, core, flows, rc, n_finished)
+    p._view.active = False  # (as _after_step: a from-scratch decision)
+    t_next = core.timer[0]
+    return None if t_next != t_next else t_next
+
+
+def _engine_bind(p: MfsPolicy, flows: list, kept: int, capacity: np.ndarray, buffers: tuple) -> bool:
+    """The struct bound to the engine's ``buffers`` (a tuple not seen before, or
+    another path decided since); the kept flows' slots written into its tag
+    column when that column is not the one this path last kept them in
+    (returns True then: the caller reads every flow's progress again)."""
+    core = _bound(p, capacity)
+    core.bind_engine(buffers)
+    tag = buffers[5]
+    moved = p._tagged is None or p._tagged[5] != tag  # (an address: the column moved, or its tags were not set here)
+    if moved:
+        slot = p.rmlq.slot
+        for i, f in enumerate(flows[:kept]):
+            tag[i] = slot[f]
+    p._tagged = buffers
+    return moved
 
 
 def _admit_new(p: MfsPolicy, flows: list, kept: int, tag, capacity: np.ndarray) -> None:
@@ -185,20 +237,17 @@ def _admit_new(p: MfsPolicy, flows: list, kept: int, tag, capacity: np.ndarray) 
     ``rmlq.facts``, their batch and request entered."""
     t = p.rmlq
     new = flows[kept:]
-    slots = list(map(t.allocate, new))
-    for i, s in enumerate(slots, kept):
-        tag[i] = s
+    slots = t.allocate_many(new)
+    tag[kept : kept + len(slots)] = slots
     struct = _bound(p, capacity).struct  # (the facts go into the slot arrays as they are now)
-    facts, enter, admit = t.facts, p._enter, _lib.lxf_mfs_admit
+    facts, admit = t.facts, _lib.lxf_mfs_admit
     for f, s in zip(new, slots):
-        explicit, stage, link, rate, weight, target, due = static_facts(p, f, capacity)
-        b, r = enter(f)
-        if admit(struct, s, link, rate, weight, f.size, explicit, stage, target, due, b, r):
+        fact = facts[s] = admission_facts(p, f, capacity)
+        if admit(struct, s, f.size, *fact):
             raise RuntimeError("mfs: a new flow's RMLQ slot is out of range for the C step (policy state out of step)")
-        facts[s] = (explicit, stage, link, rate, weight, b, r, target, due)
 
 
-def _progress_of(p: MfsPolicy, core: NativeCore, named: list) -> None:
+def _progress_of(p: MfsPolicy, named: list) -> None:
     """The progress of the flows the owner named (``reschedule(flows)``) into
     the C step's per-slot progress; flows no longer live are skipped (new
     ones were read at admission)."""
@@ -207,7 +256,7 @@ def _progress_of(p: MfsPolicy, core: NativeCore, named: list) -> None:
     if live:
         slots, named_live = zip(*live)
         current, done = _progress(named_live)
-        rc = _lib.lxf_mfs_progress(core.struct, len(slots), slots, current, done)
+        rc = _lib.lxf_mfs_progress(p._native.struct, len(slots), slots, current, done)
         if rc == _lib.LXF_MFS_BAD_INDEX:
             raise RuntimeError("mfs: a named flow's RMLQ slot is out of range for the C step "
                                "(policy state out of step)")
@@ -229,9 +278,7 @@ def _bound(p: MfsPolicy, capacity: np.ndarray) -> NativeCore:
     core = p._native
     if core is None:
         core = p._native = NativeCore(p)
-    bound = core.bound
-    if (bound[0] is not p.rmlq.urgency or bound[1] is not p._rank or bound[2] is not p._pruned
-            or bound[3] is not p._explicit_load or bound[4] is not p._finished_bytes or bound[5] is not capacity):
+    if core.gen != p._arrays_gen or core.urgency is not p.rmlq.urgency or core.capacity is not capacity:
         core.bind(p, capacity)
     return core
 

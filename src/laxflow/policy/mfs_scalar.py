@@ -168,27 +168,30 @@ def admit(p: MfsPolicy, flows: list[Flow], capacity: np.ndarray) -> tuple[list[i
     return idx, new
 
 
-def static_facts(p: MfsPolicy, f: Flow, capacity: np.ndarray) -> tuple[bool, int, int, float, float, float, float]:
-    """A new flow's static facts but its batch and request: (explicit, stage,
-    bottleneck link, rate and weight there, target layer, due time; NaN: none).
+def admission_facts(p: MfsPolicy, f: Flow, capacity: np.ndarray) -> tuple:
+    """A new flow's ``Rmlq.facts``: (explicit, stage, bottleneck link, rate and
+    weight there, batch index, request index, target layer, due time; NaN:
+    none), the flow entered in the policy's batch and request tables.
     Shared by the scalar and native paths' admission (a flow per call,
     hundreds of thousands per run: a plain Flow's fields are read directly,
     as its ``due`` and ``has_explicit_deadline`` compute them)."""
     link, rate, weight = bottleneck(p, f, capacity)
     layer = f.layer
     target = _NAN if layer is None else float(layer)
+    b, r = p._enter(f)
     if type(f) is Flow:
         d, kind = f.deadline, f.stage
         due = _NAN if d is None else float(d - f.downstream)
-        return kind is Stage.P2D and d is not None, STAGE_CODES[kind], link, rate, weight, target, due
+        return kind is Stage.P2D and d is not None, STAGE_CODES[kind], link, rate, weight, b, r, target, due
     due = _NAN if (d := f.due) is None else float(d)  # (a subclass may define its own)
-    return f.has_explicit_deadline, STAGE_CODES[f.stage], link, rate, weight, target, due
+    return f.has_explicit_deadline, STAGE_CODES[f.stage], link, rate, weight, b, r, target, due
 
 
 def _admit_one(p: MfsPolicy, f: Flow, s: int, capacity: np.ndarray) -> None:
     """Static facts of a new flow (``MfsPolicy._admit`` for one flow), in the arrays and ``rmlq.facts``."""
     t = p.rmlq
-    explicit, stage, link, rate, weight, target, due = static_facts(p, f, capacity)
+    facts = t.facts[s] = admission_facts(p, f, capacity)
+    explicit, stage, link, rate, weight, b, r, target, due = facts
     t.bneck_link[s] = link
     t.bneck_rate[s] = rate
     t.bneck_weight[s] = weight
@@ -197,8 +200,8 @@ def _admit_one(p: MfsPolicy, f: Flow, s: int, capacity: np.ndarray) -> None:
     t.stage[s] = stage
     t.target[s] = target
     t.due[s] = due
-    b, r = p._register(f, s)
-    t.facts[s] = (explicit, stage, link, rate, weight, b, r, target, due)
+    t.batch[s] = b
+    t.request[s] = r
 
 
 def _ratio(capacity: float, weight: float) -> float:

@@ -77,6 +77,30 @@ def test_native_and_numpy_paths_agree_bit_for_bit(seed, monkeypatch):
 
 
 @pytest.mark.skipif(not allocator.NATIVE, reason="the C allocation module is not built")
+@pytest.mark.parametrize("spread", ["dense", "one short of n", "n", "sparse", "huge"])
+@pytest.mark.parametrize("base", [-7, 0, 2**50])
+def test_native_level_order_agrees_however_the_levels_spread(spread, base, monkeypatch):
+    """The C path orders flows by level with a counting sort when the levels
+    span fewer values than there are flows (a policy's dense levels) and a
+    merge sort otherwise: either way NumPy's stable order, so the same rates,
+    for levels anywhere in int64."""
+    capacity, usage, _, cap, prev, _ = random_case(11)
+    n = usage.num_flows
+    rng = np.random.default_rng(len(spread))
+    span = {"dense": 3, "one short of n": n - 1, "n": n, "sparse": 10 * n, "huge": 2**40}[spread]
+    level = base + rng.integers(0, span, n)
+    level[0], level[-1] = base, base + span - 1  # the whole span, so both sorts are reached
+    out = {}
+    for native in (True, False):
+        monkeypatch.setattr(allocator, "NATIVE", native)
+        monkeypatch.setattr(allocator_scalar, "FEW_ENTRIES", -1)
+        from_level = int(np.sort(level)[n // 2])
+        out[native] = [allocate(capacity, usage, level, cap).tolist(),
+                       allocate(capacity, usage, level, cap, from_level=from_level, prev_rate=prev).tolist()]
+    assert n > 10 and out[True] == out[False]
+
+
+@pytest.mark.skipif(not allocator.NATIVE, reason="the C allocation module is not built")
 def test_native_path_takes_the_numpy_dtypes_it_is_given():
     """Levels as int32 and a non-contiguous cap are converted, not misread."""
     capacity, usage, level, cap, _, _ = random_case(7)
@@ -133,6 +157,31 @@ def _utilization(table) -> dict[int, float]:
 def _link_utilization(usage: Usage, rate: np.ndarray, capacity: np.ndarray) -> dict[int, float]:
     load = usage.link_load(rate, capacity.size)
     return {int(link): load[link] / capacity[link] for link in np.unique(usage.link)}
+
+
+@pytest.mark.skipif(not allocator.NATIVE, reason="the C allocation module is not built")
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("odd", [None, np.inf, np.nan])
+def test_flow_table_utilization_with_flows_at_rate_zero(seed, odd):
+    """Flows at rate 0 (strict priority starves many) add nothing to a link's
+    utilization, and the table skips them, except when some flow has a
+    weight that is not finite (inf x 0 is NaN): then NumPy's NaNs, bit for bit."""
+    capacity, usage, level, cap, prev, _ = random_case(seed)
+    assert usage.num_flows >= 3  # (these seeds' instances)
+    rate = allocate(capacity, usage, level, cap) + prev
+    rate[::2] = 0.0
+    if odd is not None:
+        usage = Usage(usage.ptr, usage.link, usage.weight.copy())
+        usage.weight[usage.ptr[2]] = odd  # a flow at rate 0
+    table, lib, _ = table_of(capacity, usage, level, cap, rate)
+    assert lib.lxf_table_util(table) == 0
+    with np.errstate(invalid="ignore"):  # (inf x 0)
+        want = _link_utilization(usage, rate, capacity)
+    got = _utilization(table)
+    assert got.keys() == want.keys()
+    assert [np.float64(got[k]).tobytes() for k in got] == [np.float64(want[k]).tobytes() for k in got]
+    if odd is not None:
+        assert any(np.isnan(v) for v in got.values())
 
 
 @pytest.mark.skipif(not allocator.NATIVE, reason="the C allocation module is not built")

@@ -12,7 +12,7 @@ import pytest
 
 from laxflow.policy import Flow, Stage
 from laxflow.policy.mfs import MfsPolicy
-from laxflow.policy.mfs_native import NATIVE
+from laxflow.policy.mfs_native import NATIVE, _ffi
 from laxflow.sim.events import Priority
 from laxflow.sim.network import FluidNetwork, leaf_spine
 from laxflow.sim.serving.config import ClusterConfig, ServingConfig
@@ -124,6 +124,36 @@ def test_the_engine_hands_on_whose_progress_changed():
     assert seen[0] is True  # the first decision reads every flow's
     assert ["f0", "f2"] in seen and seen.count(True) == 2
     assert all(s is False for s in seen[1:] if s not in (True, ["f0", "f2"]))
+
+
+def test_the_engine_hands_the_same_buffers_until_they_move():
+    """``decide_into``'s buffers are one tuple from call to call while none of
+    its pointers changed (the policy binds them once per tuple), and a new
+    tuple, holding the new pointers, once the flow table's columns or the
+    decision buffers grew."""
+    topo = leaf_spine(8, 2, 1e9)
+    seen = []
+
+    class Watching(MfsPolicy):
+        def decide_into(self, flows, now, kept, progressed, capacity, load_window, buffers, snapshot):
+            at = tuple(int(_ffi.cast("uintptr_t", b)) for b in buffers)
+            table = net._table  # the engine's columns as they are now
+            assert (at[0], at[5]) == (int(_ffi.cast("uintptr_t", table.remaining)), int(_ffi.cast("uintptr_t", table.tag)))
+            seen.append((buffers, at + (table.room,)))  # (columns may grow in place: the room says they grew)
+            return super().decide_into(flows, now, kept, progressed, capacity, load_window, buffers, snapshot)
+
+    net = FluidNetwork(topo, Watching())
+    # 20 flows at once, then arrivals ahead of completions: the table's columns
+    # grow at other decisions than the decision buffers (sized by the first).
+    for i in range(200):
+        net.queue.push(max(i - 20, 0) * 1e-6, Priority.ARRIVAL, net.add_flow,
+                       Flow.on_path(f"f{i}", 1e6, topo.path(i % 8, (i + 1) % 8), stage=Stage.REUSE, layer=2))
+    net.run()
+    assert len(seen) > 200
+    pairs = list(zip(seen, seen[1:]))
+    assert all(at_before == at_after for (before, at_before), (after, at_after) in pairs if before is after)
+    assert any(at_before != at_after for (_, at_before), (_, at_after) in pairs), "the buffers must have moved"
+    assert len({id(b) for b, _ in seen}) < 20, "a new tuple only when something moved"
 
 
 def test_switching_paths_mid_run_changes_nothing():

@@ -318,10 +318,25 @@ void lxf_allocate_mapped(struct lxf_scratch *s, int64_t n, const int64_t *ptr, c
     }
     if (has_from && from_level <= lowest)
         has_from = 0;
-    /* Stable order by level (np.argsort kind="stable"): bottom-up merge sort. */
+    /* Stable order by level (np.argsort kind="stable"): a counting sort when
+     * the levels span at most n values (a policy's dense levels: mfs has a
+     * few per decision), else a bottom-up merge sort; both give the one
+     * stable order. */
     for (int64_t i = 0; i < n; i++)
         order[i] = i;
-    if (lowest != highest) {
+    if (lowest != highest && (uint64_t)highest - (uint64_t)lowest < (uint64_t)n) {
+        int64_t span = highest - lowest + 1, *start_of = alive; /* (alive: n slots of scratch, span <= n) */
+        memset(start_of, 0, sizeof(int64_t) * (size_t)span);
+        for (int64_t i = 0; i < n; i++)
+            start_of[level[i] - lowest]++;
+        for (int64_t v = 0, at = 0; v < span; v++) {
+            int64_t c = start_of[v];
+            start_of[v] = at;
+            at += c;
+        }
+        for (int64_t i = 0; i < n; i++)
+            order[start_of[level[i] - lowest]++] = i;
+    } else if (lowest != highest) {
         int64_t *src = order, *dst = alive;
         for (int64_t width = 1; width < n; width *= 2) {
             for (int64_t lo = 0; lo < n; lo += 2 * width) {

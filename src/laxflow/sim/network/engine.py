@@ -162,6 +162,9 @@ class FluidNetwork:
         self._decide_into = None if type(policy).decide_into is FlowPolicy.decide_into else policy.decide_into
         self._dec_room = 0
         self._dec: tuple = ()
+        # decide_into's buffers: the same tuple while none of its pointers moved (None: make it again)
+        self._dec_buffers: tuple | None = None
+        self._table_room = table.room  # the table's columns move only when their room grows
         self._load_ptr = table.load
         self._snap: EngineSnapshot | None = None  # made for decide_into when asked (_snapshot_now)
         # Whose progress changed since the last decision (decide_into's "progressed"):
@@ -466,16 +469,18 @@ class FluidNetwork:
         buffers, no snapshot unless it asks for one): (the table's arguments,
         level, cap, queue, DSCP, timers); None when the policy declined
         (NotImplemented)."""
-        if n > self._dec_room:
-            self._dec_room = max(n, 2 * self._dec_room)
-            self._dec = (_ffi.new("int64_t[]", self._dec_room), _ffi.new("int64_t[]", self._dec_room),
-                         _ffi.new("uint8_t[]", self._dec_room))
-        level, queue, dscp = self._dec
-        table, progressed = self._table, self._progressed
+        table, buffers = self._table, self._dec_buffers
+        if n > self._dec_room or buffers is None:
+            if n > self._dec_room:
+                self._dec_room = max(n, 2 * self._dec_room)
+                self._dec = (_ffi.new("int64_t[]", self._dec_room), _ffi.new("int64_t[]", self._dec_room),
+                             _ffi.new("uint8_t[]", self._dec_room))
+            buffers = self._dec_buffers = (table.remaining, self._load_ptr, *self._dec, table.tag)
+        _, _, level, queue, dscp, _ = buffers
+        progressed = self._progressed
         self._progressed = False
         try:
-            timer = self._decide_into(self._flows, now, kept, progressed, self.capacity, self.load_window,
-                                      (table.remaining, self._load_ptr, level, queue, dscp, table.tag),
+            timer = self._decide_into(self._flows, now, kept, progressed, self.capacity, self.load_window, buffers,
                                       self._snapshot_now)
         finally:  # (a snapshot made for this recompute is never handed out again, even if the policy raised)
             if self._snap is not None:
@@ -614,6 +619,9 @@ class FluidNetwork:
             self._callbacks.append(callback)
         pending.clear()
         self._pos = None
+        if table.room != self._table_room:  # the columns moved: decide_into's remaining and tag with them
+            self._table_room = table.room
+            self._dec_buffers = None
 
 
 def _buffer(ctype: str, a: np.ndarray):

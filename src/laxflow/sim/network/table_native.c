@@ -147,6 +147,8 @@ int lxf_table_add(struct lxf_table *t, double size, double arrival, int stage, d
     memcpy(t->weight + e0, weight, sizeof(double) * (size_t)nnz);
     for (int64_t e = 0; e < nnz; e++) {
         int64_t l = link[e];
+        if (!isfinite(weight[e]))
+            t->odd_weight = 1;
         t->loc[e0 + e] = (int32_t)l;
         if (t->refs[l]++ == 0) {
             t->used_pos[l] = t->nused;
@@ -399,13 +401,21 @@ int lxf_table_util(struct lxf_table *t)
         || grow((void **)&t->old, &r3, m, sizeof(double)))
         return -1;
     t->util_room = r1 < r2 ? (r1 < r3 ? r1 : r3) : (r2 < r3 ? r2 : r3);
-    /* Per link the sum of weight * rate in entry order from 0.0 (np.bincount). */
+    /* Per link the sum of weight * rate in entry order from 0.0 (np.bincount).
+     * A flow at rate 0 adds w * 0 = +-0.0 to each of its links, which leaves
+     * every sum as it is (a sum from 0.0 is never -0.0), so it is skipped,
+     * unless some weight is not finite (inf * 0 is NaN): strict priority
+     * leaves many flows at rate 0. */
     double *acc = t->acc;
+    const double *rate = t->rate;
     for (int64_t j = 0; j < m; j++)
         acc[t->used[j]] = 0.0;
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t i = 0; i < n; i++) {
+        if (rate[i] == 0.0 && !t->odd_weight)
+            continue;
         for (int64_t e = t->ptr[i]; e < t->ptr[i + 1]; e++)
-            acc[t->link[e]] += t->weight[e] * t->rate[i];
+            acc[t->link[e]] += t->weight[e] * rate[i];
+    }
     /* Once per link in use (its entries would repeat the same value). */
     for (int64_t j = 0; j < m; j++) {
         int64_t l = t->used[j];

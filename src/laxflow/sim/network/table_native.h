@@ -47,6 +47,7 @@ struct lxf_table {
     double *capacity;
     double load_window;
     int track, load_idle;
+    int odd_weight;                 /* a flow ever added had a weight that is not finite (lxf_table_util) */
     double *load;                   /* num_links: the link-load average */
     int64_t nutil, util_room;       /* links in use and their utilization at the last allocation */
     int64_t *util_link;
