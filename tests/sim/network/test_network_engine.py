@@ -282,6 +282,65 @@ def test_link_load_is_an_ewma_of_utilisation():
     assert policy.loads == [(0.0, 0.0), (4.0, pytest.approx(0.5 * (1 - math.exp(-2.0))))]
 
 
+class LoadReader(FlowPolicy):
+    """Fair sharing that records the link-load average at every decision (when
+    ``read``) and asks for a recompute every ``tick`` seconds."""
+
+    def __init__(self, read: bool = True, tick: float = 0.1) -> None:
+        self.read, self.tick, self.loads = read, tick, []
+
+    def decide(self, snap):
+        if self.read:
+            self.loads.append((snap.now, snap.link_load.tolist()))
+        return self.decision(np.zeros(len(snap.flows), dtype=np.int64), timers=(snap.now + self.tick,))
+
+
+def two_links() -> Topology:
+    return Topology.from_links(["L0", "L1"], [1.0, 1.0])
+
+
+def test_an_idle_links_average_decays_over_its_whole_idle_span():
+    """A link no flow uses keeps its average and the time it holds at; read
+    later it is that value times exp(-span / window), bit for bit (one decay
+    over the span, however many events passed elsewhere), and a flow arriving
+    on it again goes on from there."""
+    policy = LoadReader()
+    net = FluidNetwork(two_links(), policy, load_window=0.5)
+    schedule(net, [Flow.on_path("A", 0.3, [0]), Flow.on_path("B", 50.0, [1])])
+    net.queue.push(2.05, Priority.ARRIVAL, net.add_flow, Flow.on_path("C", 0.2, [0]))
+    net.run(until=2.6)
+    at_end = [(now, load[0]) for now, load in policy.loads]
+    t_idle, v_idle = next((now, v) for now, v in at_end if now >= 0.3)  # A's completion: L0 idle from here
+    assert t_idle == pytest.approx(0.3) and v_idle == pytest.approx(1 - math.exp(-0.3 / 0.5))
+    idle = [(now, v) for now, v in at_end if t_idle < now < 2.05]
+    assert len(idle) >= 15  # B's recomputes (its timer) while L0 is idle
+    for now, v in idle:
+        assert v == v_idle * math.exp(-(now - t_idle) / 0.5)
+    # C on L0 from 2.05 (alone, rate 1): the average rises from the decayed value.
+    after = [(now, v) for now, v in at_end if now > 2.05]
+    start = v_idle * math.exp(-(2.05 - t_idle) / 0.5)
+    now, v = after[0]
+    assert v == 1.0 + (start - 1.0) * math.exp(-(now - 2.05) / 0.5)
+
+
+def test_reading_the_link_load_average_changes_nothing():
+    """Reading the average (a snapshot's column, the engine's property) brings
+    idle links forward only in the copy read: a run that reads it at every
+    decision ends with the same averages and finish times as one that never does."""
+    runs = []
+    for read in (True, False):
+        rng = np.random.default_rng(4)
+        topo = leaf_spine(8, 2, 1e9)
+        net = FluidNetwork(topo, LoadReader(read, tick=3e-5), load_window=1e-4, track_link_load=True)
+        flows = [Flow.on_path(f"f{i}", float(rng.exponential(3e4) + 100), topo.path(i % 8, (i * 3 + 1) % 8),
+                              arrival=float(i) * 4e-6) for i in range(60)]
+        schedule(net, flows)
+        net.run()
+        runs.append(([f.finish.hex() for f in flows], net.link_load.tolist(), net.events))
+    assert runs[0] == runs[1]
+    assert any(v > 0 for v in runs[0][1])
+
+
 def test_bad_decisions_and_double_add_are_errors():
     class Wrong(FlowPolicy):
         def decide(self, snap):

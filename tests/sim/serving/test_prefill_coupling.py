@@ -88,6 +88,8 @@ def test_network_aware_dispatch_avoids_a_loaded_nic():
     from serving_factories import create_config
 
     from laxflow.errors import UserError
+    from laxflow.policy import Flow, Stage
+    from laxflow.sim.events import Priority
     from laxflow.sim.serving.simulator import ServingSimulator
     from laxflow.sim.workload import Request
 
@@ -97,8 +99,15 @@ def test_network_aware_dispatch_avoids_a_loaded_nic():
     sim = ServingSimulator(config, reqs, "fs")
     cost = sim._ttft_cost(4000, 16)
     assert cost(0, 0) == pytest.approx(cost(1, 0))
-    topo = sim.cluster.topology
-    sim.network.link_load[topo.egress(sim.cluster.prefill_units[0].gpus[0])] = 0.99  # unit 0's NIC is busy
+    # Unit 0's NIC busy: a long transfer out of it for five load windows.
+    topo, net = sim.cluster.topology, sim.network
+    nic, other = sim.cluster.prefill_units[0].gpus[0], sim.cluster.prefill_units[1].gpus[0]
+    assert topo.egress(nic) in topo.path(nic, other).tolist()
+    net.add_flow(Flow.on_path("hog", 1e15, topo.path(nic, other), stage=Stage.REUSE))
+    net.queue.push(5 * net.load_window, Priority.COMPUTE, net.reschedule)  # (the average is as of the last event)
+    net.run(until=5 * net.load_window)
+    assert net.link_load[topo.egress(nic)] > 0.9
+    cost = sim._ttft_cost(4000, 16)
     assert cost(0, 0) > cost(1, 0)
     sim.router.ttft_cost = cost
     route = sim.router.route([], 16, 4000, [0, 0], [0.0, 0.0])

@@ -42,7 +42,11 @@ decision.
 link's utilization (used bytes/s over capacity) with time constant
 ``load_window`` seconds (stated in ``Snapshot.load_window``; MFS checks it): over an interval dt at constant utilization u,
 ``load <- u + (load - u) * exp(-dt / load_window)``. That is exact for the
-engine's piecewise-constant rates.
+engine's piecewise-constant rates. The links some live flow uses are brought
+forward at every event (their u as the last allocation left it); a link
+no flow uses has u = 0 until one arrives on it, and is brought forward over
+that whole span at once (one exp) when a flow arrives on it or its average is
+read: per event, the work is over the links in use, not over the fabric.
 """
 
 from __future__ import annotations
@@ -131,8 +135,6 @@ class FluidNetwork:
         if table == _ffi.NULL:
             raise MemoryError("no memory for the network's flow table")
         self._table = _ffi.gc(table, _lib.lxf_table_free)
-        # The table's link-load array, viewed (never reallocated while the table lives).
-        self._link_load = np.frombuffer(_ffi.buffer(table.load, 8 * capacity.size), dtype=np.float64)
         self.events = 0  # engine events handled (completions, timers, recomputes)
         # policy.on_complete, or None when the policy does not override FlowPolicy's no-op.
         self._policy_on_complete = None if type(policy).on_complete is FlowPolicy.on_complete else policy.on_complete
@@ -175,13 +177,18 @@ class FluidNetwork:
 
     @property
     def link_load(self) -> np.ndarray:
-        """Per-link utilization EWMA (see the module doc); the engine's own array, do not write."""
+        """Per-link utilization EWMA now (see the module doc); a new array per call."""
+        self._check_load_kept()
+        out = np.empty(self.capacity.size)
+        _lib.lxf_table_load_now(self._table, _ffi.from_buffer("double[]", out))
+        return out
+
+    def _check_load_kept(self) -> None:
         if not self._track_load:
             raise RuntimeError(
                 f"link_load is not kept: policy {type(self.policy).__name__} does not read it "
                 "(pass track_link_load=True to FluidNetwork to keep it)"
             )
-        return self._link_load
 
     @property
     def bytes_delivered_by_stage(self) -> dict[Stage, float]:
@@ -298,7 +305,7 @@ class FluidNetwork:
         dt = now - self._t
         if dt > 0:
             self._t = now
-            _lib.lxf_table_advance(self._table, dt)
+            _lib.lxf_table_advance(self._table, dt, now)
 
     def _schedule_recompute(self) -> None:
         now = self.queue.now
@@ -716,7 +723,7 @@ class EngineSnapshot(Snapshot):
     def link_load(self) -> np.ndarray:  # type: ignore[override]
         # Clipped to [0, 1] (float dust in the utilization), in one pass in C.
         net = self._engine()
-        net.link_load  # (raises when the engine does not keep it)
+        net._check_load_kept()
         out = np.empty(net.capacity.size)
         _lib.lxf_table_load_clipped(net._table, _ffi.from_buffer("double[]", out))
         return out

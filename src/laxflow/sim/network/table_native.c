@@ -95,11 +95,12 @@ struct lxf_table *lxf_table_new(int64_t num_links, const double *capacity, int t
     size_t links = (size_t)(num_links > 0 ? num_links : 1);
     t->capacity = malloc(sizeof(double) * links);
     t->load = calloc(links, sizeof(double));
+    t->load_t = calloc(links, sizeof(double));
     t->refs = calloc(links, sizeof(int64_t));
     t->used = malloc(sizeof(int64_t) * links);
     t->used_pos = malloc(sizeof(int64_t) * links);
     t->acc = malloc(sizeof(double) * links);
-    if (num_links > INT32_MAX || !t->capacity || !t->load || !t->refs || !t->used || !t->used_pos || !t->acc
+    if (num_links > INT32_MAX || !t->capacity || !t->load || !t->load_t || !t->refs || !t->used || !t->used_pos || !t->acc
         || reserve(t, 16, 64)) {
         lxf_table_free(t);
         return NULL;
@@ -115,12 +116,22 @@ void lxf_table_free(struct lxf_table *t)
         return;
     void *cols[] = {t->remaining, t->rate, t->size, t->arrival, t->bneck, t->cap, t->level, t->queue, t->dscp, t->tag,
                     t->stage, t->dead, t->ptr, t->link, t->weight, t->loc, t->refs, t->used, t->used_pos, t->acc,
-                    t->capacity, t->load, t->util_link, t->util,
-                    t->old, t->rates, t->scratch.map, t->scratch.loc, t->scratch.used, t->scratch.dbl,
+                    t->capacity, t->load, t->load_t, t->util_link, t->util, t->rates, t->scratch.map, t->scratch.loc, t->scratch.used, t->scratch.dbl,
                     t->scratch.chr, t->scratch.idx, t->scratch.stamp, t->scratch.touched};
     for (size_t i = 0; i < sizeof cols / sizeof *cols; i++)
         free(cols[i]);
     free(t);
+}
+
+/* Link l's average at time at (>= load_t[l]): an idle link (no utilization
+ * since load_t[l]) decays over the whole span at once,
+ * u + (load - u) exp(-dt / window) with u = 0; load_t[l] == at: as it is. */
+static inline double load_at(const struct lxf_table *t, int64_t l, double at)
+{
+    double v = t->load[l];
+    if (t->load_t[l] == at || v == 0.0)
+        return v;
+    return v * exp(-(at - t->load_t[l]) / t->load_window);
 }
 
 /* Append a flow (nothing sent, rate 0, no decision yet).  Its entries must
@@ -149,6 +160,10 @@ int lxf_table_add(struct lxf_table *t, double size, double arrival, int stage, d
         int64_t l = link[e];
         if (!isfinite(weight[e]))
             t->odd_weight = 1;
+        if (t->track) { /* an idle link's average brought up to now: the links in use hold theirs at clock */
+            t->load[l] = load_at(t, l, t->clock);
+            t->load_t[l] = t->clock;
+        }
         t->loc[e0 + e] = (int32_t)l;
         if (t->refs[l]++ == 0) {
             t->used_pos[l] = t->nused;
@@ -160,26 +175,15 @@ int lxf_table_add(struct lxf_table *t, double size, double arrival, int stage, d
     return 0;
 }
 
-/* load[l] *= decay over every link: the per-event pass of the link-load
- * average (thousands of links).  On x86-64 also built for AVX2, picked at
- * load time: a product rounds the same in any vector width (no FMA here:
- * -ffp-contract=off), so the values are the scalar loop's. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default"), optimize("O3")))
-#endif
-static void decay_all(double *load, int64_t num_links, double decay)
-{
-    for (int64_t l = 0; l < num_links; l++)
-        load[l] *= decay;
-}
-
 /* Bytes sent from the last event over dt seconds: sent = min(rate * dt,
  * remaining) per flow, summed per stage in flow order from 0.0 and added to
  * delivered; then the link-load average (module doc of engine.py). */
-void lxf_table_advance(struct lxf_table *t, double dt)
+void lxf_table_advance(struct lxf_table *t, double dt, double now)
 {
     if (!(dt > 0))
         return;
+    double before = t->clock;
+    t->clock = now;
     int64_t n = t->n;
     if (n) {
         double by_stage[NUM_CODES] = {0.0, 0.0, 0.0, 0.0};
@@ -196,15 +200,18 @@ void lxf_table_advance(struct lxf_table *t, double dt)
     }
     if (t->load_idle || !t->track)
         return;
-    /* load <- util + (load - util) * decay on the links in use at the last allocation, load * decay elsewhere. */
+    /* load <- util + (load - util) * decay on the links in use at the last
+     * allocation (each once); the others are idle and keep their value and
+     * time until read (load_at), or until a flow arrives on one. */
     double decay = exp(-dt / t->load_window);
     int64_t m = t->nutil;
     double *load = t->load;
-    for (int64_t e = 0; e < m; e++)
-        t->old[e] = load[t->util_link[e]];
-    decay_all(load, t->num_links, decay);
-    for (int64_t e = 0; e < m; e++)
-        load[t->util_link[e]] = t->util[e] + (t->old[e] - t->util[e]) * decay;
+    for (int64_t e = 0; e < m; e++) {
+        int64_t l = t->util_link[e];
+        double old = load_at(t, l, before), u = t->util[e];
+        load[l] = u + (old - u) * decay;
+        t->load_t[l] = now;
+    }
 }
 
 /* The live flows whose last bytes are in at now: their remaining bytes are
@@ -396,11 +403,10 @@ int lxf_table_util(struct lxf_table *t)
     if (!t->track)
         return 0;
     int64_t n = t->n, m = t->nused;
-    int64_t r1 = t->util_room, r2 = t->util_room, r3 = t->util_room;
-    if (grow((void **)&t->util_link, &r1, m, sizeof(int64_t)) || grow((void **)&t->util, &r2, m, sizeof(double))
-        || grow((void **)&t->old, &r3, m, sizeof(double)))
+    int64_t r1 = t->util_room, r2 = t->util_room;
+    if (grow((void **)&t->util_link, &r1, m, sizeof(int64_t)) || grow((void **)&t->util, &r2, m, sizeof(double)))
         return -1;
-    t->util_room = r1 < r2 ? (r1 < r3 ? r1 : r3) : (r2 < r3 ? r2 : r3);
+    t->util_room = r1 < r2 ? r1 : r2;
     /* Per link the sum of weight * rate in entry order from 0.0 (np.bincount).
      * A flow at rate 0 adds w * 0 = +-0.0 to each of its links, which leaves
      * every sum as it is (a sum from 0.0 is never -0.0), so it is skipped,
@@ -451,8 +457,15 @@ int lxf_table_apply(struct lxf_table *t, int64_t kept, const int64_t *level, con
 void lxf_table_load_clipped(const struct lxf_table *t, double *out)
 {
     for (int64_t l = 0; l < t->num_links; l++) {
-        double v = t->load[l];
+        double v = load_at(t, l, t->clock);
         v = (v >= 0.0 || v != v) ? v : 0.0;
         out[l] = (v <= 1.0 || v != v) ? v : 1.0;
     }
+}
+
+/* The link-load average now (at the last advance), as it is, into out[num_links]. */
+void lxf_table_load_now(const struct lxf_table *t, double *out)
+{
+    for (int64_t l = 0; l < t->num_links; l++)
+        out[l] = load_at(t, l, t->clock);
 }

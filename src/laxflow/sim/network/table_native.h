@@ -48,10 +48,12 @@ struct lxf_table {
     double load_window;
     int track, load_idle;
     int odd_weight;                 /* a flow ever added had a weight that is not finite (lxf_table_util) */
-    double *load;                   /* num_links: the link-load average */
+    double *load;                   /* num_links: the link-load average, as of load_t */
+    double *load_t;                 /* num_links: the time load holds at (< clock: idle since, utilization 0) */
+    double clock;                   /* the time of the last lxf_table_advance */
     int64_t nutil, util_room;       /* links in use and their utilization at the last allocation */
     int64_t *util_link;
-    double *util, *old;
+    double *util;
     int64_t removed_min;            /* lowest level a completion touched since the last decision, -1 none */
     double *rates;
     int64_t rates_room;
@@ -73,13 +75,14 @@ void lxf_table_free(struct lxf_table *t);
 int lxf_table_util(struct lxf_table *t);
 int lxf_table_add(struct lxf_table *t, double size, double arrival, int stage, double bneck, int64_t nnz,
                   const int64_t *link, const double *weight);
-void lxf_table_advance(struct lxf_table *t, double dt);
+void lxf_table_advance(struct lxf_table *t, double dt, double now);
 int64_t lxf_table_complete(struct lxf_table *t, double now, double rel_eps, double time_eps, int64_t *out,
                            int64_t *low);
 void lxf_table_compact(struct lxf_table *t);
 double lxf_table_next(const struct lxf_table *t);
 void lxf_table_idle(struct lxf_table *t);
 void lxf_table_load_clipped(const struct lxf_table *t, double *out);
+void lxf_table_load_now(const struct lxf_table *t, double *out);
 int lxf_table_decide(struct lxf_table *t, int64_t kept, const int64_t *level, const double *cap,
                      const int64_t *queue, const uint8_t *dscp, int64_t *changed, int64_t *out);
 int lxf_table_apply(struct lxf_table *t, int64_t kept, const int64_t *level, const double *cap, const int64_t *queue,
