@@ -250,7 +250,7 @@ class MfsPolicy(FlowPolicy):
 
     def on_complete(self, flow: Flow, now: float) -> None:
         t = self.rmlq
-        s = t.slot.get(flow)
+        s = t.release(flow)  # (its slot is free from here; nothing below hands it out)
         if s is None:
             return
         facts = t.facts[s]
@@ -264,7 +264,6 @@ class MfsPolicy(FlowPolicy):
             self._finished_links.add(link)
         if self._view.active:  # (else the incremental path starts over from its next snapshot)
             self._view.forget(flow, s)
-        t.release(flow)
         live = self._live_flows.get(b)
         if live is None:
             return
@@ -345,29 +344,38 @@ class MfsPolicy(FlowPolicy):
 
     def _enter(self, f: Flow) -> tuple[int, int]:
         """:meth:`_register` but for the slot arrays' batch and request (the caller writes them)."""
-        b = self._batch_index.get(f.batch)
-        if b is None:
-            b = self._batch_slot(f.batch)
-        r = self._request_index.get(f.request)
-        if r is None or self._request_batch[r] < 0:
-            r = self._request_slot(f.request, _NAN if f.deadline is None else f.deadline, b)
-        live = self._live_flows.get(b)
-        if live is None:  # the batch is live (again): its rank is Algorithm 1's to give
-            live = self._live_flows[b] = {}
-            self._live_requests[b] = {}
-            self._touched.add(b)
-            self._order_stale = True
-        live[f] = r
-        requests = self._live_requests[b]
-        count = requests.get(r)
-        if count is None:
-            requests[r] = 1
-            self._batch_red.pop(b, None)  # its live deadlines changed
-            self._touched.add(b)
-            self._red_moved = True
-        else:
-            requests[r] = count + 1
-        return b, r
+        return self._enter_many((f,))[0]
+
+    def _enter_many(self, flows) -> list[tuple[int, int]]:
+        """:meth:`_enter` for each of ``flows``, in order (admission's batch of them)."""
+        batch_index, request_index, request_batch = self._batch_index, self._request_index, self._request_batch
+        live_flows, live_requests, touched = self._live_flows, self._live_requests, self._touched
+        out = []
+        for f in flows:
+            b = batch_index.get(f.batch)
+            if b is None:
+                b = self._batch_slot(f.batch)
+            r = request_index.get(f.request)
+            if r is None or request_batch[r] < 0:
+                r = self._request_slot(f.request, _NAN if f.deadline is None else f.deadline, b)
+            live = live_flows.get(b)
+            if live is None:  # the batch is live (again): its rank is Algorithm 1's to give
+                live = live_flows[b] = {}
+                live_requests[b] = {}
+                touched.add(b)
+                self._order_stale = True
+            live[f] = r
+            requests = live_requests[b]
+            count = requests.get(r)
+            if count is None:
+                requests[r] = 1
+                self._batch_red.pop(b, None)  # its live deadlines changed
+                touched.add(b)
+                self._red_moved = True
+            else:
+                requests[r] = count + 1
+            out.append((b, r))
+        return out
 
     def _batch_slot(self, name: str) -> int:
         b = self._batch_index.get(name)

@@ -241,8 +241,8 @@ def _admit_new(p: MfsPolicy, flows: list, kept: int, tag, capacity: np.ndarray) 
     tag[kept : kept + len(slots)] = slots
     struct = _bound(p, capacity).struct  # (the facts go into the slot arrays as they are now)
     facts, admit = t.facts, _lib.lxf_mfs_admit
-    for f, s in zip(new, slots):
-        fact = facts[s] = admission_facts(p, f, capacity)
+    for f, s, fact in zip(new, slots, admission_facts(p, new, capacity)):
+        facts[s] = fact
         if admit(struct, s, f.size, *fact):
             raise RuntimeError("mfs: a new flow's RMLQ slot is out of range for the C step (policy state out of step)")
 
@@ -251,17 +251,18 @@ def _progress_of(p: MfsPolicy, named: list) -> None:
     """The progress of the flows the owner named (``reschedule(flows)``) into
     the C step's per-slot progress; flows no longer live are skipped (new
     ones were read at admission)."""
-    get = p.rmlq.slot.get
-    live = [(s, f) for f in named if (s := get(f)) is not None]
-    if live:
-        slots, named_live = zip(*live)
-        current, done = _progress(named_live)
-        rc = _lib.lxf_mfs_progress(p._native.struct, len(slots), slots, current, done)
-        if rc == _lib.LXF_MFS_BAD_INDEX:
-            raise RuntimeError("mfs: a named flow's RMLQ slot is out of range for the C step "
-                               "(policy state out of step)")
-        if rc:
-            raise MemoryError("no memory for the mfs request progress")
+    slots = list(map(p.rmlq.slot.get, named))
+    if None in slots:  # (some not admitted yet, or done)
+        live = [(s, f) for s, f in zip(slots, named) if s is not None]
+        if not live:
+            return
+        slots, named = zip(*live)
+    current, done = _progress(named)
+    rc = _lib.lxf_mfs_progress(p._native.struct, len(slots), slots, current, done)
+    if rc == _lib.LXF_MFS_BAD_INDEX:
+        raise RuntimeError("mfs: a named flow's RMLQ slot is out of range for the C step (policy state out of step)")
+    if rc:
+        raise MemoryError("no memory for the mfs request progress")
 
 
 def _progress(flows: list) -> tuple[list, bytes]:

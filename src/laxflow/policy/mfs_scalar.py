@@ -168,29 +168,33 @@ def admit(p: MfsPolicy, flows: list[Flow], capacity: np.ndarray) -> tuple[list[i
     return idx, new
 
 
-def admission_facts(p: MfsPolicy, f: Flow, capacity: np.ndarray) -> tuple:
-    """A new flow's ``Rmlq.facts``: (explicit, stage, bottleneck link, rate and
-    weight there, batch index, request index, target layer, due time; NaN:
-    none), the flow entered in the policy's batch and request tables.
-    Shared by the scalar and native paths' admission (a flow per call,
-    hundreds of thousands per run: a plain Flow's fields are read directly,
-    as its ``due`` and ``has_explicit_deadline`` compute them)."""
-    link, rate, weight = bottleneck(p, f, capacity)
-    layer = f.layer
-    target = _NAN if layer is None else float(layer)
-    b, r = p._enter(f)
-    if type(f) is Flow:
-        d, kind = f.deadline, f.stage
-        due = _NAN if d is None else float(d - f.downstream)
-        return kind is Stage.P2D and d is not None, STAGE_CODES[kind], link, rate, weight, b, r, target, due
-    due = _NAN if (d := f.due) is None else float(d)  # (a subclass may define its own)
-    return f.has_explicit_deadline, STAGE_CODES[f.stage], link, rate, weight, b, r, target, due
+def admission_facts(p: MfsPolicy, flows: list[Flow], capacity: np.ndarray) -> list[tuple]:
+    """New flows' ``Rmlq.facts``, in order: (explicit, stage, bottleneck link,
+    rate and weight there, batch index, request index, target layer, due
+    time; NaN: none), the flows entered in the policy's batch and request
+    tables. Shared by the scalar and native paths' admission (hundreds of
+    thousands of flows per run: a plain Flow's fields are read directly, as
+    its ``due`` and ``has_explicit_deadline`` compute them)."""
+    out = []
+    p2d, codes = Stage.P2D, STAGE_CODES
+    for f, (b, r) in zip(flows, p._enter_many(flows)):
+        link, rate, weight = bottleneck(p, f, capacity)
+        layer = f.layer
+        target = _NAN if layer is None else float(layer)
+        if type(f) is Flow:
+            d, kind = f.deadline, f.stage
+            due = _NAN if d is None else float(d - f.downstream)
+            out.append((kind is p2d and d is not None, codes[kind], link, rate, weight, b, r, target, due))
+        else:
+            due = _NAN if (d := f.due) is None else float(d)  # (a subclass may define its own)
+            out.append((f.has_explicit_deadline, codes[f.stage], link, rate, weight, b, r, target, due))
+    return out
 
 
 def _admit_one(p: MfsPolicy, f: Flow, s: int, capacity: np.ndarray) -> None:
     """Static facts of a new flow (``MfsPolicy._admit`` for one flow), in the arrays and ``rmlq.facts``."""
     t = p.rmlq
-    facts = t.facts[s] = admission_facts(p, f, capacity)
+    facts = t.facts[s] = admission_facts(p, [f], capacity)[0]
     explicit, stage, link, rate, weight, b, r, target, due = facts
     t.bneck_link[s] = link
     t.bneck_rate[s] = rate

@@ -114,11 +114,13 @@ class Rmlq:
         for s, facts in zip(slots, zip(*columns)):
             self.facts[s] = facts
 
-    def release(self, flow: Flow) -> None:
-        """Forget a finished flow (called from the policy's ``on_complete``)."""
+    def release(self, flow: Flow) -> int | None:
+        """Forget a finished flow (called from the policy's ``on_complete``); its
+        slot, free again (None: the flow had none)."""
         s = self.slot.pop(flow, None)
         if s is not None:
             self._free.append(s)
+        return s
 
     def set_entry(self, idx: np.ndarray, urgency: np.ndarray, current: np.ndarray, now: float) -> None:
         """Entry level at admission: no monotonicity to respect yet."""
