@@ -144,10 +144,15 @@ class FlowPolicy(ABC):
 
     name: ClassVar[str] = ""
     # Whether ``decide`` reads ``Snapshot.link_load``. The network engine
-    # keeps the per-link moving average (an O(links) pass at every event) only
-    # for policies that do; a policy that says False and reads it anyway gets
-    # a clear error from the engine's snapshot, never stale numbers.
+    # keeps the per-link moving average (a pass over the links in use at every
+    # event) only for policies that do; a policy that says False and reads it
+    # anyway gets a clear error from the engine's snapshot, never stale numbers.
     reads_link_load: ClassVar[bool] = True
+    # Whether the policy's per-flow notes in ``Flow.state`` (MFS:
+    # ``rmlq_level``) are wanted. The network engine sets it from its
+    # ``flow_fields``: an owner that reads nothing back from the Flow objects
+    # (the serving simulator) spares the policy the writes.
+    flow_notes: bool = True
     _dscp_map: DscpMap = BASELINE_DSCP_MAP
 
     def __init__(self, dscp: DscpMap | None = None) -> None:

@@ -31,7 +31,8 @@ Each decision carries every flow's RMLQ level after pruning as ``queue``
 (K = scavenger) and its DSCP as ``dscp``, from ``MfsConfig.dscp_map``
 (default: 39 - q for K = 8, CS1 for the scavenger; :mod:`laxflow.policy.dscp`).
 ``level`` is the finer host order of :mod:`laxflow.policy.arbitration`. ``Flow.state['rmlq_level']``
-holds each flow's RMLQ level (before any pruning) whenever it changes.
+holds each flow's RMLQ level (before any pruning) whenever it changes (unless
+``flow_notes`` is False: the owner reads nothing back from the flows).
 
 Infeasible explicit flows (MLU > 1 at their last evaluation) are counted in
 ``infeasible`` and stay at the top: their bytes still have to arrive.
@@ -509,7 +510,7 @@ class MfsPolicy(FlowPolicy):
             finished.clear()
 
     def _note_levels(self, flows: Any, pos: np.ndarray, idx: np.ndarray) -> None:
-        if not pos.size:
+        if not pos.size or not self.flow_notes:
             return
         q = queue_of(self.rmlq.urgency[idx], self.rmlq.explicit[idx], np.zeros(idx.size, bool), self.config.levels)
         for i, lv in zip(pos.tolist(), q.tolist()):

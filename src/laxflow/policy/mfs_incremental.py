@@ -234,7 +234,8 @@ def decide_incremental(p: MfsPolicy, snap: Snapshot) -> Decision:
         t.urgency[s] = u
         t.layer_at[s] = _NO_LAYER if math.isnan(cur) else cur
         t.tick_at[s] = tick
-        flows[i].state["rmlq_level"] = queue_of_one(u, explicit, k)
+        if p.flow_notes:
+            flows[i].state["rmlq_level"] = queue_of_one(u, explicit, k)
         if explicit and done[i] and u > 0:
             v.ticking.add(s)
         rekey.append(i)
@@ -263,7 +264,8 @@ def decide_incremental(p: MfsPolicy, snap: Snapshot) -> Decision:
         t.layer_at[s] = layer
         t.tick_at[s] = tick
         if u < urgency:
-            flows[i].state["rmlq_level"] = queue_of_one(u, explicit, k)
+            if p.flow_notes:
+                flows[i].state["rmlq_level"] = queue_of_one(u, explicit, k)
             if u <= 0:
                 v.ticking.discard(s)
             rekey.append(i)

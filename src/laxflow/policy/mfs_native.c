@@ -415,9 +415,11 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
         m->urgency[s] = u;
         m->layer_at[s] = cur != cur ? -INFINITY : cur;
         m->tick_at[s] = tick;
-        noted[2 * nn] = i;
-        noted[2 * nn + 1] = queue_of_one(u, m->explicit_[s], k);
-        nn++;
+        if (m->note_levels) {
+            noted[2 * nn] = i;
+            noted[2 * nn + 1] = queue_of_one(u, m->explicit_[s], k);
+            nn++;
+        }
     }
     for (int64_t i = 0; i < n; i++) { /* promotions */
         int64_t s = slot[i];
@@ -432,7 +434,7 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
         m->urgency[s] = u;
         m->layer_at[s] = layer[s] != layer[s] ? -INFINITY : layer[s];
         m->tick_at[s] = tick;
-        if (u < urgency) {
+        if (u < urgency && m->note_levels) {
             noted[2 * nn] = i;
             noted[2 * nn + 1] = queue_of_one(u, m->explicit_[s], k);
             nn++;

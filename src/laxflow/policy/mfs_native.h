@@ -87,6 +87,7 @@ struct lxf_mfs {
     int64_t *o_noted;
     int64_t *o_infeasible;
     int64_t *o_counts;
+    int note_levels;       /* 0: no noted pairs (the owner reads no Flow.state: FlowPolicy.flow_notes) */
 };
 
 /* One decision over n live flows (positions 0..n-1 of the snapshot).
@@ -103,8 +104,8 @@ struct lxf_mfs {
  * dt: seconds since the last decision (< 0: no interval, no measurement);
  * finished[n_finished]: links where finished_bytes is not 0.
  * Out: level[n], queue[n], dscp[n]; *timer (NaN: none); noted[2n] pairs
- * (position, RMLQ level) of flows whose level Flow.state must record, count
- * in counts[0]; infeasible[n] positions with MLU > 1, count in counts[1].
+ * (position, RMLQ level) of flows whose level Flow.state must record (none
+ * without m->note_levels), count in counts[0]; infeasible[n] positions with MLU > 1, count in counts[1].
  * Returns 0, LXF_MFS_NEED_LOAD (nothing changed but the progress kept:
  * call again with link_load), LXF_MFS_BAD_INDEX or LXF_MFS_NO_MEMORY. */
 int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int64_t *new_pos, int64_t n_new,

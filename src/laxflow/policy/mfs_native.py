@@ -86,6 +86,7 @@ class NativeCore:
         self.timer = _ffi.new("double *")
         s.o_counts = self.counts
         s.o_timer = self.timer
+        s.note_levels = p.flow_notes
         self.dt = -1.0  # the decision's explicit-load interval (s; < 0: none), set by _core
 
     @staticmethod
@@ -149,6 +150,7 @@ def decide_native(p: MfsPolicy, snap: Snapshot) -> Decision:
     dscp = np.empty(n, np.uint8)
     p._tagged = None  # the engine's tags are not known to be this path's
     core = _core(p, snap.capacity, n, snap.now, lambda: snap)
+    core.struct.note_levels = p.flow_notes
     current, done = _progress(flows)
     args = [
         core.struct, n, idx, new, len(new), current, done, _ffi.NULL, _ffi.NULL,
@@ -199,15 +201,15 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
     dt = core.dt = -1.0 if last is None or now <= last else now - last
     finished = p._finished_links
     if finished:
-        n_finished = len(finished)
         rc = _lib.lxf_mfs_decide_engine(core.struct, n, n - kept, current, done, new_current, new_done, now, dt,
-                                        list(finished), n_finished)
+                                        list(finished), len(finished))
+        if not rc and dt >= 0:  # (as _after_step: the finished bytes are in the average now)
+            finished.clear()
     else:
-        n_finished = 0
         rc = _lib.lxf_mfs_decide_engine(core.struct, n, n - kept, current, done, new_current, new_done, now, dt,
                                         null, 0)
-    if rc or n_finished or core.counts[0] or core.counts[1]:
-        return _after_step(p, core, flows, rc, n_finished)
+    if rc or core.counts[0] or core.counts[1]:
+        return _after_step(p, core, flows, rc, 0)
     p._view.active = False  # (as _after_step: a from-scratch decision)
     t_next = core.timer[0]
     return None if t_next != t_next else t_next
@@ -220,6 +222,7 @@ def _engine_bind(p: MfsPolicy, flows: list, kept: int, capacity: np.ndarray, buf
     (returns True then: the caller reads every flow's progress again)."""
     core = _bound(p, capacity)
     core.bind_engine(buffers)
+    core.struct.note_levels = p.flow_notes  # (the engine set it before its first decision)
     tag = buffers[5]
     moved = p._tagged is None or p._tagged[5] != tag  # (an address: the column moved, or its tags were not set here)
     if moved:

@@ -61,7 +61,8 @@ def decide_few(p: MfsPolicy, snap: Snapshot) -> Decision:
         urg[s] = u
         layer_at[s] = _NO_LAYER if cur != cur else cur  # NaN: no layer known
         tick_at[s] = tick
-        flows[i].state["rmlq_level"] = queue_of_one(u, fs[i][0], k)
+        if p.flow_notes:
+            flows[i].state["rmlq_level"] = queue_of_one(u, fs[i][0], k)
     for i, s in enumerate(idx):
         if new and i in new:
             continue
@@ -80,7 +81,7 @@ def decide_few(p: MfsPolicy, snap: Snapshot) -> Decision:
         urg[s] = u
         layer_at[s] = cur
         tick_at[s] = tick
-        if u < urgency:
+        if u < urgency and p.flow_notes:
             f.state["rmlq_level"] = queue_of_one(u, explicit, k)
 
     if p._order_stale:

@@ -42,14 +42,15 @@ class Recording(MfsPolicy):
         return out
 
 
-def fluid_run(native: bool, toggle: bool = False, named: bool = False) -> tuple:
+def fluid_run(native: bool, toggle: bool = False, named: bool = False, flow_fields: bool = True) -> tuple:
     """Flows of every stage with deadlines, layers and progress on a small fabric
     (``toggle``: the policy switches between its C and Python paths now and then;
-    ``named``: the owner names the flows whose progress it changed)."""
+    ``named``: the owner names the flows whose progress it changed;
+    ``flow_fields``: the engine's, so the policy's notes too)."""
     rng = np.random.default_rng(5)
     topo = leaf_spine(32, 4, 1e9, oversubscription=2.0)
     policy = Recording(native, period=2e-5, load_window=1e-4)
-    net = FluidNetwork(topo, policy, load_window=1e-4)
+    net = FluidNetwork(topo, policy, load_window=1e-4, flow_fields=flow_fields)
     flows, seen = [], []
     t = 0.0
     for i in range(500):
@@ -154,6 +155,19 @@ def test_the_engine_hands_the_same_buffers_until_they_move():
     assert all(at_before == at_after for (before, at_before), (after, at_after) in pairs if before is after)
     assert any(at_before != at_after for (_, at_before), (_, at_after) in pairs), "the buffers must have moved"
     assert len({id(b) for b, _ in seen}) < 20, "a new tuple only when something moved"
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_an_owner_that_reads_no_flow_fields_gets_no_notes_and_the_same_run(native):
+    """With ``flow_fields=False`` the engine tells the policy nobody reads
+    ``Flow.state`` (``FlowPolicy.flow_notes``): MFS writes no ``rmlq_level``
+    on either path, and everything else about the run is the same."""
+    quiet, noted = fluid_run(native, flow_fields=False), fluid_run(native)
+    assert not any("rmlq_level" in state for state in quiet[1])
+    assert sum("rmlq_level" in state for state in noted[1]) > 400
+    keep = [0, 3, 4, 5, 6, 7]  # finishes, infeasible, bytes per stage, link load, events, policy state
+    assert [quiet[i] for i in keep] == [noted[i] for i in keep]
+    assert [{k: v for k, v in st.items() if k != "rmlq_level"} for st in noted[1]] == quiet[1]
 
 
 def test_switching_paths_mid_run_changes_nothing():

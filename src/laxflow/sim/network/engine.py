@@ -129,6 +129,7 @@ class FluidNetwork:
         # (``reads_link_load``) or the owner (``track_link_load=True``).
         self._track_load = policy.reads_link_load if track_link_load is None else bool(track_link_load)
         self._flow_fields = bool(flow_fields)  # decisions written back to the Flow objects
+        policy.flow_notes = self._flow_fields  # (and the policy's own notes on them: FlowPolicy.flow_notes)
         capacity = np.ascontiguousarray(self.capacity, dtype=np.float64)
         table = _lib.lxf_table_new(capacity.size, _ffi.from_buffer("double[]", capacity), self._track_load,
                                    self.load_window)
