@@ -475,10 +475,9 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
 }
 
 int lxf_mfs_decide_engine(struct lxf_mfs *m, int64_t n, int64_t n_new, const double *current, const char *done,
-                          const double *new_current, const char *new_done, double now, double dt,
-                          const int64_t *finished, int64_t n_finished)
+                          double now, double dt, const int64_t *finished, int64_t n_finished)
 {
-    return lxf_mfs_decide(m, n, m->e_tag, NULL, n_new, current, done, new_current, new_done, m->e_remaining,
+    return lxf_mfs_decide(m, n, m->e_tag, NULL, n_new, current, done, NULL, NULL, m->e_remaining,
                           m->e_link_load, 1, now, dt, finished, n_finished, m->e_level, m->e_queue, m->e_dscp,
                           m->o_timer, m->o_noted, m->o_infeasible, m->o_counts);
 }
@@ -497,11 +496,16 @@ int lxf_mfs_progress(struct lxf_mfs *m, int64_t k, const int64_t *slot, const do
     return 0;
 }
 
-int lxf_mfs_admit(struct lxf_mfs *m, int64_t s, double size, int explicit_, int stage, int64_t bneck_link,
-                  double bneck_rate, double bneck_weight, int64_t batch, int64_t request, double target, double due)
+int lxf_mfs_admit(struct lxf_mfs *m, int64_t s, double size, double current, int done, int explicit_, int stage,
+                  int64_t bneck_link, double bneck_rate, double bneck_weight, int64_t batch, int64_t request,
+                  double target, double due)
 {
     if (s < 0 || s >= m->slots)
         return LXF_MFS_BAD_INDEX;
+    if (grow_seen(m))
+        return LXF_MFS_NO_MEMORY;
+    m->seen_layer[s] = current;
+    m->seen_done[s] = (char)(done != 0);
     m->bneck_link[s] = bneck_link;
     m->bneck_rate[s] = bneck_rate;
     m->bneck_weight[s] = bneck_weight;

@@ -115,13 +115,13 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
                    double *timer, int64_t *noted, int64_t *infeasible, int64_t *counts);
 
 /* lxf_mfs_decide for the network engine (MfsPolicy.decide_into): over its
- * n flows, the last n_new of them new, with the engine's buffers and the
- * outputs bound in m (e_* and o_*; the link load clipped as the engine's
- * snapshot would give it).  The same returns as lxf_mfs_decide but
- * LXF_MFS_NEED_LOAD, which needs no second call here. */
+ * n flows, the last n_new of them new (their progress given at
+ * lxf_mfs_admit), with the engine's buffers and the outputs bound in m (e_*
+ * and o_*; the link load clipped as the engine's snapshot would give it).
+ * The same returns as lxf_mfs_decide but LXF_MFS_NEED_LOAD, which needs no
+ * second call here. */
 int lxf_mfs_decide_engine(struct lxf_mfs *m, int64_t n, int64_t n_new, const double *current, const char *done,
-                          const double *new_current, const char *new_done, double now, double dt,
-                          const int64_t *finished, int64_t n_finished);
+                          double now, double dt, const int64_t *finished, int64_t n_finished);
 
 /* Request progress of k flows (slots slot[k]: current layer, NaN none;
  * compute ended) as lxf_mfs_decide keeps it per slot: what a decision with
@@ -131,11 +131,14 @@ int lxf_mfs_decide_engine(struct lxf_mfs *m, int64_t n, int64_t n_new, const dou
 int lxf_mfs_progress(struct lxf_mfs *m, int64_t k, const int64_t *slot, const double *current, const char *done);
 
 /* A new flow's static facts into slot s (mfs_scalar._admit_one's array
- * writes in one call; after its size, the facts in Rmlq.facts order).  The
- * step reads them, and of them writes only last_rem, at the end of each
- * decision.  Returns 0 or LXF_MFS_BAD_INDEX. */
-int lxf_mfs_admit(struct lxf_mfs *m, int64_t s, double size, int explicit_, int stage, int64_t bneck_link,
-                  double bneck_rate, double bneck_weight, int64_t batch, int64_t request, double target, double due);
+ * writes in one call; after its size and request progress (current layer,
+ * NaN none; compute ended), as lxf_mfs_progress keeps it, the facts in
+ * Rmlq.facts order).  The step reads them, and of them writes only
+ * last_rem, at the end of each decision.  Returns 0, LXF_MFS_BAD_INDEX or
+ * LXF_MFS_NO_MEMORY. */
+int lxf_mfs_admit(struct lxf_mfs *m, int64_t s, double size, double current, int done, int explicit_, int stage,
+                  int64_t bneck_link, double bneck_rate, double bneck_weight, int64_t batch, int64_t request,
+                  double target, double due);
 
 void lxf_mfs_free(struct lxf_mfs *m);
 

@@ -181,12 +181,9 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
     if p._tagged is not buffers and _engine_bind(p, flows, kept, capacity, buffers):
         progressed = True  # (the tags were set here again: read all progress)
     null = _ffi.NULL
-    new_current = new_done = null
     every = progressed is True
-    if kept < n:
+    if kept < n:  # (their progress goes in with their facts)
         _admit_new(p, flows, kept, buffers[5], capacity)
-        if not every:
-            new_current, new_done = _progress(flows[kept:])
     current, done = _progress(flows) if every else (null, null)
     if p._order_stale:  # (reads no level: the scalar path's order, after its promotions; pruning reads snapshot())
         p._reorder(snapshot)
@@ -201,13 +198,12 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
     dt = core.dt = -1.0 if last is None or now <= last else now - last
     finished = p._finished_links
     if finished:
-        rc = _lib.lxf_mfs_decide_engine(core.struct, n, n - kept, current, done, new_current, new_done, now, dt,
-                                        list(finished), len(finished))
+        rc = _lib.lxf_mfs_decide_engine(core.struct, n, n - kept, current, done, now, dt, list(finished),
+                                        len(finished))
         if not rc and dt >= 0:  # (as _after_step: the finished bytes are in the average now)
             finished.clear()
     else:
-        rc = _lib.lxf_mfs_decide_engine(core.struct, n, n - kept, current, done, new_current, new_done, now, dt,
-                                        null, 0)
+        rc = _lib.lxf_mfs_decide_engine(core.struct, n, n - kept, current, done, now, dt, null, 0)
     if rc or core.counts[0] or core.counts[1]:
         return _after_step(p, core, flows, rc, 0)
     p._view.active = False  # (as _after_step: a from-scratch decision)
@@ -236,8 +232,9 @@ def _engine_bind(p: MfsPolicy, flows: list, kept: int, capacity: np.ndarray, buf
 def _admit_new(p: MfsPolicy, flows: list, kept: int, tag, capacity: np.ndarray) -> None:
     """The engine's new flows (positions ``kept`` on) into the RMLQ: their
     slots in ``tag`` (in snapshot order first, then the facts, as the other
-    paths), their static facts into the slot arrays (``lxf_mfs_admit``) and
-    ``rmlq.facts``, their batch and request entered."""
+    paths), their static facts and request progress into the slot arrays
+    (``lxf_mfs_admit``), the facts into ``rmlq.facts``, their batch and
+    request entered."""
     t = p.rmlq
     new = flows[kept:]
     slots = t.allocate_many(new)
@@ -246,7 +243,11 @@ def _admit_new(p: MfsPolicy, flows: list, kept: int, tag, capacity: np.ndarray) 
     facts, admit = t.facts, _lib.lxf_mfs_admit
     for f, s, fact in zip(new, slots, admission_facts(p, new, capacity)):
         facts[s] = fact
-        if admit(struct, s, f.size, *fact):
+        current = f.current_layer
+        rc = admit(struct, s, f.size, _NAN if current is None else current, f.compute_done, *fact)
+        if rc:
+            if rc == _lib.LXF_MFS_NO_MEMORY:
+                raise MemoryError("no memory for the mfs request progress")
             raise RuntimeError("mfs: a new flow's RMLQ slot is out of range for the C step (policy state out of step)")
 
 
