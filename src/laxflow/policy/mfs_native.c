@@ -404,47 +404,32 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
     if (dt >= 0)
         measure(m, n, slot, remaining, dt, finished, n_finished);
 
+    /* One pass in position order: a new flow's entry level or an old one's
+     * promotion, then its arbitration key (arbitration.engine_levels), its
+     * queue and DSCP, and its bytes left for the next measurement (measure
+     * above has read them).  A flow's key reads only its own urgency. */
     int64_t nn = 0, ni = 0;
-    for (int64_t j = 0; j < n_new; j++) { /* entry levels */
-        int64_t i = NEW_AT(j), s = slot[i];
-        double cur = layer[s];
-        int bad = 0;
-        int64_t u = candidate(m, s, cur, remaining[i], link_load, clip_load, now, &bad);
-        if (bad)
-            infeasible[ni++] = i;
-        m->urgency[s] = u;
-        m->layer_at[s] = cur != cur ? -INFINITY : cur;
-        m->tick_at[s] = tick;
-        if (m->note_levels) {
-            noted[2 * nn] = i;
-            noted[2 * nn + 1] = queue_of_one(u, m->explicit_[s], k);
-            nn++;
-        }
-    }
-    for (int64_t i = 0; i < n; i++) { /* promotions */
-        int64_t s = slot[i];
-        if (m->is_new[i] || !eligible(m, s, layer[s], done[s], tick))
-            continue;
-        int64_t urgency = m->urgency[s];
-        int bad = 0;
-        int64_t c = candidate(m, s, layer[s], remaining[i], link_load, clip_load, now, &bad);
-        if (bad)
-            infeasible[ni++] = i;
-        int64_t u = c < urgency ? c : urgency;
-        m->urgency[s] = u;
-        m->layer_at[s] = layer[s] != layer[s] ? -INFINITY : layer[s];
-        m->tick_at[s] = tick;
-        if (u < urgency && m->note_levels) {
-            noted[2 * nn] = i;
-            noted[2 * nn + 1] = queue_of_one(u, m->explicit_[s], k);
-            nn++;
-        }
-    }
-
     struct key *keys = m->keys;
     *timer = NAN;
-    for (int64_t i = 0; i < n; i++) { /* arbitration keys (arbitration.engine_levels) */
-        int64_t s = slot[i], u = m->urgency[s];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t s = slot[i];
+        if (m->is_new[i] || eligible(m, s, layer[s], done[s], tick)) {
+            int64_t urgency = m->urgency[s];
+            int bad = 0;
+            int64_t c = candidate(m, s, layer[s], remaining[i], link_load, clip_load, now, &bad);
+            if (bad)
+                infeasible[ni++] = i;
+            int64_t u = m->is_new[i] || c < urgency ? c : urgency;
+            m->urgency[s] = u;
+            m->layer_at[s] = layer[s] != layer[s] ? -INFINITY : layer[s];
+            m->tick_at[s] = tick;
+            if ((m->is_new[i] || u < urgency) && m->note_levels) {
+                noted[2 * nn] = i;
+                noted[2 * nn + 1] = queue_of_one(u, m->explicit_[s], k);
+                nn++;
+            }
+        }
+        int64_t u = m->urgency[s];
         struct key *key = &keys[i];
         key->pos = i;
         if (m->pruned[m->request[s]] && m->stage[s] != LXF_MFS_STAGE_COLLECTIVE) {
@@ -464,11 +449,10 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
         }
         queue[i] = key->q;
         dscp[i] = m->dscp_codes[key->q];
+        m->last_rem[s] = remaining[i];
     }
     if (!dense_levels_packed(keys, n, level))
         dense_levels(keys, n, level);
-    for (int64_t i = 0; i < n; i++)
-        m->last_rem[slot[i]] = remaining[i];
     counts[0] = nn;
     counts[1] = ni;
     return 0;
