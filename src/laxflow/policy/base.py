@@ -203,7 +203,9 @@ class FlowPolicy(ABC):
         them; False: none), ``capacity``, its link-load
         window, and ``buffers``, cffi pointers: its ``remaining`` bytes
         (``double *``, n, read), its link-load average (``double *``,
-        ``len(capacity)``, read; not clipped), the ``level``, ``queue``
+        ``len(capacity)``, read; not clipped; current on the links live flows
+        use, an idle link's as of when it went idle: read others through
+        ``snapshot()``), the ``level``, ``queue``
         (``int64_t *``, n each) and ``dscp`` (``uint8_t *``, n) to write, as
         ``decide`` would return them (no caps), and a ``tag`` column
         (``int64_t *``, n; -1 for a new flow) the policy may use for its own

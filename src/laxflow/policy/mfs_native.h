@@ -100,7 +100,9 @@ struct lxf_mfs {
  * since: the engine's reschedule contract).  remaining[n]: bytes left;
  * link_load[num_links]: the link-load average (NULL: not read yet), read
  * as it is or, with clip_load, clipped to [0, 1] as the engine's snapshot
- * gives it (the engine's own array).
+ * gives it (the engine's own array: current on every link a live flow uses,
+ * the only links the step reads; an idle link's is brought forward only
+ * when read through the engine).
  * dt: seconds since the last decision (< 0: no interval, no measurement);
  * finished[n_finished]: links where finished_bytes is not 0.
  * Out: level[n], queue[n], dscp[n]; *timer (NaN: none); noted[2n] pairs
