@@ -557,12 +557,10 @@ class MfsPolicy(FlowPolicy):
         or whose live requests changed since is gone again or was ranked then
         with the RED it has now (its place among the others is where it was;
         batches that left only leave gaps)."""
-        ranked, live, known = self._ranked_red, self._live_flows, self._batch_red
+        ranked, live = self._ranked_red, self._live_flows
         for b in self._touched:
-            if b in live:
-                red = known.get(b)  # (_red_of, inline: this runs at most decisions)
-                if ranked.get(b) != (self._red_from_deadlines(b) if red is None else red):
-                    return False
+            if b in live and ranked.get(b) != self._red_of(b):
+                return False
         self._touched.clear()
         return True
 

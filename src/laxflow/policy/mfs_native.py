@@ -187,9 +187,7 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
     current, done = _progress(flows) if every else (null, null)
     if p._order_stale:  # (reads no level: the scalar path's order, after its promotions; pruning reads snapshot())
         p._reorder(snapshot)
-    core = p._native
-    if core.gen != p._arrays_gen or core.urgency is not p.rmlq.urgency or core.capacity is not capacity:
-        core = _bound(p, capacity)
+    core = _bound(p, capacity)  # (after admission and reorder: either may have replaced an array)
     if n > core._room:
         core.buffers(n)
     if progressed and not every:  # the flows the owner named: their progress, by slot
@@ -237,7 +235,7 @@ def _admit_new(p: MfsPolicy, flows: list, kept: int, tag, capacity: np.ndarray) 
     request entered."""
     t = p.rmlq
     new = flows[kept:]
-    slots = t.allocate_many(new)
+    slots = list(map(t.allocate, new))
     tag[kept : kept + len(slots)] = slots
     struct = _bound(p, capacity).struct  # (the facts go into the slot arrays as they are now)
     facts, admit = t.facts, _lib.lxf_mfs_admit

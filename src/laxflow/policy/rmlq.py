@@ -94,18 +94,6 @@ class Rmlq:
         self.slot[flow] = s
         return s
 
-    def allocate_many(self, flows: list[Flow]) -> list[int]:
-        """:meth:`allocate` for each of ``flows``, in order: their slots."""
-        free, slot, slots = self._free, self.slot, []
-        for flow in flows:
-            if free:
-                s = free.pop()
-                slot[flow] = s
-                slots.append(s)
-            else:
-                slots.append(self.allocate(flow))
-        return slots
-
     def set_facts(self, slots: list[int]) -> None:
         """Copy the static facts of ``slots`` from the arrays into :attr:`facts`
         (after the admitting path wrote them: the very values the arrays hold)."""

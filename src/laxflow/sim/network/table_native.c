@@ -100,8 +100,8 @@ struct lxf_table *lxf_table_new(int64_t num_links, const double *capacity, int t
     t->used = malloc(sizeof(int64_t) * links);
     t->used_pos = malloc(sizeof(int64_t) * links);
     t->acc = malloc(sizeof(double) * links);
-    if (num_links > INT32_MAX || !t->capacity || !t->load || !t->load_t || !t->refs || !t->used || !t->used_pos || !t->acc
-        || reserve(t, 16, 64)) {
+    if (num_links > INT32_MAX || !t->capacity || !t->load || !t->load_t || !t->refs || !t->used || !t->used_pos
+        || !t->acc || reserve(t, 16, 64)) {
         lxf_table_free(t);
         return NULL;
     }
@@ -116,8 +116,9 @@ void lxf_table_free(struct lxf_table *t)
         return;
     void *cols[] = {t->remaining, t->rate, t->size, t->arrival, t->bneck, t->cap, t->level, t->queue, t->dscp, t->tag,
                     t->stage, t->dead, t->ptr, t->link, t->weight, t->loc, t->refs, t->used, t->used_pos, t->acc,
-                    t->capacity, t->load, t->load_t, t->util_link, t->util, t->rates, t->scratch.map, t->scratch.loc, t->scratch.used, t->scratch.dbl,
-                    t->scratch.chr, t->scratch.idx, t->scratch.stamp, t->scratch.touched};
+                    t->capacity, t->load, t->load_t, t->util_link, t->util, t->rates, t->scratch.map, t->scratch.loc,
+                    t->scratch.used, t->scratch.dbl, t->scratch.chr, t->scratch.idx, t->scratch.stamp,
+                    t->scratch.touched};
     for (size_t i = 0; i < sizeof cols / sizeof *cols; i++)
         free(cols[i]);
     free(t);
