@@ -1,12 +1,18 @@
 """Build of the native parts; the package metadata lives in pyproject.toml.
 
-``pip install .`` / ``pip install -e .`` run two builds here:
-  * the cffi module ``laxflow.protocol._shm`` (cffi_modules), the Python
+``pip install .`` / ``pip install -e .`` run these builds here:
+  * the cffi modules (cffi_modules): ``laxflow.protocol._shm``, the Python
     access to the shared-memory layout of ``native/laxflow_shm.h``;
+    ``laxflow.sim.network._allocate_native``, the network engine's flow
+    table and rate allocation; ``laxflow.policy._mfs_native``, the mfs
+    policy's decision step;
+  * ``laxflow.policy._mfs_glue`` (ext_modules), a CPython extension: the
+    mfs policy's per-flow admission, completion and decide_into glue, which
+    works on Python objects (see ``src/laxflow/policy/mfs_glue.c``);
   * ``liblaxflow_shim.so`` with ``make -C native``, a plain C library (no
     Python symbols) placed in ``laxflow/_native/`` inside the package, where
     ``laxflow shim-path`` finds it.
-Both need a C compiler; the shim also needs ``<infiniband/verbs.h>`` from
+All need a C compiler; the shim also needs ``<infiniband/verbs.h>`` from
 libibverbs-dev (``make test`` installs it through apt-get when root).
 """
 
@@ -15,7 +21,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
@@ -48,8 +54,19 @@ class BuildExtWithShim(build_ext):
         return [*super().get_outputs(), str(self._shim_dir() / SHIM_NAME)]
 
 
+# The mfs policy's admission and completion glue: a CPython extension (it
+# works on Python objects, which cffi does not reach); see mfs_glue.c.
+MFS_GLUE = Extension(
+    "laxflow.policy._mfs_glue",
+    sources=["src/laxflow/policy/mfs_glue.c"],
+    include_dirs=["src/laxflow/policy"],
+    extra_compile_args=["-std=gnu11", "-O2", "-ffp-contract=off", "-fno-fast-math",
+                        "-Werror=implicit-function-declaration"],
+)
+
 setup(
     cmdclass={"build_ext": BuildExtWithShim},
+    ext_modules=[MFS_GLUE],
     cffi_modules=[
         "src/laxflow/protocol/shm_build.py:ffibuilder",
         "src/laxflow/sim/network/allocate_build.py:ffibuilder",

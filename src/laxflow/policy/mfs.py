@@ -138,6 +138,7 @@ class MfsPolicy(FlowPolicy):
         self._window_seen = math.nan  # the last snapshot load_window accepted
         self._few_out: dict[tuple, tuple] = {}  # the few-flow path's output arrays by arbitration keys
         self._native: NativeCore | None = None  # the native path's C state, made on its first decision
+        self._glue: Any = None  # its admission and completion in C (mfs_glue.c), when built
         # Bumped whenever _rank, _pruned, _explicit_load or _finished_bytes is
         # replaced by another array: the C state binds them again (NativeCore).
         self._arrays_gen = 0
@@ -180,7 +181,7 @@ class MfsPolicy(FlowPolicy):
             return decide_native(self, snap)
         self._tagged = None  # (the Python paths keep no engine tags)
         if self._native is not None:  # nor the C side's view of the arrays they change: re-bound at its next decision
-            self._native.gen = -1
+            self._native.unbind()
         floor = self.incremental_below if self._view.active else self.incremental_from
         if self.incremental and floor < n <= self.incremental_upto:
             return decide_incremental(self, snap)
@@ -250,6 +251,9 @@ class MfsPolicy(FlowPolicy):
         self._window_seen = window  # (checked once per distinct value: the snapshot's owner keeps one)
 
     def on_complete(self, flow: Flow, now: float) -> None:
+        glue = self._glue
+        if glue is not None and glue.complete(flow):  # (the same steps in C; False: nothing done, they run here)
+            return
         t = self.rmlq
         s = t.release(flow)  # (its slot is free from here; nothing below hands it out)
         if s is None:

@@ -5,8 +5,8 @@
  * dense levels and the period timer, over every live flow, with the float
  * operations of the scalar path (mfs_scalar.py) in the same order, so state
  * and decisions are bit-identical to it.  Admission (a new flow's static
- * facts, worked out in Python and written by lxf_mfs_admit), RED order and
- * pruning run before the call.
+ * facts, worked out in Python or in mfs_glue.c and written by
+ * lxf_mfs_admit), RED order and pruning run before the call.
  *
  * Units: bytes, bytes/s, seconds.  Arrays are the policy's own NumPy
  * buffers (Rmlq's slot arrays, the per-batch rank, the per-request pruned

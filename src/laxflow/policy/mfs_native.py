@@ -3,7 +3,11 @@
 Python keeps what needs Python objects: admitting new flows (their static
 facts, the batch and request tables), the period of the explicit-load
 measurement, RED order and pruning (``MfsPolicy._reorder``), and the
-per-flow notes in ``Flow.state``. Everything else the scalar path
+per-flow notes in ``Flow.state``. Of these, admission, completion
+(``MfsPolicy.on_complete``) and the per-decision glue of ``decide_into`` run
+in C through the CPython API when ``laxflow.policy._mfs_glue`` is built
+(``mfs_glue.c``: the same dict, list and set operations on the same
+objects, this module's Python for the rare steps). Everything else the scalar path
 (:mod:`laxflow.policy.mfs_scalar`) does per live flow (the explicit-load
 average, entry levels, promotions, arbitration keys, dense levels, the
 period timer) is one call into ``mfs_native.c``, with the same float
@@ -25,8 +29,8 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from laxflow.policy.base import Decision, Snapshot
-from laxflow.policy.flow import STAGE_CODES, Stage
-from laxflow.policy.mfs_scalar import admission_facts, admit
+from laxflow.policy.flow import STAGE_CODES, Flow, Stage
+from laxflow.policy.mfs_scalar import _NAN as _FACTS_NAN, admission_facts, admit, bottleneck
 
 if TYPE_CHECKING:
     from laxflow.policy.mfs import MfsPolicy
@@ -35,6 +39,11 @@ try:
     from laxflow.policy._mfs_native import ffi as _ffi, lib as _lib
 except ImportError:  # not built: the Python paths
     _ffi = _lib = None
+
+try:  # the per-flow glue (mfs_glue.c), a CPython extension built with the cffi module
+    from laxflow.policy._mfs_glue import Glue
+except ImportError:  # not built: admission and completion in Python
+    Glue = None
 
 NATIVE = _lib is not None
 if NATIVE and (_lib.LXF_MFS_STAGE_COLLECTIVE, _lib.LXF_MFS_STAGE_P2D) != (
@@ -88,6 +97,25 @@ class NativeCore:
         s.o_timer = self.timer
         s.note_levels = p.flow_notes
         self.dt = -1.0  # the decision's explicit-load interval (s; < 0: none), set by _core
+        # Admission, completion and decide_into's glue in C (mfs_glue.c) when
+        # built: the policy's on_complete and decide_into hand over to it
+        # (MfsPolicy._glue), and it is told whenever the struct is bound.
+        self.glue = None if Glue is None else Glue(
+            p, self, _address(s), _address(_ffi.addressof(_lib, "lxf_mfs_admit")),
+            _address(_ffi.addressof(_lib, "lxf_mfs_decide_engine")), STAGE_CODES, Stage.P2D, Flow, _FACTS_NAN,
+            bottleneck, admission_facts, _admit_new, _bound, _progress_of, _after_step,
+        )  # fmt: skip
+        p._glue = self.glue
+
+    def _tell_glue(self) -> None:
+        """What the struct is bound to now, for the glue's checks (Glue.bound)."""
+        if self.glue is not None:
+            self.glue.bound(self.gen, self.urgency, self.capacity, self._room)
+
+    def unbind(self) -> None:
+        """Bind the policy's arrays again at the next decision (a Python path changed them in place)."""
+        self.gen = -1
+        self._tell_glue()
 
     @staticmethod
     def finished(p: MfsPolicy) -> tuple:
@@ -120,6 +148,7 @@ class NativeCore:
         s.slots = len(t.urgency)
         s.nonzero_valid = 0
         self.urgency, self.capacity, self.gen = t.urgency, capacity, p._arrays_gen
+        self._tell_glue()
 
     def bind_engine(self, buffers: tuple) -> None:
         """Point the struct at the network engine's buffers (``decide_into``'s tuple)."""
@@ -135,6 +164,7 @@ class NativeCore:
         self.bad = _ffi.new("int64_t[]", self._room)
         self.struct.o_noted = self.noted
         self.struct.o_infeasible = self.bad
+        self._tell_glue()
 
 
 def decide_native(p: MfsPolicy, snap: Snapshot) -> Decision:
@@ -174,9 +204,13 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
     contract: True, every flow; a list, those flows) or they are new. The
     timer, None: none.
 
-    Per decision this is the path's whole Python: the struct stays bound to
-    the engine's buffers while the engine hands the same tuple
-    (``p._tagged``), and to the policy's arrays while none was replaced."""
+    The struct stays bound to the engine's buffers while the engine hands
+    the same tuple (``p._tagged``), and to the policy's arrays while none
+    was replaced; while it is, the whole decision is ``Glue.decide`` when
+    built (the same steps in C, this function's Python for the rare ones)."""
+    glue = p._glue
+    if glue is not None and p._tagged is buffers:
+        return glue.decide(flows, now, kept, progressed, capacity, buffers, snapshot)
     n = len(flows)
     if p._tagged is not buffers and _engine_bind(p, flows, kept, capacity, buffers):
         progressed = True  # (the tags were set here again: read all progress)
@@ -193,7 +227,7 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
     if progressed and not every:  # the flows the owner named: their progress, by slot
         _progress_of(p, progressed)
     last, p._last_t = p._last_t, now  # (MfsPolicy._measure_interval_at; the links were fitted at binding)
-    dt = core.dt = -1.0 if last is None or now <= last else now - last
+    dt = -1.0 if last is None or now <= last else now - last
     finished = p._finished_links
     if finished:
         rc = _lib.lxf_mfs_decide_engine(core.struct, n, n - kept, current, done, now, dt, list(finished),
@@ -232,12 +266,22 @@ def _admit_new(p: MfsPolicy, flows: list, kept: int, tag, capacity: np.ndarray) 
     slots in ``tag`` (in snapshot order first, then the facts, as the other
     paths), their static facts and request progress into the slot arrays
     (``lxf_mfs_admit``), the facts into ``rmlq.facts``, their batch and
-    request entered."""
+    request entered. In C (``Glue.admit``) when built: the same steps."""
     t = p.rmlq
+    core = p._native
+    glue = core.glue
+    if glue is not None:
+        if core.urgency is not t.urgency:  # (the struct as the slot arrays are now: the facts go there)
+            _bound(p, capacity)
+        if glue.admit(flows, kept, capacity, False):  # (False: fewer free slots than new flows; nothing done)
+            return
     new = flows[kept:]
     slots = list(map(t.allocate, new))
     tag[kept : kept + len(slots)] = slots
     struct = _bound(p, capacity).struct  # (the facts go into the slot arrays as they are now)
+    if glue is not None:
+        glue.admit(flows, kept, capacity, True)
+        return
     facts, admit = t.facts, _lib.lxf_mfs_admit
     for f, s, fact in zip(new, slots, admission_facts(p, new, capacity)):
         facts[s] = fact
@@ -247,6 +291,11 @@ def _admit_new(p: MfsPolicy, flows: list, kept: int, tag, capacity: np.ndarray) 
             if rc == _lib.LXF_MFS_NO_MEMORY:
                 raise MemoryError("no memory for the mfs request progress")
             raise RuntimeError("mfs: a new flow's RMLQ slot is out of range for the C step (policy state out of step)")
+
+
+def _address(cdata) -> int:
+    """A C pointer's address, for the glue (which is not a cffi module)."""
+    return int(_ffi.cast("uintptr_t", cdata))
 
 
 def _progress_of(p: MfsPolicy, named: list) -> None:

@@ -1,5 +1,5 @@
 """The network engine's C part (``allocate_native.c``, ``table_native.c``)
-and the mfs policy's (``mfs_native.c``) built under AddressSanitizer +
+and the mfs policy's (``mfs_native.c``, and its CPython glue ``mfs_glue.c``) built under AddressSanitizer +
 UndefinedBehaviorSanitizer and driven through whole runs: a fluid run with
 three levels, caps, timers and up to dozens of live flows arriving and
 finishing, and small serving runs under FS and MFS (which keeps the
@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ from laxflow.policy import Decision, Flow, FlowPolicy, Stage
 from laxflow.sim.events import Priority
 from laxflow.sim.network import FluidNetwork, leaf_spine
 from laxflow.sim.network import _allocate_native
-from laxflow.policy import _mfs_native
+from laxflow.policy import _mfs_native, _mfs_glue
 from laxflow.sim.serving.config import ClusterConfig, ServingConfig
 from laxflow.sim.serving.experiment import CAPACITY, RunSpec, build_workload
 from laxflow.sim.serving.simulator import ServingSimulator
@@ -71,6 +72,7 @@ for policy in ("fs", "mfs"):
     h.update(str(res.network_events).encode())
 print(_allocate_native.__file__)
 print(_mfs_native.__file__)
+print(_mfs_glue.__file__)
 print(h.hexdigest())
 '''
 
@@ -88,7 +90,7 @@ def test_engine_native_part_under_asan_and_ubsan(tmp_path):
     asan, ubsan = _runtime("libasan.so"), _runtime("libubsan.so")
     pkg = tmp_path / "pkg"
     shutil.copytree(PACKAGE, pkg / "laxflow", ignore=shutil.ignore_patterns("_allocate_native*", "_mfs_native*",
-                                                                          "__pycache__"))
+                                                                          "_mfs_glue*", "__pycache__"))
     modules = [  # (module, cdef, header, sources, where it goes)
         ("laxflow.sim.network._allocate_native", allocate_build.CDEF, "table_native.h",
          [NETWORK / "allocate_native.c", NETWORK / "table_native.c"], NETWORK),
@@ -102,6 +104,9 @@ def test_engine_native_part_under_asan_and_ubsan(tmp_path):
                        include_dirs=[str(where)], extra_compile_args=SANITIZE, extra_link_args=["-fsanitize=address,undefined"])
         built = ffi.compile(tmpdir=str(tmp_path / "build" / name))
         shutil.copy(built, pkg / where.relative_to(PACKAGE.parent))
+    glue = pkg / POLICY.relative_to(PACKAGE.parent) / f"_mfs_glue{sysconfig.get_config_var('EXT_SUFFIX')}"
+    subprocess.run(["gcc", "-shared", "-fPIC", *SANITIZE, f"-I{sysconfig.get_paths()['include']}", f"-I{POLICY}",
+                    str(POLICY / "mfs_glue.c"), "-o", str(glue), "-fsanitize=address,undefined"], check=True)
 
     plain = subprocess.run([sys.executable, "-c", DRIVER], capture_output=True, text=True, timeout=600)
     assert plain.returncode == 0, plain.stderr[-3000:]
