@@ -23,7 +23,9 @@ simulations), so figures from different machines compare:
 paper-scale run under ``mfs`` (same workload), and ``mfs_over_fs`` its ratio
 to the ``--policy`` run (target <= 1.5 with the default ``fs``); ``--no-mfs``
 skips it. ``detail.mfs_path`` says whether mfs decided in C (``native``, the
-module built at install) or on its Python paths.
+module built at install) or on its Python paths, and ``detail.mfs_glue``
+whether its admission, completion and per-decision glue ran in C too
+(``laxflow.policy._mfs_glue``, built at install).
 
 ``--split`` (with ``fs``) adds three paper-scale runs that tell apart what
 ``mfs_over_fs`` is made of (``bench/_schedule_replay.py``): fs with the
@@ -175,7 +177,8 @@ def main() -> None:
         "detail": {"policy": args.policy, "rate": args.rate, "load": load, "model": args.model, "workload": args.workload,
                    "runs": {str(s): r for s, r in runs.items()}, "mfs_run": mfs,
                    # which decision path mfs ran: its C step (built at install) or the Python paths
-                   "mfs_path": "native" if MfsPolicy.native and mfs_native.NATIVE else "python"},
+                   "mfs_path": "native" if MfsPolicy.native and mfs_native.NATIVE else "python",
+                   "mfs_glue": MfsPolicy.native and mfs_native.NATIVE and mfs_native.Glue is not None},
     }
     print(json.dumps(out))
 

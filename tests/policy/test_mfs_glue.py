@@ -116,8 +116,11 @@ def _run(glue, toggle: bool = False, external: bool = False, drop_budget: int = 
         if external:
             net.queue.push(4e-4, Priority.ARRIVAL, policy.set_order, {f"b{j}": 50 - j for j in range(0, 50, 2)},
                            [f"r{j}" for j in range(0, 150, 9)])
+        states = []  # the policy's state mid-run too (memos and flags that are gone by the end)
+        for k in range(60):
+            net.queue.push(k * 2.3e-5, Priority.TIMER, lambda: states.append(_state(policy)))
         net.run()
-        return [f.finish.hex() for f in flows], [dict(f.state) for f in flows], _state(policy), net.events
+        return [f.finish.hex() for f in flows], [dict(f.state) for f in flows], states, _state(policy), net.events
     finally:
         mfs_native.Glue = REAL_GLUE
 
@@ -227,9 +230,19 @@ def test_a_serving_run_is_the_same_without_the_glue():
             cfg = ServingConfig(model=mix[0], cluster=ClusterConfig(servers=16), warmup=20)
             reqs = build_workload(RunSpec(cfg, mix[1], 0.7 * CAPACITY[mix], "mfs", 60, seed=2))
             sim = ServingSimulator(cfg, reqs, "mfs")
+            net, states = sim.network, []
+            decide = net._decide_into
+
+            def recorded(*args):  # the policy's state every 89th decision too (memos gone by the end)
+                out = decide(*args)
+                if len(states) < 10_000 and net.events % 89 == 0:
+                    states.append(_state(net.policy))
+                return out
+
+            net._decide_into = recorded
             res = sim.run()
-            results.append(([(s.ttft.hex(), s.batch) for s in res.measured], res.network_events,
-                            _state(sim.network.policy)))
+            results.append(([(s.ttft.hex(), s.batch) for s in res.measured], res.network_events, states,
+                            _state(net.policy)))
         finally:
             mfs_native.Glue = REAL_GLUE
     assert results[0] == results[1]

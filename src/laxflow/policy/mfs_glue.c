@@ -37,6 +37,9 @@ typedef int (*admit_fn)(struct lxf_mfs *m, int64_t s, double size, double curren
                         int stage, int64_t bneck_link, double bneck_rate, double bneck_weight, int64_t batch,
                         int64_t request, double target, double due);
 
+typedef int (*progress_fn)(struct lxf_mfs *m, int64_t k, const int64_t *slot, const double *current,
+                           const char *done);
+
 typedef int (*decide_fn)(struct lxf_mfs *m, int64_t n, int64_t n_new, const double *current, const char *done,
                          double now, double dt, const int64_t *finished, int64_t n_finished);
 
@@ -49,7 +52,7 @@ typedef struct {
     PyObject *facts;         /* rmlq.facts */
     PyObject *batch_index, *request_index, *request_batch;
     PyObject *live_flows, *live_requests, *touched, *batch_red;
-    PyObject *bneck_cache, *finished_links, *view;
+    PyObject *bneck_cache, *finished_links, *view, *red_by_requests;
     PyObject *stage_codes;   /* laxflow.policy.flow.STAGE_CODES */
     PyObject *p2d;           /* Stage.P2D */
     PyObject *flow_type;     /* laxflow.policy.flow.Flow (subclasses go to facts_of) */
@@ -57,17 +60,20 @@ typedef struct {
     PyObject *bottleneck;    /* mfs_scalar.bottleneck(p, f, capacity) */
     PyObject *facts_of;      /* mfs_scalar.admission_facts(p, flows, capacity) */
     PyObject *core;          /* the policy's NativeCore (its buffers(n) and _after_step's argument) */
-    PyObject *admit_new, *bind, *progress_of, *after_step;  /* mfs_native's Python for the rare steps */
+    PyObject *admit_new, *bind, *after_step;  /* mfs_native's Python for the rare steps */
     PyObject *urgency;       /* the rmlq.urgency array the struct was last bound with (bound()) */
     PyObject *capacity;      /* and the capacity array */
     long long gen;           /* the policy's _arrays_gen then (-1: bind again) */
     int64_t room;            /* flows the struct's out-buffers have room for */
-    double *current;         /* scratch of decide: every flow's progress */
+    int prunes;              /* config.drop_budget > 0: the policy prunes (every reorder is a full one) */
+    double *current;         /* scratch of decide: every flow's (or the named flows') progress */
     char *done;
+    int64_t *named;          /* the named flows' slots */
     int64_t *finished;
     Py_ssize_t scratch, finished_room;
     struct lxf_mfs *m;
     admit_fn admit;
+    progress_fn progress;
     decide_fn decide;
 } Glue;
 
@@ -75,7 +81,7 @@ typedef struct {
 static PyObject *s_batch, *s_request, *s_deadline, *s_links, *s_weights, *s_stage, *s_downstream, *s_layer,
     *s_size, *s_current_layer, *s_compute_done, *s_batch_slot, *s_request_slot, *s_order_stale, *s_red_moved,
     *s_active, *s_arrays_gen, *s_urgency, *s_external, *s_drop_budget, *s_config, *s_allocate, *s_tagged,
-    *s_reorder, *s_last_t, *s_buffers;
+    *s_reorder, *s_last_t, *s_buffers, *s_ranked_red, *s_red_of;
 
 static PyObject *one;  /* the int 1 */
 
@@ -92,6 +98,7 @@ static int intern_names(void)
     NAME(s_urgency, "urgency"); NAME(s_external, "_external"); NAME(s_drop_budget, "drop_budget");
     NAME(s_config, "config"); NAME(s_allocate, "allocate"); NAME(s_tagged, "_tagged");
     NAME(s_reorder, "_reorder"); NAME(s_last_t, "_last_t"); NAME(s_buffers, "buffers");
+    NAME(s_ranked_red, "_ranked_red"); NAME(s_red_of, "_red_of");
 #undef NAME
     return 0;
 }
@@ -99,8 +106,8 @@ static int intern_names(void)
 /* Every object a Glue holds (the policy holds its Glue: a cycle the collector must see). */
 #define GLUE_FIELDS(X) X(policy) X(rmlq) X(slot) X(free) X(facts) X(batch_index) X(request_index) \
     X(request_batch) X(live_flows) X(live_requests) X(touched) X(batch_red) X(bneck_cache) X(finished_links) \
-    X(view) X(stage_codes) X(p2d) X(flow_type) X(nan) X(bottleneck) X(facts_of) X(core) X(admit_new) X(bind) \
-    X(progress_of) X(after_step) X(urgency) X(capacity)
+    X(view) X(red_by_requests) X(stage_codes) X(p2d) X(flow_type) X(nan) X(bottleneck) X(facts_of) X(core) X(admit_new) X(bind) \
+    X(after_step) X(urgency) X(capacity)
 
 static int glue_traverse(Glue *g, visitproc visit, void *arg)
 {
@@ -124,6 +131,7 @@ static void glue_dealloc(Glue *g)
     glue_clear(g);
     free(g->current);
     free(g->done);
+    free(g->named);
     free(g->finished);
     Py_TYPE(g)->tp_free((PyObject *)g);
 }
@@ -140,33 +148,32 @@ static PyObject *attr_of(PyObject *obj, const char *name, PyTypeObject *type)
     return v;
 }
 
-/* Glue(policy, core, struct, admit, decide, stage_codes, p2d, flow_type, nan, bottleneck, facts_of,
- *      admit_new, bind, progress_of, after_step): struct, admit and decide are addresses (the
- * lxf_mfs struct, lxf_mfs_admit, lxf_mfs_decide_engine). */
+/* Glue(policy, core, struct, admit, progress, decide, stage_codes, p2d, flow_type, nan, bottleneck,
+ *      facts_of, admit_new, bind, after_step): struct, admit, progress and decide are
+ * addresses (the lxf_mfs struct, lxf_mfs_admit, lxf_mfs_progress, lxf_mfs_decide_engine). */
 static int glue_init(Glue *g, PyObject *args, PyObject *kwds)
 {
     PyObject *policy, *core, *codes, *p2d, *flow_type, *nan, *bottleneck, *facts_of, *admit_new, *bind,
-        *progress_of, *after_step;
-    unsigned long long m_addr, admit_addr, decide_addr;
-    static char *kwlist[] = {"policy", "core", "struct", "admit", "decide", "stage_codes", "p2d", "flow_type", "nan",
-                             "bottleneck", "facts_of", "admit_new", "bind", "progress_of", "after_step", NULL};
+        *after_step;
+    unsigned long long m_addr, admit_addr, progress_addr, decide_addr;
+    static char *kwlist[] = {"policy", "core", "struct", "admit", "progress", "decide", "stage_codes", "p2d",
+                             "flow_type", "nan", "bottleneck", "facts_of", "admit_new", "bind", "after_step", NULL};
     if (g->policy) {
         PyErr_SetString(PyExc_RuntimeError, "mfs glue: already initialized");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOKKKO!OO!O!OOOOOO", kwlist, &policy, &core, &m_addr, &admit_addr,
-                                     &decide_addr, &PyDict_Type, &codes, &p2d, &PyType_Type, &flow_type,
-                                     &PyFloat_Type, &nan, &bottleneck, &facts_of, &admit_new, &bind, &progress_of,
-                                     &after_step))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOKKKKO!OO!O!OOOOO", kwlist, &policy, &core, &m_addr,
+                                     &admit_addr, &progress_addr, &decide_addr, &PyDict_Type, &codes, &p2d, &PyType_Type, &flow_type,
+                                     &PyFloat_Type, &nan, &bottleneck, &facts_of, &admit_new, &bind, &after_step))
         return -1;
-    if (!m_addr || !admit_addr || !decide_addr) {
-        PyErr_SetString(PyExc_ValueError, "mfs glue: the struct, lxf_mfs_admit and lxf_mfs_decide_engine must not be NULL");
+    if (!m_addr || !admit_addr || !progress_addr || !decide_addr) {
+        PyErr_SetString(PyExc_ValueError, "mfs glue: the struct and the C step's functions must not be NULL");
         return -1;
     }
+    g->progress = (progress_fn)(uintptr_t)progress_addr;
     g->core = Py_NewRef(core);
     g->admit_new = Py_NewRef(admit_new);
     g->bind = Py_NewRef(bind);
-    g->progress_of = Py_NewRef(progress_of);
     g->after_step = Py_NewRef(after_step);
     g->decide = (decide_fn)(uintptr_t)decide_addr;
     g->policy = Py_NewRef(policy);
@@ -183,7 +190,16 @@ static int glue_init(Glue *g, PyObject *args, PyObject *kwds)
         || !(g->batch_red = attr_of(policy, "_batch_red", &PyDict_Type))
         || !(g->bneck_cache = attr_of(policy, "_bneck_cache", &PyDict_Type))
         || !(g->finished_links = attr_of(policy, "_finished_links", &PySet_Type))
-        || !(g->view = attr_of(policy, "_view", NULL)))
+        || !(g->view = attr_of(policy, "_view", NULL))
+        || !(g->red_by_requests = attr_of(policy, "_red_by_requests", &PyDict_Type)))
+        return -1;
+    PyObject *config = attr_of(policy, "config", NULL), *budget = config ? attr_of(config, "drop_budget", NULL) : NULL;
+    Py_XDECREF(config);
+    if (!budget)
+        return -1;
+    g->prunes = PyObject_IsTrue(budget);  /* (MfsConfig: an int >= 0, fixed) */
+    Py_DECREF(budget);
+    if (g->prunes < 0)
         return -1;
     g->stage_codes = Py_NewRef(codes);
     g->p2d = Py_NewRef(p2d);
@@ -578,7 +594,10 @@ static int scratch(Glue *g, Py_ssize_t n, Py_ssize_t n_finished)
         char *done = current ? realloc(g->done, room) : NULL;
         if (done)
             g->done = done;
-        if (!current || !done) {
+        int64_t *named = done ? realloc(g->named, room * sizeof *named) : NULL;
+        if (named)
+            g->named = named;
+        if (!current || !done || !named) {
             PyErr_NoMemory();
             return -1;
         }
@@ -596,28 +615,75 @@ static int scratch(Glue *g, Py_ssize_t n, Py_ssize_t n_finished)
     return 0;
 }
 
+/* One flow's progress into the scratch at i (mfs_native._progress). */
+static int progress_at(Glue *g, PyObject *f, Py_ssize_t i)
+{
+    PyObject *c = PyObject_GetAttr(f, s_current_layer), *d;
+    if (!c)
+        return -1;
+    int bad = c == Py_None ? (g->current[i] = NAN, 0) : as_f64(c, &g->current[i]);
+    Py_DECREF(c);
+    if (bad || !(d = PyObject_GetAttr(f, s_compute_done)))
+        return -1;
+    int64_t v;
+    bad = as_i64(d, &v);
+    Py_DECREF(d);
+    if (bad)
+        return -1;
+    if (v < 0 || v > 255) {  /* as bytes() says it */
+        PyErr_SetString(PyExc_ValueError, "bytes must be in range(0, 256)");
+        return -1;
+    }
+    g->done[i] = (char)v;
+    return 0;
+}
+
+/* mfs_native._progress_of: the progress of the flows the owner named, by slot
+ * (flows no longer live skipped; new ones were read at admission). */
+static int progress_of(Glue *g, PyObject *named)
+{
+    PyObject *seq = PySequence_Fast(named, "mfs glue: progressed must be a sequence of flows");
+    if (!seq)
+        return -1;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq), live = 0;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    int rc = -1;
+    if (scratch(g, k, 0))
+        goto out;
+    for (Py_ssize_t j = 0; j < k; j++) {  /* (one pass: reading progress changes nothing) */
+        PyObject *s = get(g->slot, items[j]);
+        if (!s) {
+            if (PyErr_Occurred())
+                goto out;
+            continue;
+        }
+        if (as_i64(s, &g->named[live]) || progress_at(g, items[j], live))
+            goto out;
+        live++;
+    }
+    if (!live) {
+        rc = 0;
+        goto out;
+    }
+    int r = g->progress(g->m, live, g->named, g->current, g->done);
+    if (r == LXF_MFS_BAD_INDEX)
+        PyErr_SetString(PyExc_RuntimeError,
+                        "mfs: a named flow's RMLQ slot is out of range for the C step (policy state out of step)");
+    else if (r)
+        PyErr_SetString(PyExc_MemoryError, "no memory for the mfs request progress");
+    else
+        rc = 0;
+out:
+    Py_DECREF(seq);
+    return rc;
+}
+
 /* mfs_native._progress: every flow's current layer (NaN: none) and compute-ended flag. */
 static int progress(Glue *g, PyObject *flows, Py_ssize_t n)
 {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *f = PyList_GET_ITEM(flows, i), *c = PyObject_GetAttr(f, s_current_layer), *d;
-        if (!c)
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (progress_at(g, PyList_GET_ITEM(flows, i), i))
             return -1;
-        int bad = c == Py_None ? (g->current[i] = NAN, 0) : as_f64(c, &g->current[i]);
-        Py_DECREF(c);
-        if (bad || !(d = PyObject_GetAttr(f, s_compute_done)))
-            return -1;
-        int64_t v;
-        bad = as_i64(d, &v);
-        Py_DECREF(d);
-        if (bad)
-            return -1;
-        if (v < 0 || v > 255) {  /* as bytes() says it */
-            PyErr_SetString(PyExc_ValueError, "bytes must be in range(0, 256)");
-            return -1;
-        }
-        g->done[i] = (char)v;
-    }
     return 0;
 }
 
@@ -630,6 +696,89 @@ static int attr_true(PyObject *obj, PyObject *name)
     int t = PyObject_IsTrue(v);
     Py_DECREF(v);
     return t;
+}
+
+/* MfsPolicy._red_of(b) for live batch b: its memo, or by its live requests
+ * from the policy's cache (memoized then), or the Python method. A new reference. */
+static PyObject *red_of(Glue *g, PyObject *b)
+{
+    PyObject *red = get(g->batch_red, b);
+    if (red)
+        return Py_NewRef(red);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *requests = PyObject_GetItem(g->live_requests, b), *key;
+    if (!requests)
+        return NULL;
+    key = PySequence_Tuple(requests);
+    Py_DECREF(requests);
+    if (!key)
+        return NULL;
+    red = get(g->red_by_requests, key);
+    Py_DECREF(key);
+    if (!red) {
+        if (PyErr_Occurred())
+            return NULL;
+        return PyObject_CallMethodOneArg(g->policy, s_red_of, b);
+    }
+    Py_INCREF(red);
+    if (PyDict_SetItem(g->batch_red, b, red)) {
+        Py_DECREF(red);
+        return NULL;
+    }
+    return red;
+}
+
+/* MfsPolicy._reorder's first steps: its flags reset, and whether the ranks
+ * hold (MfsPolicy._ranks_hold: then the touched batches are forgotten,
+ * and that is the whole reorder). 1: they hold; 0: the Python method must
+ * run (it does these steps again, to the same effect); -1: error. */
+static int ranks_hold(Glue *g)
+{
+    if (PyObject_SetAttr(g->policy, s_order_stale, Py_False) || PyObject_SetAttr(g->policy, s_red_moved, Py_False))
+        return -1;
+    int external = attr_true(g->policy, s_external);
+    if (external)
+        return external < 0 ? -1 : 0;
+    if (g->prunes)
+        return 0;
+    PyObject *ranked = PyObject_GetAttr(g->policy, s_ranked_red), *b;
+    if (!ranked)
+        return -1;
+    if (!PyDict_Check(ranked)) {
+        Py_DECREF(ranked);
+        return 0;
+    }
+    Py_ssize_t pos = 0;
+    Py_hash_t hash;
+    int rc = 1;
+    while (rc == 1 && _PySet_NextEntry(g->touched, &pos, &b, &hash)) {
+        int live = PyDict_Contains(g->live_flows, b);
+        if (live <= 0) {
+            rc = live < 0 ? -1 : 1;
+            continue;
+        }
+        PyObject *red = red_of(g, b), *was, *ne;
+        if (!red) {
+            rc = -1;
+            break;
+        }
+        was = get(ranked, b);
+        if (!was && PyErr_Occurred()) {
+            Py_DECREF(red);
+            rc = -1;
+            break;
+        }
+        ne = PyObject_RichCompare(was ? was : Py_None, red, Py_NE);  /* (as != : NaN is never equal, even to itself) */
+        Py_DECREF(red);
+        int moved = ne ? PyObject_IsTrue(ne) : -1;
+        Py_XDECREF(ne);
+        rc = moved < 0 ? -1 : !moved;
+    }
+    Py_DECREF(ranked);
+    if (rc == 1 && PySet_Clear(g->touched))
+        return -1;
+    return rc;
 }
 
 /* Glue.decide(flows, now, kept, progressed, capacity, buffers, snapshot)
@@ -685,10 +834,15 @@ static PyObject *glue_decide(Glue *g, PyObject *const *args, Py_ssize_t nargs)
     if (stale < 0)
         return NULL;
     if (stale) {  /* (reads no level; pruning reads snapshot()) */
-        PyObject *r = PyObject_CallMethodOneArg(g->policy, s_reorder, snapshot);
-        if (!r)
+        int hold = ranks_hold(g);
+        if (hold < 0)
             return NULL;
-        Py_DECREF(r);
+        if (!hold) {
+            PyObject *r = PyObject_CallMethodOneArg(g->policy, s_reorder, snapshot);
+            if (!r)
+                return NULL;
+            Py_DECREF(r);
+        }
     }
     /* _bound: after admission and reorder (either may have replaced an array) */
     PyObject *gen_o = PyObject_GetAttr(g->policy, s_arrays_gen), *urgency;
@@ -720,12 +874,8 @@ static PyObject *glue_decide(Glue *g, PyObject *const *args, Py_ssize_t nargs)
         int named = PyObject_IsTrue(progressed);
         if (named < 0)
             return NULL;
-        if (named) {  /* the flows the owner named: their progress, by slot */
-            PyObject *r = PyObject_CallFunctionObjArgs(g->progress_of, g->policy, progressed, NULL);
-            if (!r)
-                return NULL;
-            Py_DECREF(r);
-        }
+        if (named && progress_of(g, progressed))  /* the flows the owner named: their progress, by slot */
+            return NULL;
     }
     /* MfsPolicy._measure_interval_at (the links were fitted at binding) */
     PyObject *last_o = PyObject_GetAttr(g->policy, s_last_t);

@@ -102,8 +102,9 @@ class NativeCore:
         # (MfsPolicy._glue), and it is told whenever the struct is bound.
         self.glue = None if Glue is None else Glue(
             p, self, _address(s), _address(_ffi.addressof(_lib, "lxf_mfs_admit")),
-            _address(_ffi.addressof(_lib, "lxf_mfs_decide_engine")), STAGE_CODES, Stage.P2D, Flow, _FACTS_NAN,
-            bottleneck, admission_facts, _admit_new, _bound, _progress_of, _after_step,
+            _address(_ffi.addressof(_lib, "lxf_mfs_progress")), _address(_ffi.addressof(_lib, "lxf_mfs_decide_engine")),
+            STAGE_CODES, Stage.P2D, Flow, _FACTS_NAN,
+            bottleneck, admission_facts, _admit_new, _bound, _after_step,
         )  # fmt: skip
         p._glue = self.glue
 
