@@ -240,6 +240,34 @@ static PyObject *get(PyObject *d, PyObject *key)
     return PyDict_GetItemWithError(d, key);
 }
 
+static int as_i64(PyObject *o, int64_t *v)
+{
+    long long x = PyLong_AsLongLong(o);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    *v = x;
+    return 0;
+}
+
+static int as_f64(PyObject *o, double *v)
+{
+    double x = PyFloat_AsDouble(o);
+    if (x == -1.0 && PyErr_Occurred())
+        return -1;
+    *v = x;
+    return 0;
+}
+
+/* The int in a new reference, which is released here (NULL: the error already set). */
+static int take_i64(PyObject *o, int64_t *v)
+{
+    if (!o)
+        return -1;
+    int bad = as_i64(o, v);
+    Py_DECREF(o);
+    return bad;
+}
+
 /* MfsPolicy._enter_many for one flow: (batch, request) as new references in *b, *r. */
 static int enter(Glue *g, PyObject *f, PyObject **b_out, PyObject **r_out)
 {
@@ -261,12 +289,8 @@ static int enter(Glue *g, PyObject *f, PyObject **b_out, PyObject **r_out)
     int known = 0;
     if (r) {
         Py_INCREF(r);
-        PyObject *rb = PyObject_GetItem(g->request_batch, r);  /* request_batch[r] < 0 */
-        if (!rb)
-            goto out;
-        long long v = PyLong_AsLongLong(rb);
-        Py_DECREF(rb);
-        if (v == -1 && PyErr_Occurred())
+        int64_t v;
+        if (take_i64(PyObject_GetItem(g->request_batch, r), &v))  /* request_batch[r] < 0 */
             goto out;
         known = v >= 0;
     } else if (PyErr_Occurred()) {
@@ -431,24 +455,6 @@ out:
     Py_XDECREF(b); Py_XDECREF(r); Py_XDECREF(bn); Py_XDECREF(layer); Py_XDECREF(d); Py_XDECREF(kind);
     Py_XDECREF(target); Py_XDECREF(due);
     return out;
-}
-
-static int as_i64(PyObject *o, int64_t *v)
-{
-    long long x = PyLong_AsLongLong(o);
-    if (x == -1 && PyErr_Occurred())
-        return -1;
-    *v = x;
-    return 0;
-}
-
-static int as_f64(PyObject *o, double *v)
-{
-    double x = PyFloat_AsDouble(o);
-    if (x == -1.0 && PyErr_Occurred())
-        return -1;
-    *v = x;
-    return 0;
 }
 
 /* lxf_mfs_admit with a flow's facts and progress, converted as cffi converts them. */
@@ -845,12 +851,9 @@ static PyObject *glue_decide(Glue *g, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     /* _bound: after admission and reorder (either may have replaced an array) */
-    PyObject *gen_o = PyObject_GetAttr(g->policy, s_arrays_gen), *urgency;
-    if (!gen_o)
-        return NULL;
-    long long gen = PyLong_AsLongLong(gen_o);
-    Py_DECREF(gen_o);
-    if ((gen == -1 && PyErr_Occurred()) || !(urgency = PyObject_GetAttr(g->rmlq, s_urgency)))
+    PyObject *urgency;
+    int64_t gen;
+    if (take_i64(PyObject_GetAttr(g->policy, s_arrays_gen), &gen) || !(urgency = PyObject_GetAttr(g->rmlq, s_urgency)))
         return NULL;
     int bound = gen == g->gen && urgency == g->urgency && capacity == g->capacity;
     Py_DECREF(urgency);
@@ -957,14 +960,10 @@ static PyObject *glue_complete(Glue *g, PyObject *flow)
     double weight = 0.0;
     if (explicit_) {
         /* the finished bytes go through the struct: only while it is bound to the policy's arrays */
-        PyObject *gen = PyObject_GetAttr(g->policy, s_arrays_gen), *urgency;
-        if (!gen)
-            return NULL;
-        long long v = PyLong_AsLongLong(gen);
-        Py_DECREF(gen);
-        if (v == -1 && PyErr_Occurred())
-            return NULL;
-        if (!(urgency = PyObject_GetAttr(g->rmlq, s_urgency)))
+        PyObject *urgency;
+        int64_t v;
+        if (take_i64(PyObject_GetAttr(g->policy, s_arrays_gen), &v)
+            || !(urgency = PyObject_GetAttr(g->rmlq, s_urgency)))
             return NULL;
         int bound = v == g->gen && urgency == g->urgency && s < g->m->slots;
         Py_DECREF(urgency);
