@@ -261,3 +261,22 @@ def test_bad_calls_into_the_glue_are_errors():
         glue.admit([Flow.on_path("f", 1.0, [0])], 0, np.ones(1), False)
     with pytest.raises(TypeError):
         mfs_native.Glue(policy)
+
+
+@pytest.mark.skipif(REAL_GLUE is None, reason="laxflow.policy._mfs_glue is not built")
+def test_a_policy_with_the_glue_is_freed_when_dropped():
+    """The policy holds its glue and the glue its policy: the collector must see the cycle."""
+    import gc
+    import weakref
+
+    topo = leaf_spine(8, 2, 1e9)
+    policy = MfsPolicy()
+    net = FluidNetwork(topo, policy)
+    for i in range(5):
+        net.queue.push(i * 1e-5, Priority.ARRIVAL, net.add_flow, Flow.on_path(f"f{i}", 1e5, topo.path(i, 7 - i)))
+    net.run()
+    assert policy._glue is not None
+    gone = weakref.ref(policy)
+    del policy, net
+    gc.collect()
+    assert gone() is None

@@ -233,6 +233,10 @@ class MfsPolicy(FlowPolicy):
         """The network engine's way in (``FlowPolicy.decide_into``): ``decide`` for
         ``flows`` (at least one) written into the engine's C buffers; the timer
         (None: none), or NotImplemented when the C path is off (then ``decide``)."""
+        glue = self._glue
+        if glue is not None and self._tagged is buffers and load_window == self._window_seen and self.native:
+            # (mfs_native.decide_into's own first step, one call sooner: ~450,000 decisions at paper scale)
+            return glue.decide(flows, now, kept, progressed, capacity, buffers, snapshot)
         if not (self.native and NATIVE):
             self._tagged = None
             return NotImplemented
