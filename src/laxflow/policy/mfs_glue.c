@@ -1,26 +1,31 @@
 /* The mfs policy's per-flow Python glue in C: laxflow.policy._mfs_glue.
  *
  * The native path (mfs_native.py) runs each decision's arithmetic in C
- * (mfs_native.c, through cffi), but admitting a new flow and forgetting a
- * finished one touch Python objects: the Flow's fields, the RMLQ's slot
- * dict and free list, the policy's batch and request tables.  At paper
- * scale that is ~350,000 flows a run, one or two per decision, and the
- * interpreter's dispatch around those few dict operations cost as much as
- * the whole decision step.  This module does the same dict, list and set
- * operations, in the same order, through the CPython API:
+ * (mfs_native.c, through cffi), but admitting a new flow, forgetting a
+ * finished one and the glue around each decision touch Python objects: the
+ * Flow's fields, the RMLQ's slot dict and free list, the policy's batch and
+ * request tables and flags.  At paper scale that is ~350,000 flows and
+ * ~450,000 decisions a run, and the interpreter's dispatch around those few
+ * dict operations cost as much as the decision step itself.  This module
+ * does the same dict, list and set operations, in the same order, through
+ * the CPython API:
  *
- *   Glue.admit(flows, kept, capacity, allocated)   _admit_new of mfs_native.py
+ *   Glue.decide(flows, now, kept, progressed, capacity, buffers, snapshot)
+ *                                                   mfs_native.decide_into
+ *   Glue.admit(flows, kept, capacity, allocated)   mfs_native._admit_new
  *   Glue.complete(flow)                             MfsPolicy.on_complete
+ *   Glue.bound(gen, urgency, capacity, room)       what NativeCore bound
  *
  * Every value stored is the object the Python code stores (the same ints
  * from the same dicts, the same NaN object, floats made by the same
  * conversions), so policy state is identical whichever code ran; anything
  * off the common path (a Flow subclass, a transfer shape not in the
- * bottleneck cache, a batch or request seen for the first time) calls the
- * policy's own Python for that step.  complete() declines (returns False,
- * nothing changed) where the Python method must run: a slot without facts,
- * the incremental path's view active, or an explicit flow while the C
- * state is not bound to the policy's current arrays.
+ * bottleneck cache, a batch or request seen for the first time, a burst
+ * that outgrows the free slots, a reorder that moves ranks, arrays to bind
+ * again) calls the policy's own Python for that step.  complete() declines
+ * (returns False, nothing changed) where the Python method must run: a slot
+ * without facts, the incremental path's view active, or an explicit flow
+ * while the C state is not bound to the policy's current arrays.
  *
  * Built by setup.py as a CPython extension (it needs the C API, which cffi
  * does not expose); without it the same steps run in Python.  Called on
@@ -65,7 +70,8 @@ typedef struct {
     PyObject *capacity;      /* and the capacity array */
     long long gen;           /* the policy's _arrays_gen then (-1: bind again) */
     int64_t room;            /* flows the struct's out-buffers have room for */
-    int prunes;              /* config.drop_budget > 0: the policy prunes (every reorder is a full one) */
+    int prunes;              /* config.drop_budget > 0 (MfsConfig is frozen): every reorder is a full one,
+                                and every batch departure asks for one */
     double *current;         /* scratch of decide: every flow's (or the named flows') progress */
     char *done;
     int64_t *named;          /* the named flows' slots */
@@ -80,8 +86,7 @@ typedef struct {
 /* Interned attribute names. */
 static PyObject *s_batch, *s_request, *s_deadline, *s_links, *s_weights, *s_stage, *s_downstream, *s_layer,
     *s_size, *s_current_layer, *s_compute_done, *s_batch_slot, *s_request_slot, *s_order_stale, *s_red_moved,
-    *s_active, *s_arrays_gen, *s_urgency, *s_external, *s_drop_budget, *s_config, *s_allocate, *s_tagged,
-    *s_reorder, *s_last_t, *s_buffers, *s_ranked_red, *s_red_of;
+    *s_active, *s_arrays_gen, *s_urgency, *s_external, *s_reorder, *s_last_t, *s_buffers, *s_ranked_red, *s_red_of;
 
 static PyObject *one;  /* the int 1 */
 
@@ -95,9 +100,8 @@ static int intern_names(void)
     NAME(s_size, "size"); NAME(s_current_layer, "current_layer"); NAME(s_compute_done, "compute_done");
     NAME(s_batch_slot, "_batch_slot"); NAME(s_request_slot, "_request_slot"); NAME(s_order_stale, "_order_stale");
     NAME(s_red_moved, "_red_moved"); NAME(s_active, "active"); NAME(s_arrays_gen, "_arrays_gen");
-    NAME(s_urgency, "urgency"); NAME(s_external, "_external"); NAME(s_drop_budget, "drop_budget");
-    NAME(s_config, "config"); NAME(s_allocate, "allocate"); NAME(s_tagged, "_tagged");
-    NAME(s_reorder, "_reorder"); NAME(s_last_t, "_last_t"); NAME(s_buffers, "buffers");
+    NAME(s_urgency, "urgency"); NAME(s_external, "_external"); NAME(s_reorder, "_reorder");
+    NAME(s_last_t, "_last_t"); NAME(s_buffers, "buffers");
     NAME(s_ranked_red, "_ranked_red"); NAME(s_red_of, "_red_of");
 #undef NAME
     return 0;
@@ -106,8 +110,8 @@ static int intern_names(void)
 /* Every object a Glue holds (the policy holds its Glue: a cycle the collector must see). */
 #define GLUE_FIELDS(X) X(policy) X(rmlq) X(slot) X(free) X(facts) X(batch_index) X(request_index) \
     X(request_batch) X(live_flows) X(live_requests) X(touched) X(batch_red) X(bneck_cache) X(finished_links) \
-    X(view) X(red_by_requests) X(stage_codes) X(p2d) X(flow_type) X(nan) X(bottleneck) X(facts_of) X(core) X(admit_new) X(bind) \
-    X(after_step) X(urgency) X(capacity)
+    X(view) X(red_by_requests) X(stage_codes) X(p2d) X(flow_type) X(nan) X(bottleneck) X(facts_of) X(core) \
+    X(admit_new) X(bind) X(after_step) X(urgency) X(capacity)
 
 static int glue_traverse(Glue *g, visitproc visit, void *arg)
 {
@@ -163,8 +167,9 @@ static int glue_init(Glue *g, PyObject *args, PyObject *kwds)
         return -1;
     }
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOKKKKO!OO!O!OOOOO", kwlist, &policy, &core, &m_addr,
-                                     &admit_addr, &progress_addr, &decide_addr, &PyDict_Type, &codes, &p2d, &PyType_Type, &flow_type,
-                                     &PyFloat_Type, &nan, &bottleneck, &facts_of, &admit_new, &bind, &after_step))
+                                     &admit_addr, &progress_addr, &decide_addr, &PyDict_Type, &codes, &p2d,
+                                     &PyType_Type, &flow_type, &PyFloat_Type, &nan, &bottleneck, &facts_of,
+                                     &admit_new, &bind, &after_step))
         return -1;
     if (!m_addr || !admit_addr || !progress_addr || !decide_addr) {
         PyErr_SetString(PyExc_ValueError, "mfs glue: the struct and the C step's functions must not be NULL");
@@ -265,6 +270,17 @@ static int take_i64(PyObject *o, int64_t *v)
         return -1;
     int bad = as_i64(o, v);
     Py_DECREF(o);
+    return bad;
+}
+
+/* A flow's current_layer as the C step takes it (None: NaN). */
+static int current_of(PyObject *f, double *v)
+{
+    PyObject *c = PyObject_GetAttr(f, s_current_layer);
+    if (!c)
+        return -1;
+    int bad = c == Py_None ? (*v = NAN, 0) : as_f64(c, v);
+    Py_DECREF(c);
     return bad;
 }
 
@@ -460,7 +476,7 @@ out:
 /* lxf_mfs_admit with a flow's facts and progress, converted as cffi converts them. */
 static int admit_one(Glue *g, PyObject *f, int64_t s, PyObject *fact)
 {
-    PyObject *size_o = NULL, *cur_o = NULL, *done_o = NULL;
+    PyObject *size_o = NULL, *done_o = NULL;
     int rc = -1;
     if (!PyTuple_Check(fact) || PyTuple_GET_SIZE(fact) != 9) {
         PyErr_SetString(PyExc_TypeError, "mfs glue: a flow's facts are not a 9-tuple");
@@ -470,13 +486,7 @@ static int admit_one(Glue *g, PyObject *f, int64_t s, PyObject *fact)
     int64_t done, explicit_, stage, link, batch, request;
     if (!(size_o = PyObject_GetAttr(f, s_size)) || as_f64(size_o, &size))
         goto out;
-    if (!(cur_o = PyObject_GetAttr(f, s_current_layer)))
-        goto out;
-    if (cur_o == Py_None)
-        current = NAN;
-    else if (as_f64(cur_o, &current))
-        goto out;
-    if (!(done_o = PyObject_GetAttr(f, s_compute_done)) || as_i64(done_o, &done))
+    if (current_of(f, &current) || !(done_o = PyObject_GetAttr(f, s_compute_done)) || as_i64(done_o, &done))
         goto out;
     if (as_i64(PyTuple_GET_ITEM(fact, 0), &explicit_) || as_i64(PyTuple_GET_ITEM(fact, 1), &stage)
         || as_i64(PyTuple_GET_ITEM(fact, 2), &link) || as_f64(PyTuple_GET_ITEM(fact, 3), &rate)
@@ -498,7 +508,6 @@ static int admit_one(Glue *g, PyObject *f, int64_t s, PyObject *fact)
     rc = 0;
 out:
     Py_XDECREF(size_o);
-    Py_XDECREF(cur_o);
     Py_XDECREF(done_o);
     return rc;
 }
@@ -624,15 +633,11 @@ static int scratch(Glue *g, Py_ssize_t n, Py_ssize_t n_finished)
 /* One flow's progress into the scratch at i (mfs_native._progress). */
 static int progress_at(Glue *g, PyObject *f, Py_ssize_t i)
 {
-    PyObject *c = PyObject_GetAttr(f, s_current_layer), *d;
-    if (!c)
-        return -1;
-    int bad = c == Py_None ? (g->current[i] = NAN, 0) : as_f64(c, &g->current[i]);
-    Py_DECREF(c);
-    if (bad || !(d = PyObject_GetAttr(f, s_compute_done)))
+    PyObject *d;
+    if (current_of(f, &g->current[i]) || !(d = PyObject_GetAttr(f, s_compute_done)))
         return -1;
     int64_t v;
-    bad = as_i64(d, &v);
+    int bad = as_i64(d, &v);
     Py_DECREF(d);
     if (bad)
         return -1;
@@ -821,7 +826,9 @@ static PyObject *glue_decide(Glue *g, PyObject *const *args, Py_ssize_t nargs)
         if (rc < 0)
             return NULL;
         if (!rc) {
-            PyObject *tag = PyTuple_Check(args[5]) && PyTuple_GET_SIZE(args[5]) == 6 ? PyTuple_GET_ITEM(args[5], 5) : NULL;
+            PyObject *buffers = args[5];
+            PyObject *tag = PyTuple_Check(buffers) && PyTuple_GET_SIZE(buffers) == 6
+                                ? PyTuple_GET_ITEM(buffers, 5) : NULL;
             if (!tag) {
                 PyErr_SetString(PyExc_TypeError, "mfs glue: buffers must be the engine's 6-tuple");
                 return NULL;
@@ -1027,26 +1034,11 @@ static PyObject *glue_complete(Glue *g, PyObject *flow)
     if (bad)
         goto out;
     /* Batch departure: Algorithm 1 runs again unless it would only close the gap (MfsPolicy.on_complete). */
-    PyObject *flag = PyObject_GetAttr(g->policy, s_red_moved), *config, *budget;
-    int stale = flag ? PyObject_IsTrue(flag) : -1;
-    Py_XDECREF(flag);
-    if (stale == 0) {
-        flag = PyObject_GetAttr(g->policy, s_external);
-        stale = flag ? PyObject_IsTrue(flag) : -1;
-        Py_XDECREF(flag);
-    }
-    if (stale == 0) {
-        if (!(config = PyObject_GetAttr(g->policy, s_config)))
-            goto out;
-        budget = PyObject_GetAttr(config, s_drop_budget);
-        Py_DECREF(config);
-        if (!budget)
-            goto out;
-        PyObject *zero = PyLong_FromLong(0);
-        stale = zero ? PyObject_RichCompareBool(budget, zero, Py_GT) : -1;
-        Py_XDECREF(zero);
-        Py_DECREF(budget);
-    }
+    int stale = attr_true(g->policy, s_red_moved);
+    if (!stale)
+        stale = attr_true(g->policy, s_external);
+    if (!stale)
+        stale = g->prunes;
     if (stale < 0 || (stale && set_flag(g->policy, s_order_stale)))
         goto out;
     result = Py_NewRef(Py_True);
@@ -1074,7 +1066,7 @@ static PyTypeObject GlueType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_traverse = (traverseproc)glue_traverse,
     .tp_clear = (inquiry)glue_clear,
-    .tp_doc = "One mfs policy's admission and completion glue (see mfs_glue.c).",
+    .tp_doc = "One mfs policy's decision, admission and completion glue (see mfs_glue.c).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)glue_init,
     .tp_dealloc = (destructor)glue_dealloc,

@@ -207,11 +207,9 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
 
     The struct stays bound to the engine's buffers while the engine hands
     the same tuple (``p._tagged``), and to the policy's arrays while none
-    was replaced; while it is, the whole decision is ``Glue.decide`` when
-    built (the same steps in C, this function's Python for the rare ones)."""
-    glue = p._glue
-    if glue is not None and p._tagged is buffers:
-        return glue.decide(flows, now, kept, progressed, capacity, buffers, snapshot)
+    was replaced; while it is, ``MfsPolicy.decide_into`` hands the whole
+    decision to ``Glue.decide`` when built (the same steps in C, this
+    function's Python for the rare ones) and this runs only to bind."""
     n = len(flows)
     if p._tagged is not buffers and _engine_bind(p, flows, kept, capacity, buffers):
         progressed = True  # (the tags were set here again: read all progress)
