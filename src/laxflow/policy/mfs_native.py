@@ -209,7 +209,8 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
     the same tuple (``p._tagged``), and to the policy's arrays while none
     was replaced; while it is, ``MfsPolicy.decide_into`` hands the whole
     decision to ``Glue.decide`` when built (the same steps in C, this
-    function's Python for the rare ones) and this runs only to bind."""
+    function's Python for the rare ones), and this function runs when the
+    glue is not built or the buffers are to be bound."""
     n = len(flows)
     if p._tagged is not buffers and _engine_bind(p, flows, kept, capacity, buffers):
         progressed = True  # (the tags were set here again: read all progress)
