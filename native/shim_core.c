@@ -31,7 +31,7 @@ static struct lxf_proc *g_proc;     /* our command-ring slot */
 static int g_pass_through;          /* daemon said LXF_CMD_PASS_THROUGH */
 static uint32_t g_pid;
 static uint64_t g_start_ticks;      /* our start time: (pid, start) is our identity */
-static uint32_t g_gen;              /* +1 each time we move to a new segment */
+static uint32_t g_gen;              /* +2 each time we move to a new segment, odd while moving */
 static uint64_t g_next_check_ns;    /* rate limit of lxf_maintain */
 /* The progress thread's view of the daemon's liveness, refreshed on each of
  * its turns, so that the post path reads a flag instead of the clock (a
@@ -68,6 +68,9 @@ static void load_config(void)
     /* `laxflow run` sets 2 (collective) for NCCL/Gloo jobs: their QPs and
      * sockets carry no flow tags, yet the daemon must see their traffic. */
     lxf_cfg.default_stage = (uint32_t)env_long("LAXFLOW_DEFAULT_STAGE", 0, 0, 3);
+    const char *pause = getenv("LAXFLOW_TEST_PAUSE_POST");
+    if (pause && strlen(pause) < sizeof(lxf_cfg.test_pause_post) - 16)
+        strcpy(lxf_cfg.test_pause_post, pause);
 }
 
 /* Field 22 of /proc/self/stat (start time in clock ticks since boot); 0 if
@@ -184,10 +187,16 @@ static void try_reattach(struct lxf_segment *old)
         return;
     }
     struct lxf_proc *old_proc = g_proc;
+    /* A sequence lock around the switch: the generation is odd while the
+     * segment moves and even again once the new one is in place, so a post
+     * that read the generation, then the segment and its flow tag, and finds
+     * the same even generation afterwards knows that its segment and tag
+     * belong together (lxf_qp_post). */
     __atomic_fetch_add(&g_gen, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&g_proc, lxf_proc_claim(seg, g_pid, g_start_ticks), __ATOMIC_RELEASE);
     __atomic_store_n(&g_pass_through, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&g_seg, seg, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&g_gen, 1, __ATOMIC_ACQ_REL);
     __atomic_fetch_add(&seg->counters.reattaches, 1, __ATOMIC_RELAXED);
     if (old_proc && __atomic_load_n(&old_proc->pid, __ATOMIC_RELAXED) == g_pid)
         lxf_proc_release(old_proc);
@@ -259,7 +268,12 @@ void lxf_set_pass_through(int on)
 
 int lxf_emit(uint32_t kind, uint64_t msg_id, const struct lxf_tag_value *tag, uint64_t handle)
 {
-    struct lxf_segment *seg = lxf_segment();
+    return lxf_emit_to(lxf_segment(), kind, msg_id, tag, handle);
+}
+
+int lxf_emit_to(struct lxf_segment *seg, uint32_t kind, uint64_t msg_id, const struct lxf_tag_value *tag,
+                uint64_t handle)
+{
     if (!seg)
         return -1;
     struct lxf_event ev = {
@@ -274,6 +288,27 @@ int lxf_emit(uint32_t kind, uint64_t msg_id, const struct lxf_tag_value *tag, ui
         .handle = handle,
     };
     return lxf_event_push(seg, &ev);
+}
+
+/* Tests only: the window between a post's reads of its segment and flow tag
+ * and its generation check, held open while LAXFLOW_TEST_PAUSE_POST's file
+ * exists, so that a test can restart the daemon inside it.  PATH.waiting
+ * says a poster is held.  Bounded to 10 s: a test gone wrong never wedges
+ * the job. */
+void lxf_test_pause_post(void)
+{
+    const char *path = lxf_cfg.test_pause_post;
+    if (access(path, F_OK) != 0)
+        return;
+    char waiting[sizeof(lxf_cfg.test_pause_post)];
+    strcpy(waiting, path);
+    strcat(waiting, ".waiting");
+    int fd = open(waiting, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        close(fd);
+    for (int i = 0; i < 10000 && access(path, F_OK) == 0; i++)
+        usleep(1000);
+    unlink(waiting);
 }
 
 /* ------------------------------------------------------------------ fork */

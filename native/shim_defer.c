@@ -236,7 +236,8 @@ static void retire_message(struct lxf_qp_state *qs, struct lxf_open_msg *om)
 }
 
 /* A new message starts on this QP: the previous one is fully posted. */
-static void begin_message(struct lxf_qp_state *qs, const struct lxf_tag_value *tag, int live)
+static void begin_message(struct lxf_qp_state *qs, struct lxf_segment *seg, uint32_t gen,
+                          const struct lxf_tag_value *tag, int live)
 {
     if (qs->cur_msg) {
         struct lxf_open_msg *prev = open_msg_find(qs, qs->cur_msg);
@@ -255,10 +256,12 @@ static void begin_message(struct lxf_qp_state *qs, const struct lxf_tag_value *t
     struct lxf_open_msg *om = &qs->msgs[qs->om_tail++ & (LXF_OPEN_MSGS - 1)];
     memset(om, 0, sizeof(*om));
     om->tag = *tag;
-    om->gen = lxf_generation();
+    om->gen = gen;
     /* A message the daemon never heard of would never get a permit: if the
-     * submit cannot be pushed (ring full), the message goes ungated. */
-    om->submitted = live && lxf_emit(LXF_EV_SUBMIT, tag->msg_id, tag, qs->qp_num) == 0;
+     * submit cannot be pushed (ring full), the message goes ungated.  It is
+     * pushed into the segment its tag came from: should the shim have moved
+     * to a new daemon meanwhile, the old id never reaches the new daemon. */
+    om->submitted = live && lxf_emit_to(seg, LXF_EV_SUBMIT, tag->msg_id, tag, qs->qp_num) == 0;
 }
 
 static uint64_t wr_bytes(const struct ibv_send_wr *w)
@@ -305,7 +308,7 @@ static int post_locked(struct lxf_qp_state *qs, lxf_post_send_fn real, struct ib
 
 /* ------------------------------------------------------ deep copy / queue */
 
-static struct lxf_chain *chain_copy(const struct ibv_send_wr *wr, uint64_t msg_id)
+static struct lxf_chain *chain_copy(const struct ibv_send_wr *wr, uint64_t msg_id, uint32_t gen)
 {
     size_t n_wr = 0, n_sge = 0, extra = 0;
     for (const struct ibv_send_wr *w = wr; w; w = w->next) {
@@ -331,7 +334,7 @@ static struct lxf_chain *chain_copy(const struct ibv_send_wr *wr, uint64_t msg_i
     c->next = NULL;
     c->msg_id = msg_id;
     c->queued_ns = lxf_now_ns();
-    c->gen = lxf_generation();
+    c->gen = gen;
     c->n_wr = (uint32_t)n_wr;
     c->ungated = 0;
     c->wr = wrs;
@@ -465,14 +468,38 @@ static void release_locked(struct lxf_qp_state *qs, lxf_post_send_fn real, int a
 int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr,
                 lxf_post_send_fn real)
 {
-    struct lxf_segment *seg = lxf_segment();
+    struct lxf_segment *seg;
     struct lxf_tag_value tag;
-    int tagged = seg && lxf_tag_read(seg, lxf_self_pid(), LXF_TAG_QP, qs->qp_num, &tag) && tag.msg_id;
-    int live = lxf_gating() && lxf_daemon_live();
-    int rc;
+    int tagged, live, rc;
+    uint32_t gen;
 
-    spin_lock(&qs->lock);
-    uint32_t gen = lxf_generation();
+    /* The segment and the flow tag are read outside the QP's lock (a tag
+     * read touches shared memory); the generation read before them and
+     * again under the lock tells whether the shim moved to a restarted
+     * daemon in between (try_reattach: odd while moving).  If it did, read
+     * them again: a tag of the old segment must not open a message under
+     * the new generation.  Bounded: after a few moves in a row, the post
+     * goes as if untagged (fail open). */
+    for (int tries = 0;; tries++) {
+        uint32_t before = lxf_generation();
+        seg = lxf_segment();
+        tagged = seg && lxf_tag_read(seg, lxf_self_pid(), LXF_TAG_QP, qs->qp_num, &tag) && tag.msg_id;
+        if (LXF_UNLIKELY(lxf_cfg.test_pause_post[0]))
+            lxf_test_pause_post();
+        live = lxf_gating() && lxf_daemon_live();
+        spin_lock(&qs->lock);
+        gen = lxf_generation();
+        if (LXF_LIKELY(gen == before && !(gen & 1)))
+            break;
+        spin_unlock(&qs->lock);
+        if (tries == 3) {
+            spin_lock(&qs->lock);
+            gen = lxf_generation();
+            seg = NULL;
+            tagged = live = 0;
+            break;
+        }
+    }
     if (!tagged && seg && lxf_cfg.default_stage) {
         /* LAXFLOW_DEFAULT_STAGE: the untagged QP is one open-ended message of
          * that stage (bytes 0: it ends when the QP goes), submitted once per
@@ -493,7 +520,7 @@ int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_send_wr *wr, struct ibv_send
         qs->cur_gen = gen;
     }
     if (msg != qs->cur_msg)
-        begin_message(qs, tagged ? &tag : NULL, live);
+        begin_message(qs, seg, gen, tagged ? &tag : NULL, live);
     if (qs->head)
         release_locked(qs, real, !live);
     struct lxf_open_msg *om = msg ? open_msg_find(qs, msg) : NULL;
@@ -501,7 +528,7 @@ int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_send_wr *wr, struct ibv_send
     if (!qs->head && !gated) {
         rc = post_locked(qs, real, wr, bad_wr, msg);
     } else {
-        struct lxf_chain *c = chain_copy(wr, msg);
+        struct lxf_chain *c = chain_copy(wr, msg, gen);
         if (!c) {
             /* Cannot hold it: fail open, keeping the QP's order. */
             if (seg)

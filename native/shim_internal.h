@@ -67,6 +67,10 @@ struct lxf_config {
     uint64_t max_defer_ns; /* LAXFLOW_MAX_DEFER_MS: a deferred WR older than this is released */
     int disabled;         /* LAXFLOW_SHIM_DISABLE=1: pass everything through */
     uint32_t default_stage; /* LAXFLOW_DEFAULT_STAGE 1..3: stage of untagged QPs and TCP sockets; 0 none */
+    /* LAXFLOW_TEST_PAUSE_POST=PATH, tests only: while PATH exists, a post
+     * that has read its segment and flow tag waits there (see
+     * lxf_test_pause_post); empty when unset, and then never looked at again. */
+    char test_pause_post[256];
 };
 
 extern struct lxf_real lxf_real;
@@ -79,7 +83,7 @@ uint32_t lxf_self_pid(void);                /* getpid(), cached and refreshed af
 struct lxf_segment *lxf_segment(void);     /* attached segment or NULL (acquire) */
 int lxf_try_attach(void);                  /* attach if unattached; 1 if attached */
 void lxf_maintain(void);                   /* every entry point: late attach, re-attach (rate-limited) */
-uint32_t lxf_generation(void);             /* +1 at each move to a new segment */
+uint32_t lxf_generation(void);             /* +2 at each move to a new segment; odd while moving */
 struct lxf_proc *lxf_proc(void);           /* this process's command slot or NULL */
 int lxf_daemon_live(void);                 /* segment attached, heartbeat fresh */
 void lxf_refresh_live(void);               /* progress thread: refresh the cached liveness */
@@ -95,6 +99,11 @@ void lxf_set_pass_through(int on);         /* LXF_CMD_PASS_THROUGH / LXF_CMD_ENF
     } while (0)
 /* Push an event; 0, or -1 when unattached or the ring is full (counted). */
 int lxf_emit(uint32_t kind, uint64_t msg_id, const struct lxf_tag_value *tag, uint64_t handle);
+/* The same into a given segment: the one a caller read its tag from. */
+int lxf_emit_to(struct lxf_segment *seg, uint32_t kind, uint64_t msg_id, const struct lxf_tag_value *tag,
+                uint64_t handle);
+/* Tests only (LAXFLOW_TEST_PAUSE_POST): hold the calling thread while the file exists. */
+void lxf_test_pause_post(void);
 
 /* shim_verbs.c */
 lxf_post_send_fn lxf_real_post_send(struct ibv_context *ctx);

@@ -211,6 +211,7 @@ static uint64_t write_len(size_t len, const struct iovec *iov, size_t iovcnt)
 
 static struct lxf_fd_state *flow_before(int fd, size_t len, const struct iovec *iov, size_t iovcnt)
 {
+    uint32_t before = lxf_generation(); /* before the segment: see lxf_qp_post */
     struct lxf_segment *seg = lxf_segment();
     if (!seg || fd < 0 || fd >= LXF_MAX_FDS || !lxf_gating())
         return NULL;
@@ -230,6 +231,15 @@ static struct lxf_fd_state *flow_before(int fd, size_t len, const struct iovec *
     }
     fd_lock(f);
     uint32_t gen = lxf_generation();
+    if (LXF_UNLIKELY(gen != before || (gen & 1))) {
+        /* The shim moved to a restarted daemon after this write read its
+         * tag from the old segment: this write goes untracked (fail open);
+         * the next one reads the new segment. */
+        fd_unlock(f);
+        errno = saved;
+        lxf_in_shim--;
+        return NULL;
+    }
     if (dflt) {
         /* LAXFLOW_DEFAULT_STAGE: each untagged write is one message of that
          * stage.  Its own permit comes after the write has started, so the
@@ -252,7 +262,7 @@ static struct lxf_fd_state *flow_before(int fd, size_t len, const struct iovec *
             f->gen = gen;
             f->bytes = 0;
             f->done = 0;
-            lxf_emit(LXF_EV_SUBMIT, tag.msg_id, &tag, (uint64_t)fd);
+            lxf_emit_to(seg, LXF_EV_SUBMIT, tag.msg_id, &tag, (uint64_t)fd);
             LXF_COUNT(sock_msgs, 1);
         }
     }

@@ -52,6 +52,21 @@ static void init_rings(struct lxf_segment *seg)
             seg->procs[p].cmds.slots[i].seq = i;
 }
 
+/* Where a new segment's message ids start: the wall clock in microseconds,
+ * within the id's bits.  A restarted daemon's segment thus hands out ids its
+ * predecessor never did (unless that one allocated more than a million ids
+ * a second over its whole life, or ran for the 12.7 days after which 40
+ * bits of microseconds wrap), so a message a shim still holds from the old
+ * daemon can never be mistaken for one of the new daemon's. */
+static uint64_t first_msg_id(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t us = (uint64_t)ts.tv_sec * 1000000ULL + (uint64_t)ts.tv_nsec / 1000ULL;
+    uint64_t id = us & MSG_ID_MASK;
+    return id ? id : 1;
+}
+
 struct lxf_segment *lxf_segment_create(const char *name, uint64_t stale_ns)
 {
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -79,7 +94,7 @@ struct lxf_segment *lxf_segment_create(const char *name, uint64_t stale_ns)
     seg->header.version = LXF_SHM_VERSION;
     seg->header.segment_bytes = sizeof(struct lxf_segment);
     seg->header.stale_ns = stale_ns;
-    seg->header.next_msg_id = 1;
+    seg->header.next_msg_id = first_msg_id();
     seg->header.created_ns = lxf_now_ns();
     seg->header.heartbeat_ns = seg->header.created_ns;
     seg->header.daemon_pid = (uint32_t)getpid();

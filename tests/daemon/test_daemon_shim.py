@@ -111,13 +111,12 @@ def test_kill_9_daemon_with_gated_messages_shims_fail_open_nothing_lost(native_b
         seg.close(unlink=False)
 
 
-def test_restarted_daemon_gates_the_shims_again(native_bin, tmp_path, start_daemon):
-    """kill -9 with WRs held: released by the shim; the daemon restarts on the same name: the shim re-attaches
-    and the next layer's reuse fetch is held by the new daemon again until the port frees up."""
+def _phase0_then_kill(native_bin, tmp_path, start_daemon, **env):
+    """Phase 0 under the first daemon (its collective and reuse fetch tagged and posted), then kill -9."""
     d = start_daemon(config={"window_bytes": 0, "stale_ms": 300})
     args = ["direct", "2", "20", "3"]
     ref = _reference(native_bin, tmp_path, args)
-    client, log, pid, qps, plan = _start_client(native_bin, tmp_path, d.shm, args, LAXFLOW_STALE_MS="300")
+    client, log, pid, qps, plan = _start_client(native_bin, tmp_path, d.shm, args, LAXFLOW_STALE_MS="300", **env)
     seg = Segment.attach(d.shm)
     blocker = seg.alloc_msg_id()
     seg.push_event(EventKind.LAYER_BOUNDARY, request_id=REQUEST, layer=0)
@@ -130,6 +129,40 @@ def test_restarted_daemon_gates_the_shims_again(native_bin, tmp_path, start_daem
     seg.close(unlink=False)
     d.kill()
     time.sleep(0.5)  # stale: the shim releases phase 0's held WRs
+    return d, ref, client, log, pid, qps, plan
+
+
+def _phase2_is_gated_by_the_new_daemon(d, seg2, ref, client, log, pid, qps, plan):
+    """Phase 2 runs under the new daemon: its reuse fetch is held while a higher rank is unfinished, its
+    collective is submitted, granted and completed, and nothing is lost or doubled."""
+    blocker2 = seg2.alloc_msg_id()
+    seg2.push_event(EventKind.LAYER_BOUNDARY, request_id=REQUEST, layer=2)
+    seg2.push_event(EventKind.SUBMIT, blocker2, REQUEST, 1 << 30, Stage.COLLECTIVE, 2, 999)
+    wait_for(lambda: seg2.get_permit(blocker2), what="new daemon granting")
+    seg2.tag_qp(pid, qps[0], REQUEST, Stage.COLLECTIVE, 2, bytes=plan[qps[0], 2])
+    reuse = seg2.tag_qp(pid, qps[1], REQUEST, Stage.REUSE, 5, bytes=plan[qps[1], 2])
+    posted_before = sum(1 for line in log.read_text().splitlines() if line.startswith(f"POST qp={qps[1]} "))
+    client.send()
+    client.expect("POSTED 2")
+    time.sleep(0.1)
+    assert seg2.get_permit(reuse) is None
+    held = sum(1 for line in log.read_text().splitlines() if line.startswith(f"POST qp={qps[1]} "))
+    assert held == posted_before  # none of phase 2's reuse WRs reached the device
+    assert seg2.counters()["wr_deferred"] > 0
+    seg2.push_event(EventKind.COMPLETION, blocker2, REQUEST, 1 << 30, Stage.COLLECTIVE, 2, 999)
+    client.expect("DONE", timeout=30)  # the new daemon granted the reuse fetch once the port freed up
+    assert client.wait() == 0
+    assert log_by_qp(log) == ref  # all three phases, nothing lost or doubled
+    counters = seg2.counters()
+    assert counters["wr_released"] == counters["wr_deferred"] > 0 and counters["wr_failopen"] == 0
+    wait_for(lambda: 'laxflow_daemon_permits_total{node="n1",port="eth0"} 3.0' in d.metrics(),
+             what="blocker, collective and reuse permits from the new daemon")
+
+
+def test_restarted_daemon_gates_the_shims_again(native_bin, tmp_path, start_daemon):
+    """kill -9 with WRs held: released by the shim; the daemon restarts on the same name: the shim re-attaches
+    and the next layer's reuse fetch is held by the new daemon again until the port frees up."""
+    d, ref, client, log, pid, qps, plan = _phase0_then_kill(native_bin, tmp_path, start_daemon)
     d.start()  # replaces the stale segment
     seg2 = Segment.attach(d.shm)
     try:
@@ -137,28 +170,50 @@ def test_restarted_daemon_gates_the_shims_again(native_bin, tmp_path, start_daem
         client.send()
         client.expect("POSTED 1")
         wait_for(lambda: seg2.counters()["reattaches"] >= 1, what="the shim re-attaching")
-        # Phase 2 runs under the new daemon: its reuse fetch is held while a higher rank is unfinished.
-        blocker2 = seg2.alloc_msg_id()
-        seg2.push_event(EventKind.LAYER_BOUNDARY, request_id=REQUEST, layer=2)
-        seg2.push_event(EventKind.SUBMIT, blocker2, REQUEST, 1 << 30, Stage.COLLECTIVE, 2, 999)
-        wait_for(lambda: seg2.get_permit(blocker2), what="new daemon granting")
-        seg2.tag_qp(pid, qps[0], REQUEST, Stage.COLLECTIVE, 2, bytes=plan[qps[0], 2])
-        reuse = seg2.tag_qp(pid, qps[1], REQUEST, Stage.REUSE, 5, bytes=plan[qps[1], 2])
-        posted_before = sum(1 for line in log.read_text().splitlines() if line.startswith(f"POST qp={qps[1]} "))
-        client.send()
-        client.expect("POSTED 2")
-        time.sleep(0.1)
-        assert seg2.get_permit(reuse) is None
-        held = sum(1 for line in log.read_text().splitlines() if line.startswith(f"POST qp={qps[1]} "))
-        assert held == posted_before  # none of phase 2's reuse WRs reached the device
-        assert seg2.counters()["wr_deferred"] > 0
-        seg2.push_event(EventKind.COMPLETION, blocker2, REQUEST, 1 << 30, Stage.COLLECTIVE, 2, 999)
-        client.expect("DONE", timeout=30)  # the new daemon granted the reuse fetch once the port freed up
-        assert client.wait() == 0
-        assert log_by_qp(log) == ref  # all three phases, nothing lost or doubled
-        counters = seg2.counters()
-        assert counters["wr_released"] == counters["wr_deferred"] > 0 and counters["wr_failopen"] == 0
-        wait_for(lambda: 'laxflow_daemon_permits_total{node="n1",port="eth0"} 3.0' in d.metrics(),
-                 what="blocker, collective and reuse permits from the new daemon")
+        _phase2_is_gated_by_the_new_daemon(d, seg2, ref, client, log, pid, qps, plan)
     finally:
         seg2.close(unlink=False)
+
+
+def test_a_post_racing_the_reattach_keeps_old_tags_out_of_the_new_daemon(native_bin, tmp_path, start_daemon):
+    """The restart race, made to happen: phase 1's first post reads the old (stale) segment and its flow tag,
+    then is held (LAXFLOW_TEST_PAUSE_POST) while the daemon restarts and the shim's progress thread moves to
+    the new segment.  Released, the post must not open the old tag's message under the new generation (its
+    id would collide with the new daemon's own ids), and phase 2 must be gated by the new daemon as if
+    nothing had happened."""
+    gate = tmp_path / "pause-post"
+    d, ref, client, log, pid, qps, plan = _phase0_then_kill(native_bin, tmp_path, start_daemon,
+                                                            LAXFLOW_TEST_PAUSE_POST=str(gate))
+    gate.touch()
+    client.send()  # phase 1: its first post stops in the window, holding the old segment's tag
+    wait_for(lambda: Path(f"{gate}.waiting").exists(), what="a poster held inside the window")
+    d.start()  # replaces the stale segment
+    seg2 = Segment.attach(d.shm)
+    try:
+        wait_for(lambda: seg2.counters()["reattaches"] >= 1, what="the shim re-attaching while the post is held")
+        time.sleep(0.05)  # the progress thread's next turns see the new daemon live
+        gate.unlink()
+        client.expect("POSTED 1")
+        _phase2_is_gated_by_the_new_daemon(d, seg2, ref, client, log, pid, qps, plan)
+    finally:
+        gate.unlink(missing_ok=True)
+        seg2.close(unlink=False)
+
+
+def test_a_restarted_daemons_message_ids_are_new(tmp_path):
+    """A new segment on the same name never hands out the ids its predecessor did: a shim still holding an
+    old message cannot mistake it for one of the new daemon's."""
+    name = f"/lxf-ids-{time.monotonic_ns()}"
+    first = Segment.create(name)
+    try:
+        old = [first.alloc_msg_id() for _ in range(1000)]
+    finally:
+        first.close(unlink=True)
+    time.sleep(0.002)
+    second = Segment.create(name)
+    try:
+        new = [second.alloc_msg_id() for _ in range(1000)]
+    finally:
+        second.close(unlink=True)
+    assert not set(old) & set(new)
+    assert all(0 < i < 1 << 40 for i in old + new)
