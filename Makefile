@@ -7,8 +7,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 LAXFLOW := $(VENV)/bin/laxflow
-# Debian packages: the shim's build needs <infiniband/verbs.h>.
-APT_PACKAGES := libibverbs-dev libibverbs1 libnuma1 iproute2
+# Debian packages: the shim's build needs <infiniband/verbs.h>; systemd-analyze checks deploy/*.service.
+APT_PACKAGES := libibverbs-dev libibverbs1 libnuma1 iproute2 systemd
 EXTRAS := test,torch
 
 .PHONY: demo test test-sanitize install apt bench clean vllm
