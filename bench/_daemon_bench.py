@@ -14,7 +14,16 @@ permit table:
   (retrying when it is full) and the daemon's consumer cursor is read over a
   measurement window. Key ``events_per_s``.
 
-``python bench/_daemon_bench.py`` runs both and prints their JSON.
+* :func:`bench_hooks_calls` -- the cost of one hooks call
+  (:class:`~laxflow.hooks.client.HooksClient`, ``layer_begin``: a
+  scheduler's most frequent call) over the daemon's real ``ipc://`` hooks
+  socket while the daemon is up, and after it is killed (-9): the first call
+  then waits its timeout once (``hooks_call_down_first_ms``), every later one
+  returns at once. Keys ``hooks_call_up_p50_us``, ``hooks_call_up_p99_us``,
+  ``hooks_call_down_p50_us``, ``hooks_call_down_p99_us`` (target: down in
+  microseconds, not the 200 ms timeout per call).
+
+``python bench/_daemon_bench.py`` runs them and prints their JSON.
 """
 
 from __future__ import annotations
@@ -204,6 +213,50 @@ def bench_permit_idle(args=None) -> dict:
         out[f"{key}_p50_us"] = round(float(np.percentile(warm, 50)), 1)
         out[f"{key}_p99_us"] = round(float(np.percentile(warm, 99)), 1)
     return out
+
+
+
+def bench_hooks_calls(args=None) -> dict:
+    """Hooks call latency with the daemon up, then down (kill -9): ``layer_begin`` timed call by call."""
+    from laxflow.hooks.client import HooksClient
+
+    calls = getattr(args, "hooks_calls", 2000) if args is not None else 2000
+    with tempfile.TemporaryDirectory() as tmp:
+        d = _Daemon(tmp)
+        hooks = HooksClient(f"ipc://{tmp}/hooks.sock", timeout_ms=200)
+        try:
+            hooks.register_request("bench", deadline=time.time() + 60, prompt_tokens=1000)
+            hooks.batch_formed("b", ["bench"])
+            up = []
+            for k in range(calls):
+                t0 = time.perf_counter_ns()
+                hooks.layer_begin("b", k % 80)
+                up.append(time.perf_counter_ns() - t0)
+            d.seg.close(unlink=False)
+            d.proc.kill()
+            d.proc.wait(30)
+            t0 = time.perf_counter_ns()
+            hooks.layer_begin("b", 0)  # unanswered: the one call that waits its timeout
+            first_ns = time.perf_counter_ns() - t0
+            down = []
+            for k in range(calls):
+                t0 = time.perf_counter_ns()
+                hooks.layer_begin("b", k % 80)
+                down.append(time.perf_counter_ns() - t0)
+            dropped = hooks.dropped
+        finally:
+            hooks.close()
+            if d.proc.poll() is None:
+                d.proc.kill()
+                d.proc.wait(30)
+            Segment.unlink_name(d.shm)
+    up_us, down_us = np.array(up) / 1e3, np.array(down) / 1e3
+    return {"hooks_call_up_p50_us": round(float(np.percentile(up_us, 50)), 1),
+            "hooks_call_up_p99_us": round(float(np.percentile(up_us, 99)), 1),
+            "hooks_call_down_first_ms": round(first_ns / 1e6, 1),
+            "hooks_call_down_p50_us": round(float(np.percentile(down_us, 50)), 2),
+            "hooks_call_down_p99_us": round(float(np.percentile(down_us, 99)), 2),
+            "hooks_calls_dropped": dropped}
 
 
 if __name__ == "__main__":

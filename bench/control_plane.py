@@ -29,6 +29,12 @@ Sections, one function each, each returning its keys (``--only NAME`` runs one):
   the same through ``PermitGate.acquire`` (a collective's path: the caller waits itself).
 * ``events`` (:func:`bench_event_rate`, node daemon): ``events_per_s``: the
   largest event rate one daemon sustains.
+* ``hooks`` (:func:`bench_hooks`, hooks client and node daemon):
+  ``hooks_call_up_p50_us``, ``hooks_call_up_p99_us``: one ``layer_begin``
+  over the daemon's hooks socket; ``hooks_call_down_p50_us``,
+  ``hooks_call_down_p99_us``: the same once the daemon is gone (kill -9),
+  after the one call that waits its timeout (``hooks_call_down_first_ms``);
+  target: microseconds, not the 200 ms timeout per call.
 
 A section not built yet reports its keys as null.
 """
@@ -171,8 +177,15 @@ def bench_permit_idle(args: argparse.Namespace) -> dict:
     return run(args)
 
 
+def bench_hooks(args: argparse.Namespace) -> dict:
+    """Hooks client: call latency with the daemon up and down (bench/_daemon_bench.py)."""
+    from _daemon_bench import bench_hooks_calls as run
+
+    return run(args)
+
+
 SECTIONS = {"inter": bench_inter, "permit": bench_permit_latency, "idle": bench_permit_idle,
-            "events": bench_event_rate}
+            "events": bench_event_rate, "hooks": bench_hooks}
 
 
 def _machine() -> str:
@@ -191,6 +204,7 @@ def main() -> None:
     ap.add_argument("--gap-ms", type=float, default=20.0, help="idle time before each message (idle)")
     ap.add_argument("--idle-messages", type=int, default=200, help="messages timed (idle)")
     ap.add_argument("--no-e2e", action="store_true", help="skip the socket measurement (inter)")
+    ap.add_argument("--hooks-calls", type=int, default=2000, help="calls timed each way (hooks)")
     args = ap.parse_args()
     out: dict = {}
     for name in args.only or SECTIONS:

@@ -103,7 +103,8 @@ def test_client_without_a_daemon_fails_quietly(tmp_path):
         hooks.register_request("r", deadline=None, prompt_tokens=1)
         assert hooks.wait_permit(1, timeout_s=0.05) is None  # fail open: the caller sends anyway
         assert hooks.pruned() == set()
-        assert hooks.failures == 3
+        # One call waited; the two after it failed open at once (tests/hooks/test_hooks_failopen.py).
+        assert (hooks.failures, hooks.failed_open, hooks.connected) == (1, 2, False)
 
 
 def test_in_process_hooks_drive_a_core_with_the_callers_clock():
