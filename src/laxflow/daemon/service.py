@@ -81,6 +81,8 @@ class Daemon:
         self.metrics = DaemonMetrics(config.node, [p.name for p in config.core.ports], config.core.mfs.levels)
         self.segment = create_segment(config.shm, config.stale_ms * 1_000_000)
         self._stop = threading.Event()
+        # stop() writes here so a loop blocked in its poll (up to a heartbeat period: stale_ms / 4) ends at once
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._ctx = zmq.Context()
         self.started = time.monotonic()
         try:
@@ -110,6 +112,7 @@ class Daemon:
             self._poller.register(sock, zmq.POLLIN)
         if self._bell is not None:
             self._poller.register(self._bell, zmq.POLLIN)
+        self._poller.register(self._wake_r, zmq.POLLIN)
         self.segment.heartbeat()
         log.info("daemon %s: segment %s, hooks %s, %s", config.node, config.shm, config.hooks,
                  f"coordinator {config.coordinator}" if config.coordinator else "no coordinator: scheduling locally")
@@ -117,8 +120,14 @@ class Daemon:
     # ------------------------------------------------------------ loop
 
     def stop(self) -> None:
-        """Ask the loop to end (signal handlers, other threads)."""
+        """Ask the loop to end (signal handlers, other threads); wakes it if it is blocked in its poll."""
         self._stop.set()
+        fd = self._wake_w
+        if fd is not None:  # None: already shut down
+            try:
+                os.write(fd, b"x")
+            except OSError:  # the pipe is full: the loop is awake anyway
+                pass
 
     def run(self) -> None:
         """The loop (see the module docstring), until :meth:`stop`."""
@@ -230,6 +239,11 @@ class Daemon:
     # ------------------------------------------------------------ helpers
 
     def _close_sockets(self) -> None:
+        for name in ("_wake_r", "_wake_w"):
+            fd = getattr(self, name, None)
+            if fd is not None:
+                setattr(self, name, None)
+                os.close(fd)
         if getattr(self, "_bell", None) is not None:
             os.close(self._bell)
             self._bell = None
