@@ -234,6 +234,18 @@ uint32_t lxf_generation(void)
     return __atomic_load_n(&g_gen, __ATOMIC_ACQUIRE);
 }
 
+/* The segment of generation gen, or NULL once the shim has moved on (or is
+ * moving).  The segment is read before the generation: try_reattach raises
+ * the generation before it publishes a new segment, so an unchanged
+ * generation means seg is still gen's.  Completions go through it: an event
+ * of a replaced daemon's message never reaches its successor. */
+struct lxf_segment *lxf_segment_of(uint32_t gen)
+{
+    struct lxf_segment *seg = lxf_segment();
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return lxf_generation() == gen ? seg : NULL;
+}
+
 uint32_t lxf_self_pid(void)
 {
     return g_pid;

@@ -230,8 +230,9 @@ static void retire_message(struct lxf_qp_state *qs, struct lxf_open_msg *om)
 {
     /* A message of a replaced segment: its daemon is gone, the new one
      * never heard of it. */
-    if (om->submitted && om->gen == lxf_generation())
-        lxf_emit(LXF_EV_COMPLETION, om->tag.msg_id, &om->tag, qs->qp_num);
+    struct lxf_segment *seg = om->submitted ? lxf_segment_of(om->gen) : NULL;
+    if (seg)
+        lxf_emit_to(seg, LXF_EV_COMPLETION, om->tag.msg_id, &om->tag, qs->qp_num);
     qs->om_head++;
 }
 
@@ -488,6 +489,8 @@ int lxf_qp_post(struct lxf_qp_state *qs, struct ibv_send_wr *wr, struct ibv_send
             lxf_test_pause_post();
         live = lxf_gating() && lxf_daemon_live();
         spin_lock(&qs->lock);
+        /* Seqlock reader: the reads above complete before the re-check. */
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
         gen = lxf_generation();
         if (LXF_LIKELY(gen == before && !(gen & 1)))
             break;

@@ -84,6 +84,7 @@ struct lxf_segment *lxf_segment(void);     /* attached segment or NULL (acquire)
 int lxf_try_attach(void);                  /* attach if unattached; 1 if attached */
 void lxf_maintain(void);                   /* every entry point: late attach, re-attach (rate-limited) */
 uint32_t lxf_generation(void);             /* +2 at each move to a new segment; odd while moving */
+struct lxf_segment *lxf_segment_of(uint32_t gen); /* the segment while still on generation gen, else NULL */
 struct lxf_proc *lxf_proc(void);           /* this process's command slot or NULL */
 int lxf_daemon_live(void);                 /* segment attached, heartbeat fresh */
 void lxf_refresh_live(void);               /* progress thread: refresh the cached liveness */

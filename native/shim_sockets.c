@@ -181,8 +181,9 @@ static int class_switch_now(struct lxf_fd_state *f, int fd)
 
 static void finish_msg(struct lxf_fd_state *f, int fd)
 {
-    if (f->msg && !f->done && f->gen == lxf_generation())
-        lxf_emit(LXF_EV_COMPLETION, f->msg, &f->tag, (uint64_t)fd);
+    struct lxf_segment *seg = f->msg && !f->done ? lxf_segment_of(f->gen) : NULL;
+    if (seg)
+        lxf_emit_to(seg, LXF_EV_COMPLETION, f->msg, &f->tag, (uint64_t)fd);
     f->msg = 0;
 }
 
@@ -230,6 +231,7 @@ static struct lxf_fd_state *flow_before(int fd, size_t len, const struct iovec *
         dflt = 0;
     }
     fd_lock(f);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE); /* seqlock reader: the reads above come first */
     uint32_t gen = lxf_generation();
     if (LXF_UNLIKELY(gen != before || (gen & 1))) {
         /* The shim moved to a restarted daemon after this write read its
@@ -295,8 +297,9 @@ static void flow_after(struct lxf_fd_state *f, int fd, ssize_t n)
     fd_lock(f);
     f->bytes += (uint64_t)n;
     if (f->msg && !f->done && f->tag.bytes && f->bytes >= f->tag.bytes) {
-        if (f->gen == lxf_generation())
-            lxf_emit(LXF_EV_COMPLETION, f->msg, &f->tag, (uint64_t)fd);
+        struct lxf_segment *seg = lxf_segment_of(f->gen);
+        if (seg)
+            lxf_emit_to(seg, LXF_EV_COMPLETION, f->msg, &f->tag, (uint64_t)fd);
         f->done = 1;
     }
     fd_unlock(f);

@@ -53,11 +53,14 @@ static void init_rings(struct lxf_segment *seg)
 }
 
 /* Where a new segment's message ids start: the wall clock in microseconds,
- * within the id's bits.  A restarted daemon's segment thus hands out ids its
- * predecessor never did (unless that one allocated more than a million ids
- * a second over its whole life, or ran for the 12.7 days after which 40
- * bits of microseconds wrap), so a message a shim still holds from the old
- * daemon can never be mistaken for one of the new daemon's. */
+ * modulo the id's 40 bits (a lap is 12.7 days).  A restarted daemon's first
+ * id is then the time elapsed since its predecessor started past that one's
+ * first id, so the ids the predecessor handed out -- above all its last ones,
+ * which shims and adapters may still hold -- lie behind the new ones, unless
+ * it allocated more than one id per microsecond over its life or the wall
+ * clock was stepped back by more than the restart took.  Until then a stale
+ * message can never be taken for one of the new daemon's (a permit, a
+ * completion, an open message of a shim). */
 static uint64_t first_msg_id(void)
 {
     struct timespec ts;

@@ -194,6 +194,15 @@ def test_a_post_racing_the_reattach_keeps_old_tags_out_of_the_new_daemon(native_
         time.sleep(0.05)  # the progress thread's next turns see the new daemon live
         gate.unlink()
         client.expect("POSTED 1")
+        # Phase 1's tags were the old daemon's: the new daemon never heard of those messages, so it neither
+        # holds nor grants any of them (before the fix the held post submitted the old tag's id to the new
+        # daemon under the new generation: the new daemon granted it as its own id 2, and phase 1's reuse
+        # WRs were held behind that never-completed collective).
+        time.sleep(0.3)  # the daemon refreshes its gauges every 250 ms
+        assert seg2.counters()["wr_deferred"] == 0
+        text = d.metrics()
+        assert 'laxflow_daemon_permits_total{node="n1",port="eth0"} 0.0' in text
+        assert 'laxflow_daemon_live_messages{node="n1"} 0.0' in text
         _phase2_is_gated_by_the_new_daemon(d, seg2, ref, client, log, pid, qps, plan)
     finally:
         gate.unlink(missing_ok=True)

@@ -11,11 +11,12 @@ sanitizer sees both sides.
 from __future__ import annotations
 
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from shimtest import C_DIR, Daemon, NativeBin, flap_stress, gcc
+from shimtest import C_DIR, Client, Daemon, NativeBin, client_env, flap_stress, gcc, log_by_qp, run_client, wait_for
 
 ROOT = C_DIR.parents[2]
 NATIVE = ROOT / "native"
@@ -94,3 +95,58 @@ def test_event_ring_producers_and_consumer(build, tmp_path):
         assert float(proc.stdout) > 0
     finally:
         seg.close()
+
+
+def test_post_racing_a_daemon_restart(build, tmp_path):
+    """The restart race of tests/daemon/test_daemon_shim.py with the sanitizer watching: phase 1's posts are held
+    inside their read window (LAXFLOW_TEST_PAUSE_POST) holding the old segment's flow tags while the progress
+    thread moves the shim to a new segment; released, they neither reach nor wait on the new segment, and
+    phase 2 is gated by the new one."""
+    name = f"/lxf-san-restart-{tmp_path.name}"
+    gate = tmp_path / "pause-post"
+    args = ["direct", "2", "20", "3"]
+    ref_log = tmp_path / "reference.log"
+    ref = run_client(build.native, args, client_env(build.native, ref_log, runtime=build.runtime, **OPTIONS))
+    assert ref.returncode == 0, ref.stderr
+    old = Daemon(name=name)
+    new = None
+    log = tmp_path / "shim.log"
+    client = Client(build.native, [*args, "--wait"], client_env(build.native, log, build.shim, name, build.runtime,
+                                                                LAXFLOW_TEST_PAUSE_POST=str(gate), **OPTIONS))
+    try:
+        pid, qps = client.qps()
+        plan = client.plan(2, 3)
+        for qp in qps:
+            old.seg.set_permit(old.seg.tag_qp(pid, qp, 7, 3, 0, bytes=plan[qp, 0]), 1)
+        client.send()
+        client.expect("POSTED 0", timeout=120)
+        old.hang(200_000_000)
+        time.sleep(0.4)  # stale: the shim passes through
+        gate.touch()
+        client.send()
+        wait_for(lambda: Path(f"{gate}.waiting").exists(), timeout=60, what="a poster held inside the window")
+        old.seg.close()  # the name goes; the shim keeps its mapping
+        new = Daemon(name=name)
+        wait_for(lambda: new.seg.counters()["reattaches"] >= 1, timeout=60, what="the shim moving to the new segment")
+        gate.unlink()
+        client.expect("POSTED 1", timeout=120)
+        assert new.seg.counters()["wr_deferred"] == 0
+        assert not len(new.seg.drain_events())  # no SUBMIT of an old message reached the new daemon
+        msgs = [new.seg.tag_qp(pid, qp, 7, 3, 2, bytes=plan[qp, 2]) for qp in qps]
+        client.send()
+        client.expect("POSTED 2", timeout=120)
+        assert new.seg.counters()["wr_deferred"] > 0  # held: no permit yet
+        for m in msgs:
+            new.seg.set_permit(m, 1)
+        rc = client.wait(timeout=180)
+        stderr = client.proc.stderr.read()
+        assert rc == 0, stderr
+        no_report(stderr)
+        assert log_by_qp(log) == log_by_qp(ref_log)
+    finally:
+        gate.unlink(missing_ok=True)
+        if client.proc.poll() is None:
+            client.proc.kill()
+        old.close()
+        if new is not None:
+            new.close()
