@@ -11,7 +11,7 @@ LAXFLOW := $(VENV)/bin/laxflow
 APT_PACKAGES := libibverbs-dev libibverbs1 libnuma1 iproute2 systemd
 EXTRAS := test,torch
 
-.PHONY: demo test test-sanitize install apt bench clean vllm
+.PHONY: demo test test-sanitize install apt bench results clean vllm
 
 demo: install
 	$(LAXFLOW) sim serve --preset demo --plot out/demo.png
@@ -61,6 +61,12 @@ apt:
 	else \
 	  echo "not root: make sure these Debian packages are installed: $(APT_PACKAGES)"; \
 	fi
+
+# Runs every bench/ script afresh (paper reproductions and component benchmarks; about an
+# hour on a 2-core box), keeps each JSON under bench/results/ and writes docs/results/*.md and
+# bench/README.md from them. ARGS passes options: ARGS='--only sim,policy', ARGS=--render-only.
+results: install
+	$(PY) bench/results.py $(ARGS)
 
 bench: install
 	$(PY) bench/network.py --json
