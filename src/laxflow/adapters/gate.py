@@ -134,17 +134,21 @@ class PermitGate:
         if not self._seg.live():
             self._why_bypass = f"segment {self.config.shm_name!r}: daemon heartbeat is stale"
             if now >= self._next_attach:  # a restarted daemon has a new segment under the same name
-                self._retired.append(self._seg)
-                self._seg = None
-                self._generation += 1  # messages announced to the old daemon are failed open
                 self._next_attach = now + self.config.reattach_s
                 try:
-                    self._seg = Segment.attach(self.config.shm_name)
+                    fresh = Segment.attach(self.config.shm_name)
                 except SegmentError:
-                    pass
-                if self._seg is not None and self._seg.live():
-                    self._why_bypass = None
-                    return self._seg
+                    return None
+                if not fresh.live():
+                    # Still the dead daemon's segment (or a new one not beating yet): nothing has used this
+                    # mapping, so it goes now; kept, one more 5 MB mapping would pile up per attempt.
+                    fresh.close(unlink=False)
+                    return None
+                self._retired.append(self._seg)  # a thread may still sleep in wait_permits on it
+                self._seg = fresh
+                self._generation += 1  # messages announced to the old daemon are failed open
+                self._why_bypass = None
+                return self._seg
             return None
         self._why_bypass = None
         return self._seg
