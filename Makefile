@@ -11,7 +11,7 @@ LAXFLOW := $(VENV)/bin/laxflow
 APT_PACKAGES := libibverbs-dev libibverbs1 libnuma1 iproute2 systemd
 EXTRAS := test,torch
 
-.PHONY: demo test test-sanitize install apt bench results clean vllm
+.PHONY: demo test test-sanitize install apt bench results clean vllm docs
 
 demo: install
 	$(LAXFLOW) sim serve --preset demo --plot out/demo.png
@@ -19,7 +19,12 @@ demo: install
 	else echo "real-traffic part skipped: it needs root (network namespaces, qdiscs): sudo make demo"; fi
 
 test: install vllm
+	$(VENV)/bin/mkdocs build --strict -d $(CURDIR)/build/site
 	$(PY) -m pytest -q tests
+
+# The docs site (mkdocs-material) into build/site; --strict: a broken link or a missing page fails.
+docs: install
+	$(VENV)/bin/mkdocs build --strict -d $(CURDIR)/build/site
 
 # The shim's multi-threaded scenarios under ThreadSanitizer and
 # AddressSanitizer + UBSan alone (also part of `make test`).
