@@ -3,6 +3,12 @@
 Asks the coordinator over its ROUTER socket (:func:`laxflow.coordinator.client.request_status`)
 and prints rich tables, or one JSON object with ``--json`` for scripts. No
 answer within ``--timeout`` is one error line and exit status 2.
+
+JSON: the fields of :class:`~laxflow.protocol.messages.StatusResponse`, with
+``seq`` null until the coordinator's first decision, and per daemon two keys
+besides the message's: ``state`` ("alive" or "dead": a dead daemon stays
+listed until the coordinator's ``--forget-after``) and ``last_seen`` (wall
+clock s of its last message, ``now - heartbeat_age``).
 """
 
 from __future__ import annotations
@@ -34,9 +40,38 @@ def status(
     keys = ClientKeys.load(curve_keys, client) if curve_keys else None
     resp = request_status(coordinator, keys=keys, timeout_s=timeout, detail=True)
     if as_json:
-        typer.echo(json.dumps(dataclasses.asdict(resp), sort_keys=True))
+        typer.echo(json.dumps(as_dict(resp), sort_keys=True))
     else:
         render(resp)
+
+
+def as_dict(resp: Any) -> dict[str, Any]:
+    """The ``--json`` object (see the module docstring)."""
+    out = dataclasses.asdict(resp)
+    if resp.seq < 0:
+        out["seq"] = None  # no decision yet
+    for d, row in zip(resp.daemons, out["daemons"]):
+        row["state"] = "alive" if d.alive else "dead"
+        row["last_seen"] = resp.now - d.heartbeat_age
+    return out
+
+
+_AUTH = {
+    "curve": "auth: CURVE",
+    "none-loopback": "auth: none (any local process can register as a node; `laxflow coordinator --require-keys` refuses this)",
+    "none-insecure": "auth: none (--insecure: any host that reaches the port can register as a node)",
+}
+
+
+def auth_line(resp: Any) -> str:
+    """How the coordinator admits peers, and the peers it refused at the handshake."""
+    line = _AUTH.get(resp.auth, "auth: not reported (an older coordinator)")
+    refused = {k: v for k, v in resp.handshake_failures.items() if v}
+    if refused:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(refused.items()))
+        line += (f"; peers refused at the handshake: {kinds} (a daemon refused so schedules locally: "
+                 "check its key, its log and laxflow_daemon_coordinator_auth_failures_total)")
+    return line
 
 
 def render(resp: Any) -> None:
@@ -46,22 +81,29 @@ def render(resp: Any) -> None:
 
     console = Console()
     lat = resp.latency
+    decision = f"decision #{resp.seq}" if resp.seq >= 0 else "no decision yet"
     console.print(
         f"coordinator [bold]{resp.coordinator_id}[/] up {resp.now - resp.started:.0f} s, "
-        f"decision #{resp.seq}; {resp.active_batches} batches, {resp.active_requests} requests, "
+        f"{decision}; {resp.active_batches} batches, {resp.active_requests} requests, "
         f"{len(resp.pruned)} pruned; decision latency ms: last {lat.last:.2f} p50 {lat.p50:.2f} "
-        f"p99 {lat.p99:.2f} max {lat.max:.2f} ({lat.count} decisions)"
+        f"p99 {lat.p99:.2f} max {lat.max:.2f} ({lat.count} decisions)",
+        soft_wrap=True,
     )
+    console.print(auth_line(resp), soft_wrap=True, markup=False)
     t = Table(title="daemons")
     for col in ("node", "alive", "heartbeat age s", "mode", "batches", "ports", "queued msgs", "queued bytes"):
         t.add_column(col)
     for d in resp.daemons:
         t.add_row(
-            d.node, "yes" if d.alive else "[red]no[/]", f"{d.heartbeat_age:.2f}", d.mode, str(d.batches),
+            d.node, "yes" if d.alive else "[red]dead[/]", f"{d.heartbeat_age:.2f}", d.mode, str(d.batches),
             ", ".join(f"{p.port} {p.bandwidth * 8 / 1e9:g} Gb/s" for p in d.ports),
             str(sum(q.messages for q in d.queues)), str(sum(q.nbytes for q in d.queues)),
         )
     console.print(t)
+    for d in resp.daemons:
+        if not d.alive:
+            console.print(f"{d.node}: dead, last seen {d.heartbeat_age:.1f} s ago (its batches left the schedule)",
+                          soft_wrap=True, markup=False)
     queues = [(d.node, q) for d in resp.daemons for q in d.queues if q.messages]
     if queues:
         q_table = Table(title="queue depths (non-empty levels)")

@@ -140,7 +140,41 @@ def test_dead_daemon_loses_its_batches_and_republish():
     c.tick(2.5)  # n1 silent for 2.5 s > 2.0
     d = c.decide(2.5)
     assert [r.batch_id for r in d.order] == ["b2"] and "dead n1" in d.trigger
-    assert set(c.daemons) == {"n2"}
+    assert c.ports() == {"n2/p0": GB}  # a dead daemon's ports leave Algorithm 1
+
+
+def test_dead_daemon_stays_in_the_view_until_forgotten():
+    """`laxflow status` dropped a dead daemon: it stays, dead, with its last-seen age, until forget-after."""
+    c = CoordinatorCore(CoordinatorConfig(heartbeat_s=0.5, dead_after_s=2.0, forget_after_s=60.0, coordinator_id="c0"),
+                        now=0.0)
+    c.handle(env(hello("n1", ["n1/p0"], [batch("b1", req("r1", 5.0))])), b"1", 0.0)
+    c.handle(env(hello("n2", ["n2/p0"]), "n2"), b"2", 0.0)
+    c.decide(0.0)
+    for t in (1.0, 2.0, 3.0):
+        c.handle(env(m.Heartbeat("n2", int(t), 0, "coordinated", "c0", 0, ()), "n2"), b"2", t)
+        c.tick(t)
+    s = c.status(3.0, True, m.LatencySummary(0, 0, 0, 0, 0), {})
+    n1, n2 = s.daemons
+    assert (n1.node, n1.alive, n1.heartbeat_age, n1.batches) == ("n1", False, 3.0, 0)
+    assert n1.ports == (m.PortInfo("n1/p0", GB),)  # what it had, for the operator
+    assert n2.alive and s.active_batches == 0
+    assert c.ports() == {"n2/p0": GB}
+    # it comes back: asked for its full state, alive again
+    out = c.handle(env(m.Heartbeat("n1", 9, 1, "local", "", -1, ())), b"1b", 10.0)
+    assert out == [Reply(b"1b", m.ResyncRequest("c0", "unknown daemon"))]
+    assert c.status(10.0, False, m.LatencySummary(0, 0, 0, 0, 0), {}).daemons[0].alive
+    c.handle(env(hello("n1", ["n1/p0"], [batch("b1", req("r1", 50.0))])), b"1b", 10.1)
+    assert [r.batch_id for r in c.decide(10.1).order] == ["b1"]
+    # silent for good: dead at 12.1+, forgotten after forget-after (60 s)
+    c.tick(13.0)
+    assert [d.node for d in c.status(13.0, False, m.LatencySummary(0, 0, 0, 0, 0), {}).daemons] == ["n1", "n2"]
+    c.tick(71.0)
+    assert "n1" not in c.daemons
+
+
+def test_forget_after_is_checked():
+    with pytest.raises(UserError, match="forget-after"):
+        CoordinatorConfig(dead_after_s=2.0, forget_after_s=1.0)
 
 
 def test_batch_across_two_nodes_merges_and_departs_when_both_left(core):

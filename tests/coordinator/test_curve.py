@@ -95,3 +95,32 @@ def test_only_the_right_key_gets_in(tmp_path):
         for d in (daemon, intruder, plain):
             d.close()
         c.stop()
+
+
+def test_require_keys_refuses_to_start_without_curve_even_on_loopback(tmp_path):
+    from cptest import free_port
+
+    address = f"tcp://127.0.0.1:{free_port(pair=True)}"
+    out = subprocess.run([LAXFLOW, "coordinator", "--bind", address, "--require-keys"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "--require-keys" in out.stderr and "--curve-keys" in out.stderr
+    out = subprocess.run([LAXFLOW, "coordinator", "--bind", address, "--require-keys", "--insecure"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    with pytest.raises(UserError, match="--require-keys"):
+        ServerConfig(bind="ipc:///tmp/x", require_keys=True).check()
+
+
+def test_status_says_curve(tmp_path):
+    keys = tmp_path / "keys"
+    generate(keys)
+    c = CoordinatorProcess(tmp_path, keys=keys)
+    c.args.append("--require-keys")
+    c.start()
+    try:
+        table = subprocess.run([LAXFLOW, "status", "--coordinator", c.address, "--curve-keys", str(keys)],
+                               capture_output=True, text=True, timeout=30)
+        assert table.returncode == 0 and "auth: CURVE" in table.stdout, table.stdout + table.stderr
+    finally:
+        c.stop()

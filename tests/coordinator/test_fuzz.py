@@ -195,3 +195,30 @@ def test_fuzz_daemon_link(tmp_path):
         router.close(0)
         pub.close(0)
         ctx.term()
+
+
+def test_impossible_counts_are_dropped_and_counted(tmp_path):
+    """A batch whose request claims 2^63-1 prompt tokens reaches a real coordinator: dropped as bad_field,
+    logged naming the field, the value and the bound, never in the view; the coordinator goes on."""
+    coordinator = CoordinatorProcess(tmp_path).start()
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(coordinator.address)
+    try:
+        sock.send(encode(m.Hello("big", "start", (m.PortInfo("big/p0", 1e9),), ()), "big"))
+        huge = m.RequestInfo("huge-r", time.time() + 5, 2**63 - 1, 0, (m.Transfer("big/p0", "big/p0", 1.0),))
+        sock.send(encode(m.BatchArrival("big", m.BatchInfo("huge", 0.0, (huge,))), "big", check=False))
+        deadline = time.monotonic() + 10
+        while coordinator.metrics()["laxflow_coordinator_frames_dropped_total{reason=bad_field}"] < 1:
+            assert time.monotonic() < deadline, coordinator.log.read_text()
+            time.sleep(0.05)
+        s = request_status(coordinator.address)
+        assert s.active_batches == 0 and [d.node for d in s.daemons] == ["big"]
+        assert coordinator.proc.poll() is None
+        line = [x for x in coordinator.log.read_text().splitlines() if "prompt_tokens" in x]
+        assert line and str(2**63 - 1) in line[0] and str(2**24) in line[0], coordinator.log.read_text()
+    finally:
+        sock.close()
+        ctx.term()
+        coordinator.stop()

@@ -148,3 +148,37 @@ def test_port_in_use_is_one_line(coordinator):
     out = subprocess.run([LAXFLOW, "coordinator", "--bind", other, "--metrics-port", str(coordinator.metrics_port)],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and "cannot serve metrics" in out.stderr
+
+
+def test_fresh_coordinator_says_no_decision_yet_and_that_anyone_local_can_register(coordinator):
+    table = subprocess.run([LAXFLOW, "status", "--coordinator", coordinator.address],
+                           capture_output=True, text=True, timeout=30)
+    assert table.returncode == 0, table.stderr
+    assert "no decision yet" in table.stdout and "#-1" not in table.stdout, table.stdout
+    assert "auth: none (any local process can register" in table.stdout, table.stdout
+    out = subprocess.run([LAXFLOW, "status", "--coordinator", coordinator.address, "--json"],
+                         capture_output=True, text=True, timeout=30)
+    data = json.loads(out.stdout)
+    assert "seq" in data and data["seq"] is None  # documented: null until the first decision
+    assert data["auth"] == "none-loopback" and data["handshake_failures"] == {"auth": 0, "protocol": 0, "other": 0}
+
+
+def test_dead_daemon_is_shown_dead_with_its_last_seen_age(coordinator, daemons):
+    wait_status(coordinator.address, lambda s: len(s.daemons) == 3)
+    daemons[1].close()  # n1 stops beating (dead after 1 s)
+    s = wait_status(coordinator.address, lambda s: not s.daemons[1].alive)
+    assert [(d.node, d.alive) for d in s.daemons] == [("n0", True), ("n1", False), ("n2", True)]
+    out = subprocess.run([LAXFLOW, "status", "--coordinator", coordinator.address, "--json"],
+                         capture_output=True, text=True, timeout=30)
+    n1 = json.loads(out.stdout)["daemons"][1]
+    assert (n1["node"], n1["alive"], n1["state"]) == ("n1", False, "dead")
+    assert n1["heartbeat_age"] >= 1.0 and n1["last_seen"] == pytest.approx(time.time() - n1["heartbeat_age"], abs=5)
+    table = subprocess.run([LAXFLOW, "status", "--coordinator", coordinator.address],
+                           capture_output=True, text=True, timeout=30)
+    assert "n1: dead, last seen" in table.stdout and "s ago" in table.stdout, table.stdout
+
+
+def test_forget_after_flag(tmp_path):
+    out = subprocess.run([LAXFLOW, "coordinator", "--bind", "tcp://127.0.0.1:1", "--dead-after", "5", "--forget-after", "1"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "forget-after" in out.stderr and out.stderr.count("\n") == 1, out.stderr

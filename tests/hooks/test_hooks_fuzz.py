@@ -120,3 +120,52 @@ def test_fuzz_hooks_socket(tmp_path):
         sock.close()
         ctx.term()
         d.cleanup()
+
+
+def test_counts_past_what_a_request_can_have_are_refused(tmp_path):
+    """A prompt of 2^63-1 tokens (and other impossible counts) through a real hooks socket: each refused with
+    one line naming the field, the value and the bound, counted as a bad event; the daemon goes on."""
+    cases = [
+        (hm.RegisterRequest("r1", 1e9, 2**63 - 1, 0, 0), "prompt_tokens", 2**63 - 1, 2**24),
+        (hm.RegisterRequest("r1", 1e9, 10, 2**24 + 1, 0), "reused_tokens", 2**24 + 1, 2**24),
+        (hm.Layer("b1", 5000, "begin", False), "layer", 5000, 4095),
+        (hm.Submit(7, "r1", "reuse", 4096, 1000.0, "", 0.0), "layer", 4096, 4095),
+        (hm.Submit(7, "r1", "reuse", 2, 2.0**51, "", 0.0), "nbytes", 2.0**51, 2**50),
+        (hm.Progress(7, 2.0**60), "bytes_done", 2.0**60, 2**50),
+        (hm.BatchFormed("b1", ("r1",), 0.01, {"eth0": {"r1": 1e18}}), "traffic", 1e18, 2**50),
+        (hm.Bind(2**40, 3, "eth0"), "pid", 2**40, 2**22),
+        (hm.Complete(2**64 - 1), "msg_id", 2**64 - 1, 2**63 - 1),
+    ]
+    d = DaemonProc(tmp_path)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(d.hooks)
+    try:
+        for msg, field, value, bound in cases:
+            sock.send(encode(msg, "fz", check=False))  # what a buggy or hostile client sends
+            assert sock.poll(10_000), "".join(d.log[-30:])
+            ack = decode(sock.recv()).body
+            assert isinstance(ack, hm.Ack) and not ack.ok, (msg, ack)
+            assert "bad_field" in ack.error and field in ack.error, ack.error
+            assert (str(value) in ack.error or repr(value) in ack.error) and str(bound) in ack.error, ack.error
+        with HooksClient(d.hooks) as hooks:  # still serving, and a real request is still accepted
+            hooks.register_request("ok", 1e12, 2**24, 0)
+            assert hooks.status() is not None
+        assert d.proc.poll() is None
+        assert f'laxflow_daemon_bad_events_total{{node="n1"}} {float(len(cases))}' in _wait_metric(d, len(cases))
+    finally:
+        sock.close()
+        ctx.term()
+        d.cleanup()
+
+
+def _wait_metric(d, n: int) -> str:
+    import time
+
+    deadline = time.monotonic() + 5
+    while True:  # the daemon refreshes its counters a few times a second
+        text = d.metrics()
+        if f'laxflow_daemon_bad_events_total{{node="n1"}} {float(n)}' in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.05)

@@ -198,3 +198,81 @@ def test_duplicate_msg_ids():
     for k in "bcd":
         f.seen(decode(encode(m.StatusRequest(False), "n1", msg_id=k)))
     assert not f.seen(a)  # forgotten: bounded memory
+
+
+def _mutated(msg, path, value) -> bytes:
+    raw = _raw(msg)
+    node = raw["body"]
+    for p in path[:-1]:
+        node = node[p]
+    node[path[-1]] = value
+    return msgpack.packb(raw)
+
+
+@pytest.mark.parametrize(
+    "msg, path, value, bound",
+    [
+        # a prompt no model has: the longest context windows are ~10 M tokens
+        (m.BatchArrival("n1", sample_batch()), ("batch", "requests", 0, "prompt_tokens"), 2**63 - 1, str(2**24)),
+        (m.BatchArrival("n1", sample_batch()), ("batch", "requests", 0, "reused_tokens"), 2**24 + 1, str(2**24)),
+        (m.BatchArrival("n1", sample_batch()), ("batch", "requests", 0, "traffic", 0, "nbytes"), 2.0**60, str(2**50)),
+        (m.Hello("n1", "start", (m.PortInfo("n1/p0", 12.5e9),), ()), ("ports", 0, "bandwidth"), 1e300, str(2**50)),
+        (m.Heartbeat("n1", 7, 2, "coordinated", "c1", 3, ()), ("batches",), 2**40, str(2**32)),
+        (m.Heartbeat("n1", 7, 2, "coordinated", "c1", 3, ()), ("seq",), 2**64 - 1, str(2**63 - 1)),  # past int64
+        (m.Heartbeat("n1", 7, 2, "coordinated", "c1", 3, ()), ("applied_seq",), -2, "-1"),
+        (m.Heartbeat("n1", 7, 2, "coordinated", "c1", 3, (m.QueueDepth("n1/p0", 0, 3, 4096),)),
+         ("queues", 0, "messages"), 2**33, str(2**32)),
+        (m.Heartbeat("n1", 7, 2, "coordinated", "c1", 3, (m.QueueDepth("n1/p0", 0, 3, 4096),)),
+         ("queues", 0, "level"), 300, "255"),
+    ],
+)
+def test_counts_are_bounded_to_what_a_request_can_have(msg, path, value, bound):
+    """2^63-1 tokens was accepted: every count is bounded, and the error names the field, the value and the bound."""
+    with pytest.raises(ProtocolError) as info:
+        decode(_mutated(msg, path, value))
+    assert info.value.reason is DropReason.BAD_FIELD
+    detail = info.value.detail
+    assert path[-1] in detail and bound in detail, detail
+    assert (str(value) in detail or repr(value) in detail), detail
+    assert "\n" not in detail
+    with pytest.raises(ProtocolError):  # the sender's own check refuses it too
+        encode_bad(msg, path, value)
+
+
+def encode_bad(msg, path, value):
+    """``msg`` with ``path`` set to ``value`` through dataclasses.replace, then encoded (must raise)."""
+    def set_in(obj, p):
+        if not p:
+            return value
+        head, rest = p[0], p[1:]
+        if isinstance(head, int):
+            items = list(obj)
+            items[head] = set_in(items[head], rest)
+            return tuple(items)
+        return dataclasses.replace(obj, **{head: set_in(getattr(obj, head), rest)})
+    return encode(set_in(msg, path), "n1")
+
+
+def test_the_largest_real_values_still_pass():
+    big = m.RequestInfo("r", 1e9, 2**24, 2**24, (m.Transfer("a/p", "b/p", float(2**50)),))
+    frame = encode(m.Hello("n1", "start", (m.PortInfo("n1/p0", float(2**50)),), (m.BatchInfo("b", 3600.0, (big,)),)), "n1")
+    assert decode(frame).body.batches[0].requests[0].prompt_tokens == 2**24
+    hb = m.Heartbeat("n1", 2**63 - 1, 2**32, "local", "", -1, (m.QueueDepth("n1/p0", 255, 2**32, 2**50),))
+    assert decode(encode(hb, "n1")).body == hb
+
+
+def test_a_field_added_with_a_default_may_be_left_out_by_an_older_sender():
+    new = m.StatusResponse("c1", 900.0, 1000.0, -1, (), (), 0, 0, (), m.LatencySummary(0, 0, 0, 0, 0), {},
+                           "curve", {"auth": 2})
+    assert decode(encode(new, "c")).body == new
+    raw = _raw(new)
+    for key in ("auth", "handshake_failures"):  # what a coordinator of the first release sends
+        del raw["body"][key]
+    old = decode(msgpack.packb(raw)).body
+    assert (old.auth, old.handshake_failures, old.seq) == ("", {}, -1)
+    raw["body"]["surprise"] = 1  # an unknown field is still refused
+    assert _reason(msgpack.packb(raw)) is DropReason.BAD_FIELD
+    del raw["body"]["surprise"], raw["body"]["seq"]  # and so is a missing field without a default
+    assert _reason(msgpack.packb(raw)) is DropReason.BAD_FIELD
+    with pytest.raises(ProtocolError, match="auth"):
+        encode(dataclasses.replace(new, auth="trust-me"), "c")

@@ -17,9 +17,11 @@ def coordinator(
     bind: str = typer.Option(..., "--bind", help="ROUTER address for daemon reports, tcp://HOST:PORT or ipc://PATH; PUB for decisions is PORT+1 (PATH.pub)."),
     curve_keys: Optional[Path] = typer.Option(None, "--curve-keys", help="Keys directory from `laxflow keys generate`; required unless binding to loopback."),
     insecure: bool = typer.Option(False, "--insecure", help="Bind a non-loopback address without CURVE (trusted networks only)."),
+    require_keys: bool = typer.Option(False, "--require-keys", help="Refuse to start without --curve-keys, even on loopback (where otherwise any local process can register as a node)."),
     metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve Prometheus /metrics on this port."),
     heartbeat: float = typer.Option(0.5, "--heartbeat", help="Heartbeat period daemons are told to use, s."),
     dead_after: float = typer.Option(2.0, "--dead-after", help="Silence after which a daemon's batches are dropped, s."),
+    forget_after: float = typer.Option(600.0, "--forget-after", help="Silence after which a dead daemon leaves `laxflow status`, s."),
     drop_budget: int = typer.Option(1, "--drop-budget", help="Requests one run of Algorithm 1 may newly prune (0: order only)."),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning, error."),
 ) -> None:
@@ -36,8 +38,10 @@ def coordinator(
         bind=bind,
         curve_keys=str(curve_keys) if curve_keys else None,
         insecure=insecure,
+        require_keys=require_keys,
         metrics_port=metrics_port,
-        core=CoordinatorConfig(heartbeat_s=heartbeat, dead_after_s=dead_after, drop_budget=drop_budget),
+        core=CoordinatorConfig(heartbeat_s=heartbeat, dead_after_s=dead_after, drop_budget=drop_budget,
+                               forget_after_s=forget_after),
     )
     CoordinatorServer(config).serve(install_signals=True)
 

@@ -17,6 +17,10 @@ request stays in the scavenger class until its batch departs (moving it back
 and forth would reorder its messages), its load leaves Algorithm 1's input,
 and each run may prune at most ``drop_budget`` more.
 
+A daemon silent for ``dead_after_s`` is declared dead: its batches depart and
+its ports leave Algorithm 1, but it stays in the view (``laxflow status``
+shows it dead with its last-seen age) until ``forget_after_s`` of silence.
+
 Recovery: a heartbeat from a daemon it does not know (the coordinator
 restarted, or the daemon was declared dead), or whose batch count disagrees,
 is answered with :class:`ResyncRequest`; the daemon's Hello carries its full
@@ -45,6 +49,7 @@ class CoordinatorConfig:
     heartbeat_s: float = 0.5  # the period daemons are told to beat at
     dead_after_s: float = 2.0  # silence after which a daemon's batches are dropped
     drop_budget: int = 1  # new prunes per run of Algorithm 1 (0: order only)
+    forget_after_s: float = 600.0  # silence after which a dead daemon leaves the view (status)
     coordinator_id: str = ""  # "" -> random per process
 
     def __post_init__(self) -> None:
@@ -52,6 +57,9 @@ class CoordinatorConfig:
             raise UserError(f"coordinator: heartbeat must be > 0 s, got {self.heartbeat_s!r}")
         if not self.dead_after_s > self.heartbeat_s:
             raise UserError(f"coordinator: dead-after ({self.dead_after_s!r} s) must exceed the heartbeat ({self.heartbeat_s!r} s)")
+        if not self.forget_after_s >= self.dead_after_s:
+            raise UserError(f"coordinator: forget-after ({self.forget_after_s!r} s) must be at least dead-after "
+                            f"({self.dead_after_s!r} s)")
         if isinstance(self.drop_budget, bool) or not isinstance(self.drop_budget, int) or self.drop_budget < 0:
             raise UserError(f"coordinator: drop budget must be an integer >= 0, got {self.drop_budget!r}")
         if not self.coordinator_id:
@@ -83,6 +91,7 @@ class DaemonState:
     queues: tuple[m.QueueDepth, ...] = ()
     reported_batches: int = 0
     resync_sent: float = -1e18
+    dead: bool = False  # silent past dead-after: batches dropped, ports out of Algorithm 1, kept for status
 
 
 class _Batch:
@@ -181,7 +190,7 @@ class CoordinatorCore:
             return []
         known = self.daemons.get(node)
         out: list[Reply | Publish] = []
-        if known is None:
+        if known is None or known.dead:  # new, or back from the dead: its state comes with its Hello
             known = self.daemons[node] = DaemonState(node, identity, now)
             if not isinstance(msg, m.Hello):
                 out += self._resync(known, now, "unknown daemon")
@@ -200,10 +209,14 @@ class CoordinatorCore:
         return out
 
     def tick(self, now: float) -> list[Reply | Publish]:
-        """Every heartbeat period: declare silent daemons dead, republish."""
+        """Every heartbeat period: declare silent daemons dead, forget long-dead ones, republish."""
         for node, d in list(self.daemons.items()):
-            if now - d.last_seen > self.config.dead_after_s:
-                del self.daemons[node]
+            silent = now - d.last_seen
+            if d.dead:
+                if silent > self.config.forget_after_s:
+                    del self.daemons[node]
+            elif silent > self.config.dead_after_s:
+                d.dead = True
                 for bid in [b.id for b in self.batches.values() if node in b.parts]:
                     self._depart(node, bid)
                 self._mark(f"dead {node}")
@@ -303,9 +316,11 @@ class CoordinatorCore:
     # ------------------------------------------------------------ Algorithm 1
 
     def ports(self) -> dict[str, float]:
+        """Line rates of the live daemons' ports (a dead daemon's leave Algorithm 1)."""
         out: dict[str, float] = {}
         for d in self.daemons.values():
-            out.update(d.ports)
+            if not d.dead:
+                out.update(d.ports)
         return out
 
     def _port_table(self) -> tuple[list[str], dict[str, int], np.ndarray]:
@@ -395,13 +410,15 @@ class CoordinatorCore:
 
     # ------------------------------------------------------------ status
 
-    def status(self, now: float, detail: bool, latency: m.LatencySummary, dropped: dict[str, int]) -> m.StatusResponse:
-        """What ``laxflow status`` shows; built on the loop's thread."""
+    def status(self, now: float, detail: bool, latency: m.LatencySummary, dropped: dict[str, int], auth: str = "",
+               handshake_failures: dict[str, int] | None = None) -> m.StatusResponse:
+        """What ``laxflow status`` shows; built on the loop's thread (``auth`` and the handshake
+        failures are the server's, which owns the sockets)."""
         ranks = {r.batch_id: r for r in self.last.order} if self.last else {}
         daemons = tuple(
             m.DaemonStatus(
                 node=d.node,
-                alive=now - d.last_seen <= self.config.dead_after_s,
+                alive=not d.dead and now - d.last_seen <= self.config.dead_after_s,
                 heartbeat_age=max(now - d.last_seen, 0.0),
                 batches=self._count(d.node),
                 mode=d.mode,
@@ -432,4 +449,6 @@ class CoordinatorCore:
             pruned=tuple(self.pruned),
             latency=latency,
             dropped=dropped,
+            auth=auth,
+            handshake_failures=dict(handshake_failures or {}),
         )

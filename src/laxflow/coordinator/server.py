@@ -76,11 +76,17 @@ class ServerConfig:
     insecure: bool = False
     metrics_port: int | None = None
     core: CoordinatorConfig = CoordinatorConfig()
+    require_keys: bool = False  # refuse to start without CURVE, loopback included
 
     def check(self) -> Endpoints:
         ep = Endpoints.parse(self.bind)
         if self.curve_keys and self.insecure:
             raise UserError("coordinator: --curve-keys and --insecure exclude each other")
+        if self.require_keys and not self.curve_keys:
+            raise UserError(
+                f"coordinator: --require-keys: refusing to bind {self.bind} without CURVE: pass --curve-keys DIR "
+                "(create it with `laxflow keys generate DIR`)"
+            )
         if not ep.loopback and not self.curve_keys and not self.insecure:
             raise UserError(
                 f"coordinator: refusing to bind {self.bind} without CURVE: pass --curve-keys DIR "
@@ -89,6 +95,13 @@ class ServerConfig:
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise UserError(f"coordinator: --metrics-port must be 0..65535, got {self.metrics_port}")
         return ep
+
+    @property
+    def auth(self) -> str:
+        """How peers are admitted (one of ``messages.AUTH_MODES``), for status."""
+        if self.curve_keys:
+            return "curve"
+        return "none-loopback" if Endpoints.parse(self.bind).loopback else "none-insecure"
 
 
 class _Metrics:
@@ -165,6 +178,7 @@ class CoordinatorServer:
         self.stop = threading.Event()
         self.decision_count = 0
         self.handshake_failures = 0
+        self.handshakes_by_kind = dict.fromkeys(_HANDSHAKE_FAILURES.values(), 0)
         self._closed = False
 
     def _socket(self, kind: int, keys: ServerKeys | None) -> zmq.Socket:
@@ -228,6 +242,7 @@ class CoordinatorServer:
             kind = _HANDSHAKE_FAILURES.get(event["event"])
             if kind is not None:
                 self.handshake_failures += 1
+                self.handshakes_by_kind[kind] += 1
                 self.metrics.handshakes.labels(kind).inc()
                 if self.handshake_failures <= 20 or self.handshake_failures % 1000 == 0:
                     log.warning("coordinator: refused a peer at the handshake (%s, %s); %d so far",
@@ -327,11 +342,14 @@ class CoordinatorServer:
         )
 
     def _reply_status(self, identity: bytes, req: m.StatusRequest) -> None:
-        status = self.core.status(time.time(), req.detail, self.latency_summary(), dict(self.drops.counts))
+        def status(detail: bool) -> m.StatusResponse:
+            return self.core.status(time.time(), detail, self.latency_summary(), dict(self.drops.counts),
+                                    self.config.auth, self.handshakes_by_kind)
+
         try:
-            frame = encode(status, SENDER)
+            frame = encode(status(req.detail), SENDER)
         except ProtocolError:  # too many batches to list: send the summary
-            frame = encode(self.core.status(time.time(), False, self.latency_summary(), dict(self.drops.counts)), SENDER)
+            frame = encode(status(False), SENDER)
         try:
             self.router.send_multipart([identity, frame], zmq.NOBLOCK)
         except zmq.Again:

@@ -10,15 +10,29 @@ advice is pushed on the daemon's PUB socket (hooks address + ``.pub``).
 Units: deadlines are wall-clock seconds (``time.time()``), durations
 seconds, sizes bytes, rates bytes/s. Request ids are the hooks' own strings;
 the daemon joins them with shim events through :func:`laxflow.hooks.request_key`.
+
+Counts are bounded to what a real request can have (the bounds of
+:mod:`laxflow.protocol.messages`: tokens, layers, bytes; ids within int64): a
+call past a bound is answered ``Ack(ok=False)`` with one line naming the
+field, the value and the bound, and counted as a bad event.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from laxflow.protocol.messages import (INT64_MAX, MAX_BANDWIDTH, MAX_BYTES, MAX_LAYER, MAX_LEVEL, MAX_SECONDS,
+                                       MAX_TOKENS, bounded)
 from laxflow.protocol.wire import message
 
 STAGES = ("reuse", "collective", "p2d")
+MAX_PID = 1 << 22  # Linux's PID_MAX_LIMIT
+MAX_HANDLE = (1 << 32) - 1  # a QP number (24 bits) or a file descriptor
+MAX_PRIORITY = (1 << 31) - 1  # |priority|: the engine's own int32 priorities fit
+
+
+def _msg_id(value: int) -> None:
+    bounded(value, "msg_id", 1, INT64_MAX)
 
 
 @message("hooks_register_request")
@@ -30,6 +44,11 @@ class RegisterRequest:
     reused_tokens: int
     priority: int
 
+    def validate(self) -> None:
+        bounded(self.prompt_tokens, "prompt_tokens", 0, MAX_TOKENS)
+        bounded(self.reused_tokens, "reused_tokens", 0, MAX_TOKENS)
+        bounded(self.priority, "priority", -MAX_PRIORITY, MAX_PRIORITY)
+
 
 @message("hooks_batch_formed")
 @dataclass(frozen=True)
@@ -38,6 +57,12 @@ class BatchFormed:
     requests: tuple[str, ...]
     compute_s: float
     traffic: dict[str, dict[str, float]]  # port -> request -> bytes expected
+
+    def validate(self) -> None:
+        bounded(self.compute_s, "compute_s", 0, MAX_SECONDS)
+        for port, row in self.traffic.items():
+            for request, nbytes in row.items():
+                bounded(nbytes, f"traffic[{port!r}][{request!r}]", 0, MAX_BYTES)
 
 
 @message("hooks_layer")
@@ -51,8 +76,7 @@ class Layer:
     def validate(self) -> None:
         if self.phase not in ("begin", "end"):
             raise ValueError(f"phase {self.phase!r} (expected begin or end)")
-        if self.layer < 0:
-            raise ValueError(f"layer must be >= 0, got {self.layer}")
+        bounded(self.layer, "layer", 0, MAX_LAYER)
 
 
 @message("hooks_submit")
@@ -69,10 +93,11 @@ class Submit:
     def validate(self) -> None:
         if self.stage not in STAGES:
             raise ValueError(f"stage {self.stage!r} (expected one of {', '.join(STAGES)})")
-        if not 0 < self.msg_id < 1 << 63:
-            raise ValueError(f"msg_id must be in 1..2^63-1, got {self.msg_id}")
-        if self.nbytes < 0 or self.downstream < 0:
-            raise ValueError("nbytes and downstream must be >= 0")
+        _msg_id(self.msg_id)
+        if self.layer is not None:
+            bounded(self.layer, "layer", 0, MAX_LAYER)
+        bounded(self.nbytes, "nbytes", 0, MAX_BYTES)
+        bounded(self.downstream, "downstream", 0, MAX_BYTES)
 
 
 @message("hooks_progress")
@@ -81,11 +106,18 @@ class Progress:
     msg_id: int
     bytes_done: float
 
+    def validate(self) -> None:
+        _msg_id(self.msg_id)
+        bounded(self.bytes_done, "bytes_done", 0, MAX_BYTES)
+
 
 @message("hooks_complete")
 @dataclass(frozen=True)
 class Complete:
     msg_id: int
+
+    def validate(self) -> None:
+        _msg_id(self.msg_id)
 
 
 @message("hooks_request_done")
@@ -103,6 +135,10 @@ class Bind:
     handle: int
     port: str
 
+    def validate(self) -> None:
+        bounded(self.pid, "pid", 1, MAX_PID)
+        bounded(self.handle, "handle", 0, MAX_HANDLE)
+
 
 @message("hooks_wait_permit")
 @dataclass(frozen=True)
@@ -111,6 +147,7 @@ class WaitPermit:
     timeout_s: float  # 0..60: the reply comes at the permit or at the timeout
 
     def validate(self) -> None:
+        _msg_id(self.msg_id)
         if not 0 <= self.timeout_s <= 60:
             raise ValueError(f"timeout_s must be in 0..60 s, got {self.timeout_s!r}")
 
@@ -122,6 +159,10 @@ class Permit:
     granted: bool
     level: int
     dscp: int
+
+    def validate(self) -> None:
+        bounded(self.level, "level", 0, MAX_LEVEL)
+        bounded(self.dscp, "dscp", 0, 63)
 
 
 @message("hooks_pruned_query")
@@ -153,6 +194,8 @@ class Instance:
     def validate(self) -> None:
         if min(self.queue_s, self.compute_s, self.nbytes, self.bandwidth) < 0:
             raise ValueError(f"instance {self.name!r}: queue_s, compute_s, nbytes and bandwidth must be >= 0")
+        bounded(self.nbytes, f"instance {self.name!r} nbytes", 0, MAX_BYTES)
+        bounded(self.bandwidth, f"instance {self.name!r} bandwidth", 0, MAX_BANDWIDTH)
 
 
 @dataclass(frozen=True)

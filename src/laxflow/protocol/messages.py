@@ -24,26 +24,49 @@ the coordinator merges the reports.
 
 Every class is frozen; :mod:`laxflow.protocol.wire` checks field types and
 then calls ``validate()`` for value rules (ValueError -> ``bad_field``).
+
+Every count is bounded to what a real request can have (the bounds below;
+every integer field is also within int64): a value past its bound is a bug
+or an attack, refused as ``bad_field`` with one line naming the field, the
+value and the bound, and counted by the receiver.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from laxflow.protocol.wire import MAX_ID_LEN, message
 
 HELLO_REASONS = ("start", "reconnect", "resync")
 DAEMON_MODES = ("coordinated", "local")
+# How the coordinator admits peers (StatusResponse.auth): CURVE keys; no keys on loopback (any local process
+# can register); no keys off loopback with --insecure (any host that reaches the port can).
+AUTH_MODES = ("curve", "none-loopback", "none-insecure")
+
+# Bounds of what a real request can have (also used by laxflow.hooks.messages).
+MAX_TOKENS = 1 << 24  # tokens of one prompt: 16.7 M; the longest context windows today are ~10 M
+MAX_LAYER = 4095  # a layer index: the deepest models have a few hundred layers
+MAX_BYTES = 1 << 50  # bytes of one transfer, message or queue (1 PiB)
+MAX_BANDWIDTH = 1 << 50  # bytes/s of one port (1 PB/s; an 800 Gb/s NIC is 1e11)
+MAX_COUNT = 1 << 32  # messages, batches or requests one daemon holds
+MAX_LEVEL = 255  # an RMLQ level (the permit table stores it in one byte)
+MAX_SECONDS = 86_400.0  # a duration (compute left, a period): a day
+INT64_MAX = (1 << 63) - 1  # sequence numbers and ids
+
+
+def bounded(value: float, what: str, low: float, high: float) -> None:
+    """ValueError naming ``what``, the value and the bound unless ``low <= value <= high``."""
+    if not low <= value <= high:
+        raise ValueError(f"{what} {value!r} is out of bounds: expected {_num(low)}..{_num(high)}")
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)
 
 
 def _ident(value: str, what: str) -> None:
     if not value or len(value) > MAX_ID_LEN:
         raise ValueError(f"{what} must be 1..{MAX_ID_LEN} characters, got {len(value)}")
-
-
-def _nonneg(value: float, what: str) -> None:
-    if value < 0:
-        raise ValueError(f"{what} must be >= 0, got {value!r}")
 
 
 # ------------------------------------------------------------------ records
@@ -60,6 +83,7 @@ class PortInfo:
         _ident(self.port, "port")
         if self.bandwidth <= 0:
             raise ValueError(f"port {self.port!r} bandwidth must be > 0, got {self.bandwidth!r}")
+        bounded(self.bandwidth, f"port {self.port!r} bandwidth", 0, MAX_BANDWIDTH)
 
 
 @dataclass(frozen=True)
@@ -75,7 +99,7 @@ class Transfer:
     def validate(self) -> None:
         _ident(self.src, "transfer src")
         _ident(self.dst, "transfer dst")
-        _nonneg(self.nbytes, "transfer nbytes")
+        bounded(self.nbytes, "transfer nbytes", 0, MAX_BYTES)
 
 
 @dataclass(frozen=True)
@@ -90,8 +114,8 @@ class RequestInfo:
 
     def validate(self) -> None:
         _ident(self.id, "request id")
-        _nonneg(self.prompt_tokens, f"request {self.id!r} prompt_tokens")
-        _nonneg(self.reused_tokens, f"request {self.id!r} reused_tokens")
+        bounded(self.prompt_tokens, f"request {self.id!r} prompt_tokens", 0, MAX_TOKENS)
+        bounded(self.reused_tokens, f"request {self.id!r} reused_tokens", 0, MAX_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -104,7 +128,7 @@ class BatchInfo:
 
     def validate(self) -> None:
         _ident(self.id, "batch id")
-        _nonneg(self.compute, f"batch {self.id!r} compute")
+        bounded(self.compute, f"batch {self.id!r} compute", 0, MAX_SECONDS)
         if not self.requests:
             raise ValueError(f"batch {self.id!r} has no requests")
         ids = [r.id for r in self.requests]
@@ -122,9 +146,9 @@ class QueueDepth:
     nbytes: int
 
     def validate(self) -> None:
-        _nonneg(self.level, "queue level")
-        _nonneg(self.messages, "queue messages")
-        _nonneg(self.nbytes, "queue nbytes")
+        bounded(self.level, "queue level", 0, MAX_LEVEL)
+        bounded(self.messages, "queue messages", 0, MAX_COUNT)
+        bounded(self.nbytes, "queue nbytes", 0, MAX_BYTES)
 
 
 @dataclass(frozen=True)
@@ -209,7 +233,9 @@ class Heartbeat:
 
     def validate(self) -> None:
         _ident(self.node, "node")
-        _nonneg(self.batches, "batches")
+        bounded(self.seq, "seq", 0, INT64_MAX)
+        bounded(self.batches, "batches", 0, MAX_COUNT)
+        bounded(self.applied_seq, "applied_seq", -1, INT64_MAX)
         if self.mode not in DAEMON_MODES:
             raise ValueError(f"mode {self.mode!r} (expected one of {', '.join(DAEMON_MODES)})")
 
@@ -286,11 +312,18 @@ class StatusResponse:
     coordinator_id: str
     started: float
     now: float
-    seq: int  # last decision's seq, -1 if none
-    daemons: tuple[DaemonStatus, ...]
+    seq: int  # last decision's seq, -1 if none yet (``laxflow status --json`` shows null)
+    daemons: tuple[DaemonStatus, ...]  # dead ones too (alive False) until the coordinator's forget-after
     batches: tuple[BatchStatus, ...]  # empty unless detail was asked
     active_batches: int
     active_requests: int
     pruned: tuple[str, ...]
     latency: LatencySummary
     dropped: dict[str, int]  # frames dropped by DropReason value
+    # Added after the first release (a default: an older coordinator leaves them out).
+    auth: str = ""  # one of AUTH_MODES; "" from a coordinator that does not say
+    handshake_failures: dict[str, int] = field(default_factory=dict)  # peers refused at the ZeroMQ handshake, by kind
+
+    def validate(self) -> None:
+        if self.auth and self.auth not in AUTH_MODES:
+            raise ValueError(f"auth {self.auth!r} (expected one of {', '.join(AUTH_MODES)})")

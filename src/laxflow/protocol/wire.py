@@ -13,7 +13,9 @@ adds the peer identity in front of it), holding one msgpack map::
 
 ``body`` holds the fields of the typed message class registered for ``type``
 (:mod:`laxflow.protocol.messages`), by name; nested records are maps too.
-Decoding is strict: a missing, extra or mistyped field is ``bad_field``.
+Decoding is strict: a missing, extra or mistyped field is ``bad_field``; the
+one exception is a field added later with a default, which an older sender
+may leave out (the receiver takes the default).
 ``PROTOCOL_VERSION`` changes only when the wire changes, independently of the
 package version; a frame of another version is ``unknown_version``.
 
@@ -46,6 +48,7 @@ MAX_FRAME_BYTES: int = 8 * 1024 * 1024  # 1,000 batches x 32 requests fits with 
 SOCKET_MAX_BYTES: int = 4 * MAX_FRAME_BYTES  # beyond this ZeroMQ drops the peer (not counted here)
 MAX_ID_LEN = 256
 MAX_MSG_ID_LEN = 64
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _ENVELOPE_KEYS = frozenset({"v", "msg_id", "type", "sender", "ts", "body"})
 
 
@@ -297,6 +300,8 @@ def _compile_decoder(hint: Any) -> Callable[[Any], Any]:
         def dec_int(x: Any) -> int:
             if not isinstance(x, int) or isinstance(x, bool):
                 raise _Bad(f"expected an integer, got {type(x).__name__}")
+            if not _INT64_MIN <= x <= _INT64_MAX:  # msgpack carries uint64 too; nothing here needs more than int64
+                raise _Bad(f"{x} is out of bounds: expected {_INT64_MIN}..{_INT64_MAX} (int64)")
             return x
 
         return dec_int
@@ -348,17 +353,23 @@ def _compile_decoder(hint: Any) -> Callable[[Any], Any]:
 def _compile_record(cls: type) -> Callable[[Any], Any]:
     fields = [(name, _compile_decoder(hint)) for name, hint in _schema(cls)]
     names = [n for n, _ in fields]
+    # A field added to a message later has a default: a frame from an older sender may leave it out.
+    optional = {f.name for f in dataclasses.fields(cls)
+                if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
     validate = getattr(cls, "validate", None)
 
     def dec_record(x: Any) -> Any:
         if not isinstance(x, dict):
             raise _Bad(f"expected a map, got {type(x).__name__}")
         if len(x) != len(fields) or any(n not in x for n in names):
-            missing = [n for n in names if n not in x]
+            missing = [n for n in names if n not in x and n not in optional]
             extra = sorted(str(k) for k in x if k not in names)
-            raise _Bad(f"fields: missing {missing}, unexpected {extra[:5]}")
+            if missing or extra:
+                raise _Bad(f"fields: missing {missing}, unexpected {extra[:5]}")
         kwargs = {}
         for name, dec in fields:
+            if name not in x:
+                continue  # an optional field left out: its default
             try:
                 kwargs[name] = dec(x[name])
             except _Bad as exc:
