@@ -51,6 +51,7 @@ def _assemble() -> None:
     register_status(app)
     app.add_typer(testbed_app, name="testbed")
     __import__("laxflow.daemon.cli", fromlist=["register"]).register(app)  # laxflow daemon
+    __import__("laxflow.doctor_cli", fromlist=["register"]).register(app)  # laxflow doctor
     try:
         from laxflow import shim_cli
     except ImportError:  # the native part is optional until it is built
