@@ -79,7 +79,7 @@ BENCHES: dict[str, Bench] = {b.name: b for b in (
     Bench("proserve", ("bench/batching_repro.py", "--only", "ps_single,ps_coloc,ps_disagg", "--seeds", "3",
                        "--jobs", "1", "--requests", "200", "--warmup", "40"),
           "ProServe §5.2-5.3 on the instance engine"),
-    Bench("arrow", ("bench/arrow_repro.py", "--json", "--seeds", "3", "--requests", "1500", "--bisect", "3",
+    Bench("arrow", ("bench/arrow_repro.py", "--json", "--seeds", "3", "--requests", "1000", "--bisect", "2",
                     "--scaling", "2,4,8"),
           "Arrow §7.2-7.4: sustainable rate at 90 % attainment, Azure Code, 8 instances"),
     Bench("testbed_ratio", ("bench/testbed_ratio.py", "--runs", "8", "--json"),

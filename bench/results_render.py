@@ -264,13 +264,8 @@ MFS_CLAIMS = [
 
 def testbed_ratio_value(key: str) -> Callable[[dict], str]:
     def value(res: dict) -> str:
-        f = get(res, f"figures.{key}") if "figures" in res else get(res, key)
-        if isinstance(f, dict):
-            vals = f.get("values") or f.get("runs")
-            if vals:
-                return mean_ci(vals, unit="x") + " (runs, not seeds)"
-            return f"{num(f['mean'])} ± {num(f.get('ci95', float('nan')))}"
-        return num(f)
+        f = get(res, key)
+        return mean_ci(get(f, "per_run"), unit="x") + " (testbed runs, not seeds)"
     return value
 
 
@@ -395,17 +390,15 @@ def coupling_rows(recs: dict[str, Record]) -> list[str]:
     if not rec.ok:
         return [not_run(rec), ""]
     res = rec.result
-    lines = ["| combination | goodput (req/s per prefill GPU; largest swept rate with >= 90 % attainment) |",
+    lines = [f"`{res['preset']}`, rates {', '.join(num(r) for r in res['rates'])} {res['rate_unit']}, "
+             f"{res['warmup']} + {res['requests']} requests per run.", "",
+             "| combination | goodput (largest swept rate with >= 90 % attainment), mean ± 95 % half-width |",
              "|---|---|"]
-    combos = res.get("combos") or res.get("goodput") or {}
-    for name, v in combos.items():
-        seeds = v.get("goodput_per_seed") or v.get("per_seed") or v.get("goodput") if isinstance(v, dict) else v
-        if isinstance(seeds, list) and all(isinstance(x, (int, float)) for x in seeds):
+    for name, seeds in get(res, "goodput_seeds").items():
+        if seeds and all(isinstance(x, (int, float)) for x in seeds):
             cell = mean_ci(seeds)
-        elif isinstance(seeds, list):
-            cell = ", ".join("-" if x is None else num(x) for x in seeds) + " (a seed met no swept rate)"
         else:
-            cell = f"`{json.dumps(v)[:200]}`"
+            cell = ", ".join("-" if x is None else num(x) for x in seeds) + " per seed (-: no swept rate held 90 %)"
         lines.append(f"| {name} | {cell} |")
     lines.append("")
     return lines

@@ -127,3 +127,34 @@ def test_parse_output_takes_json_lines():
                                                                                           "b": {"preset": "b"}}}
     with pytest.raises(ValueError):
         results.parse_output("no json here")
+
+
+def _batching_point(att: list[float]) -> dict:
+    return {"slo_attainment": sum(att) / len(att), "envelope_attainment": sum(att) / len(att), "ttft_p99": 1.0,
+            "tdg_ratio": 0.9, "slo_attainment_high": 0.8, "slo_attainment_low": 0.7,
+            "slo_attainment_seeds": att, "envelope_attainment_seeds": att}
+
+
+def test_arrow_fairbatching_proserve_values_render_from_their_json_shapes(tmp_path, monkeypatch):
+    """The shapes bench/arrow_repro.py and bench/batching_repro.py print (float rate keys become strings in JSON)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    for mod in ("results", "results_render"):
+        sys.modules.pop(mod, None)
+    rr = importlib.import_module("results_render")
+    arrow = {"instances": 8, "requests": 1000, "arrow_over": {"vllm": 1.5},
+             "sustainable_rate": {"arrow": {"per_seed": [20.0, 22.0, 21.0]}, "vllm": {"per_seed": [14.0, 13.0, 15.0]}},
+             "scaling_rate_per_instance": {"arrow": {"2": 0.7, "4": 1.4}}}
+    recs = {"arrow": rr.Record("arrow", _record("arrow", arrow))}
+    text = "\n".join(rr.claim_rows(rr.ARROW_CLAIMS[:1] + rr.ARROW_CLAIMS[-1:], recs))
+    assert "**1.50x**; per seed 1.51 ± 0.40 (3 seeds: 1.43, 1.69, 1.40)" in text and "arrow 2: 0.700 / 4: 1.40" in text
+    pts = {"4.0": _batching_point([0.9, 1.0, 0.95]), "8.0": _batching_point([0.5, 0.6, 0.7])}
+    fb = {"fb_single": {"points": {"fairbatching+dplb": pts, "sarathi+dplb": pts, "vllm+dplb": pts},
+                        "capacity_gain": 0.0, "ttft_p99_ratio": 1.4, "ttft_p99_ratio_rate": 7.0}}
+    ps = {"ps_single": {"qwen-trace": {"points": {"slidebatching+dplb": pts, "sarathi+dplb": pts},
+                                       "gains": {"slo_attainment": {"max_gain": 0.0, "at_rate": 8.0}}}}}
+    recs = {"fairbatching": rr.Record("fairbatching", _record("fairbatching", fb)),
+            "proserve": rr.Record("proserve", _record("proserve", ps))}
+    text = "\n".join(rr.claim_rows(rr.FB_CLAIMS[:2] + rr.PS_CLAIMS[2:3], recs))
+    assert "not in this run's JSON" not in text, text
+    assert "**+0.0 %** (peak of the seed means); per seed 0 %" in text
+    assert "**+0.0 %** at 8.0 req/s per instance over sarathi+dplb" in text
