@@ -56,10 +56,10 @@ CLAIMS_POINTS = "fig10-mixtral,fig11-mixtral,fig13,testbed-qwenA,fig12-agent,fig
 
 BENCHES: dict[str, Bench] = {b.name: b for b in (
     # Paper reproductions (docs/results/<paper>.md).
-    Bench("sim_claims", ("bench/sim_claims.py", "--points", CLAIMS_POINTS, "--fraction", "0.8", "--seeds", "5",
+    Bench("sim_claims", ("bench/sim_claims.py", "--points", CLAIMS_POINTS, "--fraction", "0.8", "--seeds", "3",
                          "--servers", "16", "--requests", "200", "--warmup", "100", "--jobs", "1",
                          "--out", "out/results/sim_claims"),
-          "MFS Figs. 9-13: SLO attainment per policy at 0.8 of capacity, 16 servers, 5 seeds",
+          "MFS Figs. 9-13: SLO attainment per policy at 0.8 of capacity, 16 servers, 3 seeds",
           fresh=("out/results/sim_claims",)),
     Bench("workload_calibration", ("bench/workload_calibration.py",),
           "the synthetic workloads' mean prompt length and prefix reuse against their targets"),
