@@ -34,7 +34,8 @@ Sections, one function each, each returning its keys (``--only NAME`` runs one):
   over the daemon's hooks socket; ``hooks_call_down_p50_us``,
   ``hooks_call_down_p99_us``: the same once the daemon is gone (kill -9),
   after the one call that waits its timeout (``hooks_call_down_first_ms``);
-  target: microseconds, not the 200 ms timeout per call.
+  target: microseconds, not the 200 ms timeout per call. ``hooks_resume_ms``:
+  a new daemon on the same address until the client's first answered call.
 
 A section not built yet reports its keys as null.
 """

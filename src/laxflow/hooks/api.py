@@ -3,8 +3,10 @@
 Two implementations, one interface (:class:`Hooks`):
 
 * :class:`laxflow.hooks.client.HooksClient` -- in a serving engine; each call
-  is one request/reply to the node daemon over ``ipc://`` (a few tens of
-  microseconds on one machine).
+  is one request/reply to the node daemon over ``ipc://`` (well under a
+  millisecond on one machine). With the daemon gone, one call waits its
+  timeout; after that every call returns at once (events dropped, queries
+  answered as without laxflow, all counted) until the daemon answers again.
 * :class:`laxflow.hooks.inprocess.InProcessHooks` -- in the simulator or a
   test: the same calls straight into a :class:`~laxflow.daemon.core.DaemonCore`
   with the caller's clock.
