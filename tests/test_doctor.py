@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from laxflow.doctor import check_ports
+from laxflow.doctor import check_ports, check_user
 
 LAXFLOW = str(Path(sys.executable).with_name("laxflow"))
 
@@ -77,33 +77,36 @@ def test_ports_auto_on_a_nic_without_speed_and_one_with(tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs a second user to be another one than the daemon's (root)")
 def test_a_user_who_cannot_reach_the_segment_fails_with_its_fix(tmp_path):
-    done = doctor("--json", "--user", "nobody")
+    done = doctor("--json", "--user", "nobody")  # the command, for real
     user = checks(done)["user"]
     assert done.returncode == 1 and user["status"] == "fail"
     assert "--group G" in user["todo"] and "usermod -aG G nobody" in user["todo"]
-    assert checks(doctor("--json", "--user", "nobody", "--group", "nogroup"))["user"]["status"] == "ok"
-    missing = checks(doctor("--json", "--user", "nobody", "--group", "no-such-group-lxf"))["user"]
-    assert missing["status"] == "fail" and "groupadd" in missing["todo"]
+    # The same check in process for the variants (each laxflow start costs seconds on a shared machine).
+    hooks = str(tmp_path / "h.sock")
+    assert check_user("nobody", "nogroup", "/laxflow-doctor-none", hooks).status == "ok"
+    missing = check_user("nobody", "no-such-group-lxf", "/laxflow-doctor-none", hooks)
+    assert missing.status == "fail" and "groupadd" in missing.todo
     # A live daemon's segment as it is: 0600 root, then 0660 shared with nobody's group.
     name = f"/lxf-doctor-{os.getpid()}"
     seg = Path("/dev/shm") / name[1:]
     seg.write_bytes(b"\0" * 64)
     try:
         os.chmod(seg, 0o600)
-        user = checks(doctor("--json", "--user", "nobody", "--shm", name, "--hooks", f"ipc://{tmp_path}/h.sock"))["user"]
-        assert user["status"] == "fail" and str(seg) in user["found"] and "mode 0600" in user["found"]
-        assert "--group G" in user["todo"]
+        c = check_user("nobody", None, name, hooks)
+        assert c.status == "fail" and str(seg) in c.found and "mode 0600" in c.found and "--group G" in c.todo
         os.chown(seg, -1, 65534)
         os.chmod(seg, 0o660)
-        user = checks(doctor("--json", "--user", "nobody", "--shm", name, "--hooks", f"ipc://{tmp_path}/h.sock"))["user"]
-        assert user["status"] == "ok"
+        assert check_user("nobody", None, name, hooks).status == "ok"
+        os.chown(seg, -1, 0)  # 0660 but root's group: the fix is to join it
+        c = check_user("nobody", None, name, hooks)
+        assert c.status == "fail" and "usermod -aG root nobody" in c.todo
     finally:
         seg.unlink()
 
 
-def test_an_unknown_user_fails():
-    user = checks(doctor("--json", "--user", "no-such-user-lxf"))["user"]
-    assert user["status"] == "fail" and "no such user" in user["found"]
+def test_an_unknown_user_fails(tmp_path):
+    c = check_user("no-such-user-lxf", None, "/laxflow", str(tmp_path / "h.sock"))
+    assert c.status == "fail" and "no such user" in c.found
 
 
 def test_env_names_what_a_job_would_inherit():
