@@ -108,7 +108,7 @@ def role_initiator(spec: dict) -> None:
     _stop_on_eof(stop)
     msg = spec["msg_bytes"]
     st = {"iterations": 0, "bytes_verified": 0, "errors": 0, "error_samples": [], "worst_stall_s": 0.0,
-          "stalls_over_1s": 0, "socket_bytes_verified": 0, "socket_reconnects": 0, "hooks_batches": 0,
+          "stalls_over_1s": 0, "stalls": [], "socket_bytes_verified": 0, "socket_reconnects": 0, "hooks_batches": 0,
           "hooks_errors": 0, "hooks_worst_call_s": 0.0}
     lock = threading.Lock()
 
@@ -184,7 +184,7 @@ def role_initiator(spec: dict) -> None:
 
     def status() -> str:
         with lock:
-            out = dict(st, error_samples=list(st["error_samples"]))
+            out = dict(st, error_samples=list(st["error_samples"]), stalls=list(st["stalls"]))
         out["gate"] = dict(eng.gate.stats)
         out["adapter"] = dict(eng.stats)
         return json.dumps(out)
@@ -222,6 +222,8 @@ def role_initiator(spec: dict) -> None:
                 st["bytes_verified"] += msg
                 st["worst_stall_s"] = max(st["worst_stall_s"], stall)
                 st["stalls_over_1s"] += stall > 1.0
+                if stall > 1.0 and len(st["stalls"]) < 50:
+                    st["stalls"].append([round(time.time() - stall, 3), round(stall, 3)])  # wall start, seconds
     print(status(), flush=True)
     eng.close()
 
@@ -243,6 +245,15 @@ def _read_kib(pid: int) -> int | None:
 def _fds(pid: int) -> int | None:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
+def _shm_maps(pid: int) -> int | None:
+    """How many mappings of /dev/shm files the process holds (a segment mapped again and again shows here)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return sum(1 for line in f if " /dev/shm/" in line)
     except OSError:
         return None
 
@@ -352,10 +363,13 @@ class Soak:
         self.seg_counters: dict[str, dict[int, dict]] = {n: {} for n in self.shm}  # node -> daemon pid -> counters
         self.view_rebuild_s: list[float | None] = []
         self.daemon_restart_s: list[float | None] = []
+        self.wall0 = time.time()  # the initiator reports its stalls in wall-clock time
+        self.timeline: list[tuple[float, str]] = []  # (seconds since start, what)
         self.kills = {"daemon": 0, "coordinator": 0}
         self.restarts = {"daemon": 0, "coordinator": 0}
         self.initiator_last: dict = {}
         self.driver_errors: list[str] = []
+        self.died: set[str] = set()  # workers found dead (reported once)
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
@@ -467,10 +481,11 @@ class Soak:
         for child in self.children.values():
             if child.alive():
                 pid = child.proc.pid
-                rss, fds = _read_kib(pid), _fds(pid)
+                rss, fds, maps = _read_kib(pid), _fds(pid), _shm_maps(pid)
                 if rss is not None:
-                    child.incarnations[-1]["samples"].append((now, rss, fds))
-            elif child.role in ("initiator", "target") and not self._stop.is_set():
+                    child.incarnations[-1]["samples"].append((now, rss, fds, maps))
+            elif child.role in ("initiator", "target") and not self._stop.is_set() and child.role not in self.died:
+                self.died.add(child.role)
                 self.driver_errors.append(f"{now:.1f}s: {child.role} exited with {child.proc.returncode}")
         self.shm_peak = max(self.shm_peak, len(_shm_entries()))
         for node, name in self.shm.items():
@@ -495,16 +510,19 @@ class Soak:
         if what == "daemon":
             child = self.children["daemon-n0"]
             child.kill9(self.t0)
+            self.timeline.append((round(time.monotonic() - self.t0, 1), "kill -9 daemon n0"))
             self.kills["daemon"] += 1
             self.log(f"killed daemon n0 (pid {child.incarnations[-1]['pid']}) with SIGKILL")
             time.sleep(self.a.down_s)
             took = self._start_daemon("n0")
             self.restarts["daemon"] += 1
             self.daemon_restart_s.append(round(took, 3))
+            self.timeline.append((round(time.monotonic() - self.t0, 1), "daemon n0 live again"))
             self.log(f"daemon n0 restarted (pid {child.proc.pid}), segment live after {took:.2f}s")
         else:
             child = self.children["coordinator"]
             child.kill9(self.t0)
+            self.timeline.append((round(time.monotonic() - self.t0, 1), "kill -9 coordinator"))
             self.kills["coordinator"] += 1
             self.log(f"killed the coordinator (pid {child.incarnations[-1]['pid']}) with SIGKILL")
             time.sleep(self.a.down_s)
@@ -512,6 +530,7 @@ class Soak:
             self.restarts["coordinator"] += 1
             took = self._view_rebuilt()
             self.view_rebuild_s.append(None if took is None else round(took, 3))
+            self.timeline.append((round(time.monotonic() - self.t0, 1), "coordinator view rebuilt"))
             if took is None:
                 self.driver_errors.append("coordinator restarted but never saw both daemons")
             self.log(f"coordinator restarted (pid {child.proc.pid}), view rebuilt in {took}s")
@@ -607,11 +626,13 @@ def process_report(child: Child, warmup: float) -> list[dict]:
             row.update(rss_kib_warm=past[0][1], rss_kib_end=past[-1][1], rss_growth_kib=past[-1][1] - past[0][1],
                        rss_slope_kib_per_min=None if (sl := _fit_slope(past)) is None else round(sl, 1),
                        fds_warm=past[0][2], fds_end=past[-1][2], fds_max=max(s[2] or 0 for s in past),
+                       shm_maps_warm=past[0][3], shm_maps_end=past[-1][3],
                        warm_span_s=round(past[-1][0] - past[0][0], 1))
         else:
             row.update(rss_kib_warm=None, rss_kib_end=samples[-1][1] if samples else None, rss_growth_kib=None,
                        rss_slope_kib_per_min=None, fds_warm=None, fds_end=samples[-1][2] if samples else None,
-                       fds_max=None, warm_span_s=0.0)
+                       fds_max=None, shm_maps_warm=None, shm_maps_end=samples[-1][3] if samples else None,
+                       warm_span_s=0.0)
         out.append(row)
     return out
 
@@ -620,7 +641,8 @@ def report(soak: Soak, exits: dict, leftover: list[str], wall_s: float) -> dict:
     """The JSON object printed at the end."""
     init = dict(soak.initiator_last)
     ring = {node: sum(c["events_dropped"] for c in by_pid.values()) for node, by_pid in soak.seg_counters.items()}
-    last_counters = {node: (list(by_pid.values())[-1] if by_pid else None) for node, by_pid in soak.seg_counters.items()}
+    last_counters = {node: (list(by_pid.values())[-1] if by_pid else None)
+                     for node, by_pid in soak.seg_counters.items()}
     daemon_exit_ok = all(exits.get(n) == 0 for n in ("daemon-n0", "daemon-n1", "coordinator"))
     errors = init.get("errors", 0) + len(soak.driver_errors) + (0 if exits.get("initiator") == 0 else 1)
     shm_after = _shm_entries()
@@ -634,6 +656,8 @@ def report(soak: Soak, exits: dict, leftover: list[str], wall_s: float) -> dict:
         "hooks_worst_call_s": round(init.get("hooks_worst_call_s", 0.0), 3),
         "errors": errors, "error_samples": init.get("error_samples", []) + soak.driver_errors[:20],
         "worst_stall_s": round(init.get("worst_stall_s", 0.0), 3), "stalls_over_1s": init.get("stalls_over_1s", 0),
+        "stalls": [[round(t - soak.wall0, 1), d] for t, d in init.get("stalls", [])],  # [start s since start, s]
+        "timeline": soak.timeline,
         "kills": soak.kills, "restarts": soak.restarts,
         "view_rebuild_s": soak.view_rebuild_s, "daemon_restart_s": soak.daemon_restart_s,
         "gate": init.get("gate", {}), "adapter": init.get("adapter", {}),
@@ -680,7 +704,8 @@ def main() -> int:
     def interrupted(signum, _frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
-    signal.signal(signal.SIGTERM, interrupted)
+    for sig in (signal.SIGTERM, signal.SIGINT):  # SIGINT too: a shell may start us with it ignored
+        signal.signal(sig, interrupted)
     soak = Soak(a)
     wall = time.monotonic()
     exits: dict = {}
