@@ -16,6 +16,7 @@ import ast
 import base64
 import copy
 import fnmatch
+import grp
 import inspect
 import json
 import os
@@ -40,9 +41,20 @@ HADOLINT = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sy
 # Oldest and newest Kubernetes minor the schemas are checked against.
 K8S_VERSIONS = ("1.30.0", "1.37.0")
 
+def _image_group() -> tuple[str, int]:
+    """(name, gid) of the group the image's Dockerfile creates for laxflow."""
+    import re
+
+    m = re.search(r"groupadd --system --gid (\d+) (\S+)", (ROOT / "Dockerfile").read_text())
+    assert m, "Dockerfile: no groupadd --system --gid GID NAME"
+    return m.group(2), int(m.group(1))
+
+
+IMAGE_GROUP = _image_group()
 COMPONENTS = sorted(p.name for p in (K8S / "components").iterdir() if p.is_dir())
-# Each documented option alone on the base, and all of them together.
-OPTIONS = {"base": [], **{name: [name] for name in COMPONENTS}, "all": COMPONENTS}
+OVERLAYS = sorted(f"overlays/{p.name}" for p in (K8S / "overlays").iterdir() if p.is_dir())
+# Each documented option alone on the base, all of them together, and the overlays shipped.
+OPTIONS = {"base": [], **{name: [name] for name in COMPONENTS}, "all": COMPONENTS, **{o: None for o in OVERLAYS}}
 EXAMPLES = sorted(p.name for p in (K8S / "examples").iterdir() if (p / "kustomization.yaml").is_file())
 
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl (kustomize) is not installed")
@@ -65,6 +77,8 @@ def render(option: str, tmp_path: Path) -> list[dict]:
 
 
 def _render(option: str, tmp_path: Path) -> list[dict]:
+    if OPTIONS[option] is None:
+        return kustomize(K8S / option)
     here = tmp_path / f"overlay-{option}"
     here.mkdir()
     rel = os.path.relpath(K8S, here)  # kustomize refuses absolute paths
@@ -216,7 +230,7 @@ def test_the_daemon_runs_as_the_node_needs(option, tmp_path):
     assert p["node"] == "gpu-node-7" and p["coordinator"] == "tcp://laxflow-coordinator:5555"
     assert p["metrics_port"] == ports["metrics"]
     assert p["hooks"] == "ipc:///run/laxflow/hooks.sock"
-    assert p.get("metrics_bind") == "0.0.0.0", "Prometheus scrapes the node's address, not loopback"
+    assert p["metrics_bind"] == "0.0.0.0", "Prometheus scrapes the node's address, not loopback"
     config_dir = next(m["mountPath"] for m in daemon["volumeMounts"] if volumes[m["name"]].get("configMap", {})
                       .get("name", "").startswith("laxflow-daemon-config"))
     assert p["config"] == f"{config_dir}/daemon.json"
@@ -227,7 +241,8 @@ def test_the_daemon_runs_as_the_node_needs(option, tmp_path):
     tmp = tmp_path / "etc"
     tmp.mkdir()
     (tmp / "daemon.json").write_text(configmap(docs, "laxflow-daemon-config")["data"]["daemon.json"])
-    flags = {"node": p["node"], "config": str(tmp / "daemon.json"), "hooks": p["hooks"]}
+    flags = {"node": p["node"], "config": str(tmp / "daemon.json"), "hooks": p["hooks"],
+             "metrics_bind": p["metrics_bind"], "metrics_port": p["metrics_port"]}
     if p["ports"]:
         ports_cm = configmap(docs, "laxflow-ports")
         mount = next(m["mountPath"] for m in daemon["volumeMounts"]
@@ -239,12 +254,16 @@ def test_the_daemon_runs_as_the_node_needs(option, tmp_path):
         assert json.loads(configmap(docs, "laxflow-daemon-config")["data"]["daemon.json"])["ports"] == "auto"
         flags["ports"] = str(tmp / "ports.json")  # sysfs here is not a serving node's: a stand-in port
         (tmp / "ports.json").write_text('{"ports": [{"name": "eth0", "gbps": 100}]}')
+    # "group" names a group of the image (its gid is what serving pods join); the loader checks that the
+    # group exists, here with a group this machine has in its place.
+    raw = json.loads((tmp / "daemon.json").read_text())
+    assert raw["group"] == IMAGE_GROUP[0] and ds["securityContext"]["runAsGroup"] == IMAGE_GROUP[1]
+    raw["group"] = grp.getgrgid(os.getgid()).gr_name
+    (tmp / "daemon.json").write_text(json.dumps(raw))
     config = load_config(flags, env={})
-    assert config.keys_dir == "/etc/laxflow/keys"
-    assert config.shm == "/laxflow"
+    assert config.keys_dir == "/etc/laxflow/keys" and config.shm == "/laxflow" and config.group == raw["group"]
+    assert config.metrics_bind == "0.0.0.0" and config.metrics_port == 9464
     assert {m["mountPath"]: m for m in daemon["volumeMounts"]}["/etc/laxflow/keys"]["readOnly"]
-    group = getattr(config, "group", None)
-    assert group in (10001, "10001"), f"daemon group {group!r}: serving pods join 10001"
 
 
 @needs_kubectl
@@ -396,7 +415,7 @@ def test_the_serving_pod_gets_the_env_laxflow_run_sets(example, tmp_path, monkey
     from laxflow.shim import ShimConfig, shim_env
 
     pod = _example(example)
-    assert pod["hostPID"] and 10001 in pod["securityContext"]["supplementalGroups"]
+    assert pod["hostPID"] and IMAGE_GROUP[1] in pod["securityContext"]["supplementalGroups"]
     vllm = container(pod, "vllm")
     mounts = {m["mountPath"]: m["name"] for m in vllm["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
