@@ -342,11 +342,15 @@ def _secret_dir(tmp_path: Path, clients: list[str]) -> Path:
     assert proc.returncode == 0, proc.stderr
     secret = yaml.safe_load(proc.stdout)
     validate(secret)
+    # The kubelet's layout of a secret volume: files in a timestamped directory, ..data pointing at it,
+    # and each key a symlink through ..data; mode is the volume's defaultMode.
     mounted = tmp_path / "secret-volume"
-    mounted.mkdir()
+    (mounted / "..2026_01_01_00_00_00.000000001").mkdir(parents=True)
+    (mounted / "..data").symlink_to("..2026_01_01_00_00_00.000000001")
     for key, value in secret["data"].items():
-        (mounted / key).write_bytes(base64.b64decode(value))
-        (mounted / key).chmod(0o444)  # defaultMode of the secret volume
+        (mounted / "..data" / key).write_bytes(base64.b64decode(value))
+        (mounted / "..data" / key).chmod(0o444)
+        (mounted / key).symlink_to(f"..data/{key}")
     return mounted
 
 
