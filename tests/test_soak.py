@@ -68,6 +68,8 @@ def test_two_minute_soak_loses_nothing_and_leaks_nothing():
                 long_lived += 1
                 assert inc["rss_growth_kib"] < RSS_GROWTH_BOUND_KIB, (name, inc)
                 assert inc["fds_end"] <= inc["fds_warm"] + FD_GROWTH_BOUND, (name, inc)
+                # a job keeps at most one mapping of each replaced segment (not one per re-attach attempt)
+                assert inc["shm_maps_end"] <= inc["shm_maps_warm"] + r["kills"]["daemon"], (name, inc)
     assert long_lived >= 3  # daemon n1, the target and the initiator at least
 
 
