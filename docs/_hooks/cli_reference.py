@@ -128,3 +128,46 @@ def on_files(files: Any, config: Any) -> Any:
         files.remove(old)
     files.append(File.generated(config, PAGE, content=render()))
     return files
+
+
+# --- message tables of reference/protocol.md, from the typed message classes ---
+
+MESSAGES_MARKER = "<!-- laxflow:messages -->"
+
+
+def _type_text(tp: Any) -> str:
+    text = tp if isinstance(tp, str) else getattr(tp, "__name__", None) or str(tp)
+    return str(text).replace("typing.", "").replace("laxflow.protocol.messages.", "").replace("|", "\\|")
+
+
+def message_tables() -> str:
+    """One table per message family: type string, class and fields, read from the dataclasses."""
+    import dataclasses
+
+    import laxflow.hooks.messages as hooks_messages
+    import laxflow.protocol.messages as control_messages
+
+    out: list[str] = []
+    for title, module in (("Control plane (`laxflow.protocol.messages`)", control_messages),
+                          ("Hooks (`laxflow.hooks.messages`)", hooks_messages)):
+        rows = []
+        for name in sorted(vars(module)):
+            cls = getattr(module, name)
+            if not (isinstance(cls, type) and dataclasses.is_dataclass(cls) and isinstance(getattr(cls, "TYPE", None), str)):
+                continue
+            if cls.__module__ != module.__name__:
+                continue
+            fields = ", ".join(f"`{f.name}`: {_type_text(f.type)}" for f in dataclasses.fields(cls)) or "none"
+            doc = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+            if doc.startswith(f"{name}("):  # the signature dataclasses write when there is no docstring
+                doc = ""
+            rows.append(f"| `{cls.TYPE}` | `{name}` | {fields} | {doc.replace('|', '/')} |")
+        out += [f"### {title}", "", "| `type` | class | body fields | what |", "|---|---|---|---|", *rows, ""]
+    return "\n".join(out)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """mkdocs event: fill the protocol page's message tables at build time."""
+    if MESSAGES_MARKER in markdown:
+        return markdown.replace(MESSAGES_MARKER, message_tables())
+    return markdown
