@@ -10,8 +10,8 @@
  * word is accessed with __atomic builtins in shm.c, which both the shim and
  * the cffi module compile, so C and Python run the same ring code.
  *
- * One segment per node (POSIX shm, name configurable, mode 0600), created and
- * owned by the daemon:
+ * One segment per node (POSIX shm, name configurable, mode 0600, or 0660 and
+ * the daemon's configured group), created and owned by the daemon:
  *
  *   header     magic, layout version, daemon heartbeat, message-id allocator
  *   counters   drops and shim activity, for the daemon's metrics
@@ -95,6 +95,7 @@ extern "C" {
 #define LXF_ATTACH_BADMAGIC 3
 #define LXF_ATTACH_BADVERSION 4
 #define LXF_ATTACH_ERROR 5
+#define LXF_ATTACH_DENIED 6 /* shm_open: EACCES, the segment is not shared with this user (daemon's group) */
 
 /* permit word: msg_id (40 bits) << 24 | gate << 16 | dscp << 8 | level */
 #define LXF_MSG_ID_BITS 40

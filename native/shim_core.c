@@ -4,9 +4,10 @@
  *
  * Everything an intercepted call needs before it can decide anything lives
  * here.  lxf_init runs once per process (pthread_once) from the first
- * intercepted call on whatever thread makes it.  Nothing here exits, aborts
- * or prints: when a symbol or the segment is missing the shim passes calls
- * through unchanged (fail open).
+ * intercepted call on whatever thread makes it.  Nothing here exits or
+ * aborts; the one thing it prints is a warning, once, when the daemon's
+ * segment refuses this user (warn_denied).  When a symbol or the segment is
+ * missing the shim passes calls through unchanged (fail open).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -15,7 +16,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "shim_internal.h"
@@ -133,10 +136,43 @@ struct lxf_proc *lxf_proc(void)
     return __atomic_load_n(&g_proc, __ATOMIC_ACQUIRE);
 }
 
+/* Attach attempts refused for permissions (LXF_ATTACH_DENIED): the daemon's
+ * segment is not shared with this process's user.  Read by
+ * laxflow_shim_attach_denied; the first one is also said on stderr. */
+static uint64_t g_attach_denied;
+static int g_denied_warned;
+
+static void warn_denied(void)
+{
+    __atomic_fetch_add(&g_attach_denied, 1, __ATOMIC_RELAXED);
+    if (__atomic_exchange_n(&g_denied_warned, 1, __ATOMIC_RELAXED))
+        return;
+    /* The one message the shim ever prints: without it a job under another
+     * user than the daemon's silently runs unscheduled. */
+    char msg[640];
+    int n = snprintf(msg, sizeof(msg),
+                     "laxflow shim: cannot attach the node daemon's segment %s (/dev/shm%s): permission denied "
+                     "for uid %u; this process's traffic passes through unscheduled. Fix: run the daemon with "
+                     "--group GROUP (config key \"group\") and this job's user in GROUP.\n",
+                     lxf_cfg.shm_name, lxf_cfg.shm_name, (unsigned)getuid());
+    if (n > 0) {
+        ssize_t w = syscall(SYS_write, 2, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+        (void)w;
+    }
+}
+
+static struct lxf_segment *attach_segment(int *status)
+{
+    struct lxf_segment *seg = lxf_segment_attach(lxf_cfg.shm_name, status);
+    if (LXF_UNLIKELY(*status == LXF_ATTACH_DENIED))
+        warn_denied();
+    return seg;
+}
+
 static struct lxf_segment *attach_live(void)
 {
     int status;
-    struct lxf_segment *seg = lxf_segment_attach(lxf_cfg.shm_name, &status);
+    struct lxf_segment *seg = attach_segment(&status);
     if (seg && !lxf_segment_live(seg, lxf_now_ns(), lxf_cfg.stale_ns)) {
         lxf_segment_detach(seg);
         seg = NULL;
@@ -155,7 +191,7 @@ int lxf_try_attach(void)
     pthread_mutex_lock(&g_attach_lock);
     if (!g_seg) {
         int status;
-        struct lxf_segment *seg = lxf_segment_attach(lxf_cfg.shm_name, &status);
+        struct lxf_segment *seg = attach_segment(&status);
         if (seg) {
             __atomic_store_n(&g_proc, lxf_proc_claim(seg, g_pid, g_start_ticks), __ATOMIC_RELEASE);
             __atomic_store_n(&g_seg, seg, __ATOMIC_RELEASE);
@@ -495,6 +531,17 @@ LXF_EXPORT int laxflow_shim_layer_boundary(uint64_t request_id, uint32_t layer)
     struct lxf_tag_value tag = {.request_id = request_id, .layer = layer};
     lxf_emit(LXF_EV_LAYER_BOUNDARY, 0, &tag, 0);
     return 0;
+}
+
+/* How many times this process was refused the daemon's segment for
+ * permissions (EACCES: the segment is mode 0600 and the daemon runs as
+ * another user, or 0660 and this user is not in the daemon's group).  While
+ * it grows, the process's traffic passes through unscheduled.  For tests and
+ * tools that run inside the job (ctypes, dlsym). */
+LXF_EXPORT uint64_t laxflow_shim_attach_denied(void)
+{
+    lxf_init();
+    return __atomic_load_n(&g_attach_denied, __ATOMIC_RELAXED);
 }
 
 /* Post every deferred work request whose gate is now open, on the calling

@@ -115,7 +115,7 @@ struct lxf_segment *lxf_segment_attach(const char *name, int *status)
 {
     int fd = shm_open(name, O_RDWR, 0);
     if (fd < 0) {
-        *status = errno == ENOENT ? LXF_ATTACH_NOENT : LXF_ATTACH_ERROR;
+        *status = errno == ENOENT ? LXF_ATTACH_NOENT : errno == EACCES ? LXF_ATTACH_DENIED : LXF_ATTACH_ERROR;
         return NULL;
     }
     struct stat st;

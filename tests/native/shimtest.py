@@ -99,9 +99,10 @@ def client_env(native_bin: NativeBin, log: Path | None, shim: Path | None = None
 class Client:
     """A running verbs_client, read line by line."""
 
-    def __init__(self, native_bin: NativeBin, args: list[str], env: dict[str, str]) -> None:
+    def __init__(self, native_bin: NativeBin, args: list[str], env: dict[str, str], **popen) -> None:
+        """popen: more arguments of subprocess.Popen (user=, group=, extra_groups= to run it as another user)."""
         self.proc = subprocess.Popen([str(native_bin.verbs_client), *args], env=env, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
         self.lines: queue.Queue[str] = queue.Queue()
         self.out: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()

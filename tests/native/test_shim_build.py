@@ -11,6 +11,7 @@ from pathlib import Path
 EXPECTED = {
     "IBVERBS_1.1": "A",
     "LAXFLOW_SHIM_1.0": "A",
+    "LAXFLOW_SHIM_1.1": "A",
     "accept": "T",
     "accept4": "T",
     "connect": "T",
@@ -26,6 +27,7 @@ EXPECTED = {
     "ibv_modify_qp@@IBVERBS_1.1": "T",
     "ibv_open_device@@IBVERBS_1.1": "T",
     "laxflow_shim_active@@LAXFLOW_SHIM_1.0": "T",
+    "laxflow_shim_attach_denied@@LAXFLOW_SHIM_1.1": "T",
     "laxflow_shim_clear_tag@@LAXFLOW_SHIM_1.0": "T",
     "laxflow_shim_layer_boundary@@LAXFLOW_SHIM_1.0": "T",
     "laxflow_shim_progress@@LAXFLOW_SHIM_1.0": "T",

@@ -28,6 +28,9 @@ def register(app: typer.Typer) -> None:
         metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this "
                                                    "port (0: any free one)."),
         hooks: Optional[str] = typer.Option(None, "--hooks", help="Hooks server address, ipc://PATH."),
+        group: Optional[str] = typer.Option(None, "--group", help="Unix group to share the segment, doorbell and "
+                                            "hooks sockets with (mode 0660), so serving jobs of other users in it "
+                                            "are scheduled; default: the daemon's user only (0600)."),
         config: Optional[str] = typer.Option(None, "--config", help="JSON config file (flags win)."),
         log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
     ) -> None:
@@ -35,7 +38,8 @@ def register(app: typer.Typer) -> None:
         from laxflow.daemon.config import load_config
 
         run_daemon(load_config({"node": node, "coordinator": coordinator, "shm": shm, "ports": ports,
-                                "metrics_port": metrics_port, "hooks": hooks, "config": config}), log_level)
+                                "metrics_port": metrics_port, "hooks": hooks, "group": group,
+                                "config": config}), log_level)
 
 
 def run_daemon(config, log_level: str = "info", unlink_on_exit: bool = False) -> None:

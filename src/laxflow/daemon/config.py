@@ -11,11 +11,17 @@ Config file (JSON), every key optional::
      "ports": "auto" | "ports.json" | [{"name": "eth0", "gbps": 100}],
      "metrics_port": 9464, "metrics_host": "0.0.0.0", "hooks": "ipc:///run/laxflow/hooks.sock",
      "keys_dir": "/etc/laxflow/keys", "stale_ms": 100, "poll_us": 50, "rtt_us": 20, "window_bytes": null,
-     "spare_share": 0.25, "heartbeat_s": 0.5, "mfs": {"levels": 8, "period": 0.001, ...}}
+     "spare_share": 0.25, "heartbeat_s": 0.5, "group": "laxflow", "mfs": {"levels": 8, "period": 0.001, ...}}
+
+``group``: a Unix group; the segment, its doorbell FIFO and the hooks
+sockets are then mode 0660 and owned by that group, so serving jobs run by
+other users in the group attach (without it they are 0600, the daemon's user
+alone, and a job of another user passes through unscheduled).
 """
 
 from __future__ import annotations
 
+import grp
 import math
 import os
 import re
@@ -47,6 +53,8 @@ class DaemonConfig:
     moved something before it sleeps: a dedicated core answers the next
     event in microseconds; 0 for daemons that share few cores (the testbed's
     four hosts on one machine), where spinning takes CPU from the job.
+    ``group``: Unix group the segment, doorbell and hooks sockets are shared
+    with (mode 0660); None keeps them 0600 (the daemon's user only).
     """
 
     node: str
@@ -62,6 +70,7 @@ class DaemonConfig:
     spin_us: int = 2000
     heartbeat_s: float = 0.5
     counter_interval_s: float = 0.001
+    group: str | None = None
 
     def __post_init__(self) -> None:
         if not _NODE_RE.match(self.node or ""):
@@ -82,6 +91,14 @@ class DaemonConfig:
             raise UserError(f"spin_us: expected 0..1000000, got {self.spin_us}")
         if not (math.isfinite(self.heartbeat_s) and 0 < self.heartbeat_s <= 60):
             raise UserError(f"heartbeat_s: expected a number of seconds in (0, 60], got {self.heartbeat_s!r}")
+        if self.group is not None:
+            if not isinstance(self.group, str) or not self.group:
+                raise UserError(f"group: expected the name of a Unix group, got {self.group!r}")
+            try:
+                grp.getgrnam(self.group)
+            except KeyError:
+                raise UserError(f"group: no such Unix group {self.group!r} (create it, e.g. groupadd --system "
+                                f"{self.group}, and add the serving jobs' users to it)") from None
 
     @property
     def port_ids(self) -> list[str]:
@@ -101,7 +118,8 @@ def runtime_dir(env: Mapping[str, str] | None = None) -> str:
 
 
 _FILE_KEYS = {"node", "coordinator", "shm", "ports", "metrics_port", "metrics_host", "hooks", "keys_dir", "stale_ms",
-              "poll_us", "spin_us", "rtt_us", "window_bytes", "spare_share", "heartbeat_s", "mfs", "default_port"}
+              "poll_us", "spin_us", "rtt_us", "window_bytes", "spare_share", "heartbeat_s", "mfs", "default_port",
+              "group"}
 
 
 def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None) -> DaemonConfig:

@@ -22,6 +22,7 @@ from laxflow.errors import UserError
 from laxflow.hooks import messages as hm
 from laxflow.hooks.api import estimate_ttft, request_key, unranked
 from laxflow.policy.flow import Stage
+from laxflow.protocol.shm import share_with_group
 from laxflow.protocol.wire import SOCKET_MAX_BYTES, DropCounter, DropReason, ProtocolError, decode, encode
 
 log = logging.getLogger("laxflow.daemon.hooks")
@@ -31,7 +32,7 @@ class HooksServer:
     """Serves one daemon core to the node's prefill schedulers and transports."""
 
     def __init__(self, ctx: zmq.Context, address: str, core: DaemonCore, sender: str,
-                 wall_offset: Callable[[], float], status: Callable[[], hm.Status]) -> None:
+                 wall_offset: Callable[[], float], status: Callable[[], hm.Status], gid: int | None = None) -> None:
         self.core = core
         self.sender = sender
         self.wall_offset = wall_offset  # time.time() - time.monotonic()
@@ -52,7 +53,11 @@ class HooksServer:
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.bind(address + ".pub")
         for p in (path, path + ".pub"):
-            os.chmod(p, 0o600)  # only the serving job's user talks to its daemon
+            os.chmod(p, 0o600)  # only the daemon's user talks to it, or (gid: its configured group) that group
+            try:
+                share_with_group(p, gid)
+            except OSError as exc:
+                raise UserError(f"{p}: cannot give the hooks socket to group {gid}: {exc.strerror}") from None
         self._waiting: dict[int, list[tuple[bytes, float]]] = {}  # msg_id -> (peer, give-up time)
         self._pruned_seq = 0
         self._pruned: tuple[str, ...] = ()

@@ -30,6 +30,7 @@ restarted daemon replaces.
 
 from __future__ import annotations
 
+import grp
 import logging
 import math
 import os
@@ -50,10 +51,11 @@ from laxflow.protocol.shm import CommandKind, Gate, Segment, SegmentError
 log = logging.getLogger("laxflow.daemon")
 
 
-def create_segment(name: str, stale_ns: int) -> Segment:
-    """The node's segment (mode 0600); a dead daemon's leftover is replaced, a live daemon's is an error."""
+def create_segment(name: str, stale_ns: int, gid: int | None = None) -> Segment:
+    """The node's segment (mode 0600, or 0660 and group gid); a dead daemon's leftover is replaced, a live
+    daemon's is an error."""
     try:
-        return Segment.create(name, stale_ns)
+        return Segment.create(name, stale_ns, gid)
     except SegmentError as first:
         try:
             old = Segment.attach(name)
@@ -66,7 +68,7 @@ def create_segment(name: str, stale_ns: int) -> Segment:
         log.info("replacing segment %s left by a daemon that stopped", name)
         Segment.unlink_name(name)  # and its doorbell
         try:
-            return Segment.create(name, stale_ns)
+            return Segment.create(name, stale_ns, gid)
         except SegmentError as exc:
             raise UserError(str(exc)) from None
 
@@ -79,14 +81,15 @@ class Daemon:
         self.unlink_on_exit = unlink_on_exit
         self.core = DaemonCore(config.core)
         self.metrics = DaemonMetrics(config.node, [p.name for p in config.core.ports], config.core.mfs.levels)
-        self.segment = create_segment(config.shm, config.stale_ms * 1_000_000)
+        gid = None if config.group is None else grp.getgrnam(config.group).gr_gid  # validated by DaemonConfig
+        self.segment = create_segment(config.shm, config.stale_ms * 1_000_000, gid)
         self._stop = threading.Event()
         # stop() writes here so a loop blocked in its poll (up to a heartbeat period: stale_ms / 4) ends at once
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._ctx = zmq.Context()
         self.started = time.monotonic()
         try:
-            self.hooks = HooksServer(self._ctx, config.hooks, self.core, config.node, wall_offset, self._status)
+            self.hooks = HooksServer(self._ctx, config.hooks, self.core, config.node, wall_offset, self._status, gid)
             self.uplink: Uplink | None = None
             if config.coordinator:
                 self.uplink = Uplink(config.coordinator, config.node, self.core, self._keys(), config.heartbeat_s,
@@ -114,6 +117,8 @@ class Daemon:
             self._poller.register(self._bell, zmq.POLLIN)
         self._poller.register(self._wake_r, zmq.POLLIN)
         self.segment.heartbeat()
+        if config.group is not None:
+            log.info("segment, doorbell and hooks sockets shared with group %s (mode 0660)", config.group)
         log.info("daemon %s: segment %s, hooks %s, %s", config.node, config.shm, config.hooks,
                  f"coordinator {config.coordinator}" if config.coordinator else "no coordinator: scheduling locally")
 

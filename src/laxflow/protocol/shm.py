@@ -63,7 +63,23 @@ _ATTACH_ERRORS = {
     lib.LXF_ATTACH_BADMAGIC: "not a laxflow segment (bad magic)",
     lib.LXF_ATTACH_BADVERSION: f"layout version is not {LAYOUT_VERSION}",
     lib.LXF_ATTACH_ERROR: "cannot map",
+    lib.LXF_ATTACH_DENIED: "permission denied (the daemon shares it only with its 'group')",
 }
+
+SHM_DIR = "/dev/shm"  # where glibc's shm_open keeps POSIX segments (the doorbell lives there too)
+
+
+def share_with_group(path: str, gid: int | None) -> None:
+    """Give a segment, doorbell or socket file to group ``gid``, mode 0660; nothing when gid is None (0600 stays).
+
+    Called by the daemon on what it creates, so that serving jobs of other
+    users in its configured group can attach; raises OSError (EPERM when
+    the daemon's user is neither root nor a member of the group).
+    """
+    if gid is None:
+        return
+    os.chown(path, -1, gid)
+    os.chmod(path, 0o660)
 
 
 class SegmentError(Exception):
@@ -172,17 +188,26 @@ class Segment:
         self._ev = ffi.new("struct lxf_event *")
         self._tag = ffi.new("struct lxf_tag_value *")
         self._permit = ffi.new("struct lxf_permit_view *")
+        self.gid: int | None = None  # the group the owner shared it with (create), None: mode 0600
 
     # ------------------------------------------------------------ lifecycle
 
     @classmethod
-    def create(cls, name: str = DEFAULT_NAME, stale_ns: int = 0) -> Segment:
-        """Create the node's segment (mode 0600); fails if it already exists."""
+    def create(cls, name: str = DEFAULT_NAME, stale_ns: int = 0, gid: int | None = None) -> Segment:
+        """Create the node's segment, mode 0600 (or 0660 and group ``gid``); fails if it already exists."""
         ptr = lib.lxf_segment_create(name.encode(), stale_ns)
         if ptr == ffi.NULL:
             err = ffi.errno
             raise SegmentError(f"cannot create shared-memory segment {name!r}: {os.strerror(err)}")
-        return cls(ptr, name, owner=True)
+        seg = cls(ptr, name, owner=True)
+        seg.gid = gid
+        try:
+            share_with_group(SHM_DIR + name, gid)
+        except OSError as exc:
+            seg.close(unlink=True)
+            raise SegmentError(f"cannot give shared-memory segment {name!r} to group {gid}: {exc.strerror} "
+                               "(the daemon's user must be root or a member of the group)") from None
+        return seg
 
     @classmethod
     def attach(cls, name: str = DEFAULT_NAME) -> Segment:
@@ -377,10 +402,18 @@ class Segment:
         return ffi.string(buf).decode()
 
     def open_bell(self) -> int:
-        """Daemon: create the doorbell FIFO and open it (non-blocking); returns its fd for poll()."""
+        """Daemon: create the doorbell FIFO and open it (non-blocking); returns its fd for poll().
+
+        Mode 0600, or 0660 and the segment's group when it was created with one.
+        """
         fd = lib.lxf_bell_create(self._seg)
         if fd < 0:
             raise SegmentError(f"cannot create doorbell {self.bell_path!r}: {os.strerror(ffi.errno)}")
+        try:
+            share_with_group(self.bell_path, self.gid)
+        except OSError as exc:
+            os.close(fd)
+            raise SegmentError(f"cannot give doorbell {self.bell_path!r} to group {self.gid}: {exc.strerror}") from None
         return fd
 
     def arm_bell(self) -> bool:

@@ -2,6 +2,7 @@
  * verbs_client.c -- a verbs user as NCCL or Mooncake is one, for tests/native.
  *
  *   verbs_client MODE NQPS NCHAINS NPHASES [--wait] [--sig-all] [--tpq K] [--poll] [--poll-timeout S] [--hold-poll]
+ *                [--shim-stats]
  *
  * MODE direct: calls ibv_* as a program linked with -libverbs (Mooncake).
  * MODE dlopen: dlopen("libibverbs.so.1") and dlvsym(h, name, "IBVERBS_1.1")
@@ -50,7 +51,7 @@ static int g_ex;
 static struct ibv_qp_ex **g_qpx;
 static struct ibv_cq_ex **g_cqx;
 static pthread_mutex_t g_qp_lock[8]; /* a qp_ex batch is one thread's at a time */
-static int g_nqps, g_nchains, g_nphases, g_wait, g_sig_all, g_tpq = 1, g_nthreads, g_poll_timeout = 30, g_hold_poll;
+static int g_nqps, g_nchains, g_nphases, g_wait, g_sig_all, g_tpq = 1, g_nthreads, g_poll_timeout = 30, g_hold_poll, g_shim_stats;
 static struct ibv_qp **g_qp;
 static struct ibv_cq **g_cq;
 static unsigned char g_buf[8][4096];
@@ -282,6 +283,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--tpq") == 0 && i + 1 < argc)
             g_tpq = atoi(argv[++i]);
         g_hold_poll |= strcmp(argv[i], "--hold-poll") == 0;
+        g_shim_stats |= strcmp(argv[i], "--shim-stats") == 0;
         if (strcmp(argv[i], "--poll-timeout") == 0 && i + 1 < argc)
             g_poll_timeout = atoi(argv[++i]);
     }
@@ -396,6 +398,10 @@ int main(int argc, char **argv)
             poll_count(q);
         usleep(1000);
     }
+    /* --shim-stats, under the shim: how often it was refused the daemon's segment (permissions). */
+    unsigned long long (*denied)(void) = (unsigned long long (*)(void))dlsym(RTLD_DEFAULT, "laxflow_shim_attach_denied");
+    if (g_shim_stats && denied)
+        printf("SHIM attach_denied=%llu\n", denied());
     printf("DONE completions=%d errors=%d unsignaled_errors=%d expected=%d\n", completions, errors, uerrors,
            expected);
     for (int t = 0; t < g_nqps; t++)
