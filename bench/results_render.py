@@ -721,7 +721,11 @@ def render_all(results: Path, root: Path, now: str | None = None) -> list[Path]:
                "`bench/results/` and writes `docs/results/` and this file. One bench alone: "
                "`python bench/results.py --only NAME`; the commands:", "", "| name | command | what |", "|---|---|---|"]
     readme += [f"| `{b.name}` | `python {' '.join(b.args)}` | {b.about} |" for b in BENCHES.values()]
-    readme.append("")
+    readme += ["", "Not run by `make results` (tools, not benchmarks): `capacity.py` recomputes the simulator's "
+               "`CAPACITY` table, `sim_digest.py` hashes fixed serving runs to show a speed-up changed nothing, "
+               "`sim_paper.py` runs the MFS presets at chosen rates (`sim_claims.py` makes the paper table), "
+               "`_machine.py`, `_daemon_bench.py`, `_schedule_replay.py` and `shim_bench.c` are parts of the "
+               "benches above. `testbed_ratio` and `testbed_fidelity` need root (network namespaces and qdiscs).", ""]
     pages[root / "bench/README.md"] = readme
     for path, lines in pages.items():
         path.parent.mkdir(parents=True, exist_ok=True)
