@@ -127,9 +127,11 @@ def test_job_of_another_user_is_warned_counted_and_passes_through(start_daemon, 
         seg.close(unlink=False)
 
 
-def test_job_of_a_user_in_the_daemons_group_is_gated(start_daemon, job_user, job_bin):
+@pytest.mark.parametrize("by", ["name", "gid"])
+def test_job_of_a_user_in_the_daemons_group_is_gated(start_daemon, job_user, job_bin, by):
     user, group = job_user
-    d = start_daemon(config={"window_bytes": 0, "stale_ms": 2000, "group": group.gr_name})
+    d = start_daemon(config={"window_bytes": 0, "stale_ms": 2000,
+                             "group": group.gr_name if by == "name" else group.gr_gid})
     seg, blocker = _blocked_port(d)
     try:
         hooks = d.hooks[len("ipc://"):]
@@ -160,4 +162,8 @@ def test_unknown_group_is_one_clear_error(tmp_path):
     ports.write_text('{"ports": [{"name": "eth0", "gbps": 100}]}')
     with pytest.raises(UserError, match=r"^group: no such Unix group 'lxf-no-such-group' "):
         load_config({"node": "n1", "ports": str(ports), "group": "lxf-no-such-group"}, env={})
-    assert load_config({"node": "n1", "ports": str(ports)}, env={}).group is None
+    with pytest.raises(UserError, match=r"^group: expected a gid 0\.\.4294967294, got 4294967295$"):
+        load_config({"node": "n1", "ports": str(ports), "group": "4294967295"}, env={})
+    assert load_config({"node": "n1", "ports": str(ports)}, env={}).group_id is None
+    assert load_config({"node": "n1", "ports": str(ports), "group": "root"}, env={}).group_id == 0
+    assert load_config({"node": "n1", "ports": str(ports), "group": "4242"}, env={}).group_id == 4242  # k8s gid

@@ -13,8 +13,9 @@ Config file (JSON), every key optional::
      "keys_dir": "/etc/laxflow/keys", "stale_ms": 100, "poll_us": 50, "rtt_us": 20, "window_bytes": null,
      "spare_share": 0.25, "heartbeat_s": 0.5, "group": "laxflow", "mfs": {"levels": 8, "period": 0.001, ...}}
 
-``group``: a Unix group; the segment, its doorbell FIFO and the hooks
-sockets are then mode 0660 and owned by that group, so serving jobs run by
+``group``: a Unix group, by name or numeric gid (as Kubernetes'
+``supplementalGroups`` gives it); the segment, its doorbell FIFO and the
+hooks sockets are then mode 0660 and owned by that group, so serving jobs run by
 other users in the group attach (without it they are 0600, the daemon's user
 alone, and a job of another user passes through unscheduled).
 """
@@ -53,8 +54,9 @@ class DaemonConfig:
     moved something before it sleeps: a dedicated core answers the next
     event in microseconds; 0 for daemons that share few cores (the testbed's
     four hosts on one machine), where spinning takes CPU from the job.
-    ``group``: Unix group the segment, doorbell and hooks sockets are shared
-    with (mode 0660); None keeps them 0600 (the daemon's user only).
+    ``group``: Unix group (name, or numeric gid) the segment, doorbell and
+    hooks sockets are shared with (mode 0660); None keeps them 0600 (the
+    daemon's user only).
     """
 
     node: str
@@ -70,7 +72,7 @@ class DaemonConfig:
     spin_us: int = 2000
     heartbeat_s: float = 0.5
     counter_interval_s: float = 0.001
-    group: str | None = None
+    group: str | int | None = None
 
     def __post_init__(self) -> None:
         if not _NODE_RE.match(self.node or ""):
@@ -91,14 +93,27 @@ class DaemonConfig:
             raise UserError(f"spin_us: expected 0..1000000, got {self.spin_us}")
         if not (math.isfinite(self.heartbeat_s) and 0 < self.heartbeat_s <= 60):
             raise UserError(f"heartbeat_s: expected a number of seconds in (0, 60], got {self.heartbeat_s!r}")
-        if self.group is not None:
-            if not isinstance(self.group, str) or not self.group:
-                raise UserError(f"group: expected the name of a Unix group, got {self.group!r}")
-            try:
-                grp.getgrnam(self.group)
-            except KeyError:
-                raise UserError(f"group: no such Unix group {self.group!r} (create it, e.g. groupadd --system "
-                                f"{self.group}, and add the serving jobs' users to it)") from None
+        self.group_id  # validates group: one clear line for a bad one
+
+    @property
+    def group_id(self) -> int | None:
+        """The gid of ``group`` (looked up by name, or given as a number), None without a group."""
+        group = self.group
+        if group is None:
+            return None
+        if isinstance(group, str) and group.isdigit():
+            group = int(group)
+        if isinstance(group, int) and not isinstance(group, bool):
+            if not 0 <= group < 2**32 - 1:
+                raise UserError(f"group: expected a gid 0..4294967294, got {group}")
+            return group
+        if not isinstance(group, str) or not group:
+            raise UserError(f"group: expected the name or gid of a Unix group, got {group!r}")
+        try:
+            return grp.getgrnam(group).gr_gid
+        except KeyError:
+            raise UserError(f"group: no such Unix group {group!r} (create it, e.g. groupadd --system {group}, "
+                            "and add the serving jobs' users to it; or give its numeric gid)") from None
 
     @property
     def port_ids(self) -> list[str]:

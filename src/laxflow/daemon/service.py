@@ -30,7 +30,6 @@ restarted daemon replaces.
 
 from __future__ import annotations
 
-import grp
 import logging
 import math
 import os
@@ -81,7 +80,7 @@ class Daemon:
         self.unlink_on_exit = unlink_on_exit
         self.core = DaemonCore(config.core)
         self.metrics = DaemonMetrics(config.node, [p.name for p in config.core.ports], config.core.mfs.levels)
-        gid = None if config.group is None else grp.getgrnam(config.group).gr_gid  # validated by DaemonConfig
+        gid = config.group_id
         self.segment = create_segment(config.shm, config.stale_ms * 1_000_000, gid)
         self._stop = threading.Event()
         # stop() writes here so a loop blocked in its poll (up to a heartbeat period: stale_ms / 4) ends at once
