@@ -28,9 +28,9 @@ def register(app: typer.Typer) -> None:
         metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this "
                                                    "port (0: any free one)."),
         hooks: Optional[str] = typer.Option(None, "--hooks", help="Hooks server address, ipc://PATH."),
-        group: Optional[str] = typer.Option(None, "--group", help="Unix group to share the segment, doorbell and "
-                                            "hooks sockets with (mode 0660), so serving jobs of other users in it "
-                                            "are scheduled; default: the daemon's user only (0600)."),
+        group: Optional[str] = typer.Option(None, "--group", help="Unix group (name or gid) to share the segment, "
+                                            "doorbell and hooks sockets with (mode 0660), so serving jobs of other "
+                                            "users in it are scheduled; default: the daemon's user only (0600)."),
         config: Optional[str] = typer.Option(None, "--config", help="JSON config file (flags win)."),
         log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
     ) -> None:
