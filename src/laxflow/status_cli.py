@@ -29,6 +29,8 @@ def status(
     curve_keys: Optional[Path] = typer.Option(None, "--curve-keys", help="Keys directory (needs coordinator.key and clients/NAME.key_secret)."),
     client: str = typer.Option("client", "--client", help="Client key name in the keys directory."),
     timeout: float = typer.Option(2.0, "--timeout", help="Seconds to wait for an answer."),
+    hooks: Optional[str] = typer.Option(None, "--hooks", help="Also show this node's daemon: its hooks address "
+                                        "(ipc://PATH, as `laxflow daemon --hooks`)."),
 ) -> None:
     """Daemons, active batches and requests, pruned set, queue depths, decision latency."""
     from laxflow.coordinator.client import request_status
@@ -38,11 +40,53 @@ def status(
     if not timeout > 0:
         raise UserError(f"--timeout must be > 0, got {timeout}")
     keys = ClientKeys.load(curve_keys, client) if curve_keys else None
+    daemon = daemon_status(hooks, timeout) if hooks else None
+    if daemon is not None and not as_json:
+        typer.echo(daemon_line(daemon))  # before the coordinator's answer: it may not come (a refused key)
     resp = request_status(coordinator, keys=keys, timeout_s=timeout, detail=True)
     if as_json:
-        typer.echo(json.dumps(as_dict(resp), sort_keys=True))
+        out = as_dict(resp)
+        if daemon is not None:
+            out["daemon"] = dataclasses.asdict(daemon)
+        typer.echo(json.dumps(out, sort_keys=True))
     else:
         render(resp)
+
+
+def daemon_status(address: str, timeout_s: float) -> Any:
+    """The node daemon's own status (a hooks StatusQuery); UserError if it does not answer in time."""
+    import zmq
+
+    from laxflow.errors import UserError
+    from laxflow.hooks import messages as hm
+    from laxflow.protocol.wire import ProtocolError, decode, encode
+
+    if not address.startswith("ipc://"):
+        raise UserError(f"--hooks {address!r}: expected ipc://PATH")
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    try:
+        sock.connect(address)
+        sock.send(encode(hm.StatusQuery(), "status"))
+        if sock.poll(int(timeout_s * 1000)):
+            try:
+                body = decode(sock.recv()).body
+            except ProtocolError as exc:
+                raise UserError(f"--hooks {address}: the daemon's answer did not decode ({exc})") from None
+            if isinstance(body, hm.Status):
+                return body
+        raise UserError(f"--hooks {address}: no daemon answered within {timeout_s:g} s")
+    finally:
+        sock.close(0)
+
+
+def daemon_line(st: Any) -> str:
+    """One line: the daemon's mode and, when the coordinator will not talk to it, why."""
+    if not st.coordinator:
+        return f"daemon {st.node}: local (no coordinator configured)"
+    why = f": {st.coordinator_error}" if st.coordinator_error else ""
+    return f"daemon {st.node}: {st.mode}{why} (coordinator {st.coordinator})"
 
 
 def as_dict(resp: Any) -> dict[str, Any]:

@@ -24,9 +24,10 @@ def test_unit_command_line_parses(tmp_path):
     unit = _unit()
     env = {}
     for line in UNIT.read_text().splitlines():
-        if line.startswith("Environment="):
-            k, v = line[len("Environment="):].split("=", 1)
-            env[k] = v
+        if line.startswith("Environment="):  # systemd splits at spaces and honours quotes, as shlex does
+            for assignment in shlex.split(line[len("Environment="):]):
+                k, v = assignment.split("=", 1)
+                env[k] = v
     cmd = unit["Service"]["ExecStart"]
     cmd = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: env[m.group(1) or m.group(2)], cmd)
     argv = shlex.split(cmd)

@@ -124,3 +124,58 @@ def test_status_says_curve(tmp_path):
         assert table.returncode == 0 and "auth: CURVE" in table.stdout, table.stdout + table.stderr
     finally:
         c.stop()
+
+
+def test_daemon_with_a_refused_key_says_so_counts_it_and_comes_back_when_admitted(tmp_path):
+    """A daemon whose CURVE key the coordinator does not admit ran silently in local mode: now one warning line
+    naming the coordinator, a counter, its status says why, `laxflow status` shows the refusals; and once the
+    key is admitted (coordinator restarted) it reconnects by itself (ZeroMQ gives up after a refusal)."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "daemon"))
+    from daemontest import DaemonProc, wait_for
+
+    from laxflow.hooks import HooksClient
+
+    keys, mine = tmp_path / "keys", tmp_path / "n1-keys"
+    generate(keys)
+    generate(mine, ["n1"])  # a key pair the coordinator was never given
+    (mine / "coordinator.key").unlink()
+    shutil.copy(keys / "coordinator.key", mine / "coordinator.key")
+    admin = ClientKeys.load(keys)
+    c = CoordinatorProcess(tmp_path, keys=keys).start()
+    d = DaemonProc(tmp_path, coordinator=c.address, config={"keys_dir": str(mine)})
+    try:
+        refused = lambda: [x for x in d.log if "refused our CURVE key" in x]  # noqa: E731
+        wait_for(refused, 15, "the daemon's warning")
+        time.sleep(2.5)  # retries meanwhile: still one line
+        assert len(refused()) == 1 and c.address in refused()[0], "".join(d.log)
+        text = d.metrics()
+        line = [x for x in text.splitlines() if x.startswith("laxflow_daemon_coordinator_auth_failures_total{")
+                and 'kind="auth"' in x]
+        assert line and float(line[0].split()[-1]) >= 1, text
+        with HooksClient(d.hooks) as hooks:
+            st = hooks.status()
+        assert st.mode == "local" and "refused our CURVE key" in st.coordinator_error, st
+        table = subprocess.run([LAXFLOW, "status", "--coordinator", c.address, "--curve-keys", str(keys)],
+                               capture_output=True, text=True, timeout=30)
+        assert "auth: CURVE" in table.stdout and "refused at the handshake: auth" in table.stdout, table.stdout
+        mine_view = subprocess.run([LAXFLOW, "status", "--coordinator", c.address, "--hooks", d.hooks, "--timeout", "1"],
+                                   capture_output=True, text=True, timeout=30)  # from the node, with its own key refused
+        assert "daemon n1: local: coordinator refused our CURVE key" in mine_view.stdout, mine_view.stdout
+        assert mine_view.returncode == 2 and "no coordinator answered" in mine_view.stderr
+        assert [x.node for x in request_status(c.address, keys=admin).daemons] == []
+
+        shutil.copy(mine / "clients" / "n1.key", keys / "clients" / "n1.key")  # the operator admits it
+        c.stop()
+        c.start()
+        wait_for(lambda: [x.node for x in request_status(c.address, keys=admin).daemons] == ["n1"], 30,
+                 "the daemon to reconnect")
+        with HooksClient(d.hooks) as hooks:
+            wait_for(lambda: (s := hooks.status()) is not None and s.mode == "coordinated" and not s.coordinator_error,
+                     10, "coordinated mode")
+    finally:
+        d.cleanup()
+        c.stop()

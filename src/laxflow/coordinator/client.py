@@ -43,6 +43,17 @@ from laxflow.protocol.wire import (
 )
 
 
+# ZeroMQ socket-monitor events of a handshake, by the kind the daemon counts: "auth" (the coordinator's
+# authenticator refused our CURVE key), "protocol" (security mismatch: one side has CURVE, the other not),
+# "other" (broken off without a reason: what a wrong coordinator public key gives).
+HANDSHAKE_EVENTS = {
+    zmq.EVENT_HANDSHAKE_SUCCEEDED: "ok",
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH: "auth",
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "protocol",
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "other",
+}
+
+
 @dataclass(frozen=True)
 class Endpoints:
     """The coordinator's two sockets, derived from its ROUTER address."""
@@ -99,6 +110,11 @@ class CoordinatorLink:
     coordinator asks for a resync when it sees a daemon it does not know, so
     the daemon only has to answer :class:`~laxflow.protocol.messages.ResyncRequest`
     with a full-state Hello. Bad frames are counted in ``drops`` and skipped.
+
+    With ``monitor``, each socket's handshakes are watched (a ZeroMQ socket
+    monitor): :meth:`handshake_events` says which succeeded or failed, and
+    :meth:`reconnect` starts a socket over (ZeroMQ itself never retries
+    after the coordinator refused the handshake).
     """
 
     def __init__(
@@ -108,18 +124,29 @@ class CoordinatorLink:
         keys: ClientKeys | None = None,
         context: zmq.Context | None = None,
         subscribe: bool = True,
+        monitor: bool = False,
     ) -> None:
         self.endpoints = Endpoints.parse(address)
         self.sender = sender
         self._ctx = context or zmq.Context.instance()
         self.dealer = client_socket(self._ctx, zmq.DEALER, keys)
-        self.dealer.connect(self.endpoints.router)
         self.sub: zmq.Socket | None = None
-        self.poller = zmq.Poller()
-        self.poller.register(self.dealer, zmq.POLLIN)
         if subscribe:
             self.sub = client_socket(self._ctx, zmq.SUB, keys)
             self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        # Monitors before connect, or the first handshake's events are missed.
+        self._monitors: list[tuple[zmq.Socket, zmq.Socket, str]] = []
+        if monitor:
+            mask = 0
+            for event in HANDSHAKE_EVENTS:
+                mask |= event
+            for sock, endpoint in ((self.dealer, self.endpoints.router), (self.sub, self.endpoints.pub)):
+                if sock is not None:
+                    self._monitors.append((sock, sock.get_monitor_socket(mask), endpoint))
+        self.dealer.connect(self.endpoints.router)
+        self.poller = zmq.Poller()
+        self.poller.register(self.dealer, zmq.POLLIN)
+        if self.sub is not None:
             self.sub.connect(self.endpoints.pub)
             self.poller.register(self.sub, zmq.POLLIN)
         self.drops = DropCounter()
@@ -170,7 +197,33 @@ class CoordinatorLink:
             return None
         return env
 
+    def handshake_events(self) -> list[tuple[str, zmq.Socket]]:
+        """Handshakes finished since the last call: (kind, socket), kind one of ``HANDSHAKE_EVENTS``' values."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        out: list[tuple[str, zmq.Socket]] = []
+        for sock, mon, _ in self._monitors:
+            while mon.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # a flag read: no exception on the loop's idle pass
+                kind = HANDSHAKE_EVENTS.get(recv_monitor_message(mon, zmq.NOBLOCK)["event"])
+                if kind is not None:
+                    out.append((kind, sock))
+        return out
+
+    def reconnect(self, sock: zmq.Socket) -> None:
+        """Drop ``sock``'s connection and connect again (a new handshake); same socket object."""
+        for s, _, endpoint in self._monitors:
+            if s is sock:
+                try:
+                    sock.disconnect(endpoint)
+                except zmq.ZMQError:
+                    pass  # ZeroMQ already dropped it
+                sock.connect(endpoint)
+
     def close(self) -> None:
+        for sock, mon, _ in self._monitors:
+            sock.disable_monitor()
+            mon.close(linger=0)
+        self._monitors = []
         for s in self.sockets:
             s.close(linger=0)
 

@@ -58,6 +58,12 @@ class DaemonMetrics:
                                            "0 (the daemon schedules locally)", ["node"], registry=r)
         self.coordinator_age = Gauge("laxflow_daemon_coordinator_last_seen_seconds", "Seconds since the last message "
                                      "from the coordinator (-1: never)", ["node"], registry=r)
+        self.coordinator_auth_failures = Counter(
+            "laxflow_daemon_coordinator_auth_failures", "Handshakes with the coordinator that failed, by kind (auth: "
+            "it refused our CURVE key; protocol: CURVE on one side only; other: broken off, e.g. a wrong coordinator "
+            "public key); the daemon schedules locally meanwhile", ["node", "kind"], registry=r)
+        for kind in ("auth", "protocol", "other"):
+            self.coordinator_auth_failures.labels(node, kind)
         self.mode = Gauge("laxflow_daemon_mode", "1 on the daemon's current mode", ["node", "mode"], registry=r)
         self.reports = Counter("laxflow_daemon_batch_reports", "Batch arrival/departure reports", ["node", "kind"],
                                registry=r)
@@ -106,8 +112,14 @@ class DaemonMetrics:
         self.mode.labels(self.node, "local").set(1 if local else 0)
         self.mode.labels(self.node, "coordinated").set(0 if local else 1)
 
-    def _count(self, counter: Counter, stats: dict[str, int], key: str) -> None:
-        delta = stats.get(key, 0) - self._last_stats.get(key, 0)
+    def count_auth_failures(self, counts: dict[str, int]) -> None:
+        """The uplink's refused handshakes by kind (cumulative counts; the counter takes the increase)."""
+        for kind in counts:
+            self._count(self.coordinator_auth_failures.labels(self.node, kind), counts, kind, f"auth_{kind}")
+
+    def _count(self, counter: Counter, stats: dict[str, int], key: str, last: str | None = None) -> None:
+        last = last or key
+        delta = stats.get(key, 0) - self._last_stats.get(last, 0)
         if delta > 0:
             counter.inc(delta)
-        self._last_stats[key] = stats.get(key, 0)
+        self._last_stats[last] = stats.get(key, 0)

@@ -281,11 +281,15 @@ class Daemon:
         connected = self.uplink is not None and self.uplink.connected(now)
         heard = None if self.uplink is None or self.uplink.last_heard is None else now - self.uplink.last_heard
         self.metrics.refresh(self.core, age, self.segment.counters(), connected, heard, not connected)
+        if self.uplink is not None:
+            self.metrics.count_auth_failures(self.uplink.auth_failures)
 
     def _status(self) -> hm.Status:
         now = time.monotonic()
         connected = self.uplink is not None and self.uplink.connected(now)
         waiting = sum(self.core.queue_depths().values())
+        refused = (self.uplink.refused or "") if self.uplink is not None else ""
         return hm.Status(self.config.node, "coordinated" if connected else "local", self.config.coordinator or "",
-                         tuple(p.name for p in self.core.ports), len(self.core.messages), waiting, len(self.core.pruned()))
+                         tuple(p.name for p in self.core.ports), len(self.core.messages), waiting, len(self.core.pruned()),
+                         refused)
 

@@ -9,6 +9,16 @@ core with :meth:`DaemonCore.apply_order`. With the coordinator silent for
 heartbeats) and keeps scheduling with what it has; ZeroMQ reconnects by
 itself and the coordinator asks for a full-state Hello when it sees a daemon
 it does not know.
+
+A handshake the coordinator refuses (a CURVE key it does not admit, keys on
+one side only, a wrong coordinator public key) would leave the daemon in
+local mode with nothing said: the link's socket monitors report it, the
+uplink logs one warning line per change of reason, counts every refusal
+(:attr:`Uplink.auth_failures`, the ``laxflow_daemon_coordinator_auth_failures``
+metric), keeps the reason for the daemon's status (:attr:`Uplink.refused`)
+and starts the refused socket over with a backoff, since ZeroMQ does not
+retry after a refusal: a daemon whose key is admitted later comes back by
+itself.
 """
 
 from __future__ import annotations
@@ -25,6 +35,21 @@ from laxflow.protocol import messages as m
 
 log = logging.getLogger("laxflow.daemon.uplink")
 UNKNOWN_PEER = "*"  # Transfer.dst when this node does not know the receiving port (ignored by Algorithm 1)
+RETRY_FIRST_S, RETRY_MAX_S = 1.0, 10.0  # reconnecting after a refused handshake: first wait, longest wait
+
+_RANK = {"other": 0, "protocol": 1, "auth": 2}
+# Why a handshake failed, with keys and without: (short reason for status, what to do, for the log line).
+_REFUSED = {
+    ("auth", True): ("coordinator refused our CURVE key",
+                     "the coordinator's keys directory does not admit this node's clients/NODE.key"),
+    ("auth", False): ("coordinator refused us at the handshake", "check the coordinator's authentication"),
+    ("protocol", True): ("coordinator does not use CURVE, we do",
+                         "start the coordinator with --curve-keys, or drop keys_dir from this daemon's config"),
+    ("protocol", False): ("coordinator requires CURVE keys, we have none",
+                          "set keys_dir in this daemon's config (laxflow keys generate DIR --client NODE)"),
+    ("other", True): ("CURVE handshake failed", "is coordinator.key in keys_dir the coordinator's public key?"),
+    ("other", False): ("handshake failed", "is the address a laxflow coordinator?"),
+}
 
 
 class Uplink:
@@ -35,8 +60,14 @@ class Uplink:
         self.heartbeat_s = heartbeat_s
         self.dead_after_s = 4 * heartbeat_s
         self.wall_offset = wall_offset
-        self.link = CoordinatorLink(address, sender=node, keys=keys)
+        self.link = CoordinatorLink(address, sender=node, keys=keys, monitor=True)
         self.address = address
+        self.has_keys = keys is not None
+        self.refused: str | None = None  # why the coordinator will not talk to us, None when it does
+        self._refused_rank = -1
+        self.auth_failures = {"auth": 0, "protocol": 0, "other": 0}  # handshakes refused, by kind
+        self._retry: dict[object, float] = {}  # refused socket -> when to start it over
+        self._backoff = RETRY_FIRST_S
         self.coordinator_id = ""
         self.applied_seq = -1
         self.last_heard: float | None = None  # monotonic s
@@ -67,10 +98,12 @@ class Uplink:
 
     @property
     def next_due(self) -> float:
-        """When :meth:`tick` next has a heartbeat to send (the loop sleeps no longer)."""
-        return self._next_beat
+        """When :meth:`tick` next has a heartbeat to send or a refused socket to start over (the loop
+        sleeps no longer)."""
+        return min(self._next_beat, *self._retry.values()) if self._retry else self._next_beat
 
     def tick(self, now: float) -> None:
+        self._handshakes(now)
         if now >= self._next_beat:
             self._next_beat = now + self.heartbeat_s
             self._seq += 1
@@ -86,6 +119,30 @@ class Uplink:
                 self.hello("resync")
             elif isinstance(body, m.Decision):
                 self._apply(body)
+
+    def _handshakes(self, now: float) -> None:
+        """Count refused handshakes, say why once per change of reason, start refused sockets over."""
+        for kind, sock in self.link.handshake_events():
+            if kind == "ok":
+                if self.refused is not None:
+                    log.info("coordinator %s: handshake succeeded; coordinated again", self.address)
+                self.refused, self._refused_rank, self._backoff = None, -1, RETRY_FIRST_S
+                continue
+            self.auth_failures[kind] += 1
+            reason, hint = _REFUSED[kind, self.has_keys]
+            # One line per streak of failures; a more telling reason (auth > protocol > other: the two
+            # sockets may fail differently) replaces a vaguer one, never the reverse.
+            if self.refused is None or _RANK[kind] > self._refused_rank:
+                self.refused, self._refused_rank = reason, _RANK[kind]
+                log.warning("%s (coordinator %s, handshake failed: %s): scheduling locally, retrying; %s",
+                            reason, self.address, kind, hint.replace("NODE", self.node))
+            if kind != "other" and sock not in self._retry:  # ZeroMQ retries "other" by itself, never these
+                self._retry[sock] = now + self._backoff
+                self._backoff = min(self._backoff * 2, RETRY_MAX_S)
+        for sock, at in list(self._retry.items()):
+            if now >= at:
+                del self._retry[sock]
+                self.link.reconnect(sock)
 
     def _apply(self, d: m.Decision) -> None:
         if d.coordinator_id == self.coordinator_id and d.seq <= self.applied_seq:

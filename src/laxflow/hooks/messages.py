@@ -235,6 +235,9 @@ class Status:
     live_messages: int
     waiting: int
     pruned: int
+    # Added later (a default: an older daemon leaves it out). Why the coordinator will not talk to this
+    # daemon, e.g. "coordinator refused our CURVE key"; "" when it does or there is none.
+    coordinator_error: str = ""
 
 
 @message("hooks_ack")
