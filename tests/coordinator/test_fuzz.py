@@ -222,3 +222,34 @@ def test_impossible_counts_are_dropped_and_counted(tmp_path):
         sock.close()
         ctx.term()
         coordinator.stop()
+
+
+def test_a_daemon_report_past_the_bounds_is_counted_not_raised(tmp_path):
+    """The daemon's uplink builds reports from shim counters the protocol bounds (bytes <= 2^50): one past
+    them is logged and counted, never sent, and does not raise into the daemon's loop."""
+    from laxflow.daemon.state import BatchReport
+    from laxflow.daemon.uplink import Uplink
+
+    class Core:  # what the uplink reads of a DaemonCore here
+        ports = ()
+        requests: dict = {}
+
+    address = f"ipc://{tmp_path}/coord"
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.bind(address)
+    up = Uplink(address, "n1", Core(), None, 0.5, lambda: 0.0)
+    try:
+        huge = BatchReport("arrival", "b", 0.0, {"r": 10.0}, 0.01, {"p0": {"r": 2.0**60}})
+        fine = BatchReport("arrival", "c", 0.0, {"q": 10.0}, 0.01, {"p0": {"q": 1e6}})
+        up.report([huge, fine])
+        assert up.unsendable == 1 and list(up._batches) == ["c"]
+        assert router.poll(5000)
+        _, frame = router.recv_multipart()
+        from laxflow.protocol.wire import decode
+
+        assert decode(frame).body.batch.id == "c"
+    finally:
+        up.close()
+        router.close(0)
+        ctx.term()

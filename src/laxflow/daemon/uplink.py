@@ -32,6 +32,7 @@ from laxflow.coordinator.keys import ClientKeys
 from laxflow.daemon.core import DaemonCore
 from laxflow.daemon.state import BatchReport
 from laxflow.protocol import messages as m
+from laxflow.protocol.wire import ProtocolError
 
 log = logging.getLogger("laxflow.daemon.uplink")
 UNKNOWN_PEER = "*"  # Transfer.dst when this node does not know the receiving port (ignored by Algorithm 1)
@@ -68,6 +69,7 @@ class Uplink:
         self.auth_failures = {"auth": 0, "protocol": 0, "other": 0}  # handshakes refused, by kind
         self._retry: dict[object, float] = {}  # refused socket -> when to start it over
         self._backoff = RETRY_FIRST_S
+        self.unsendable = 0  # reports our own validator refused (never sent)
         self.coordinator_id = ""
         self.applied_seq = -1
         self.last_heard: float | None = None  # monotonic s
@@ -90,11 +92,21 @@ class Uplink:
         for r in reports:
             if r.kind == "arrival":
                 info = self._batch_info(r)
-                if info is not None:
+                if info is not None and self._send(m.BatchArrival(self.node, info)):
                     self._batches[r.batch] = info
-                    self.link.send(m.BatchArrival(self.node, info))
             elif self._batches.pop(r.batch, None) is not None:
-                self.link.send(m.BatchDeparture(self.node, r.batch))
+                self._send(m.BatchDeparture(self.node, r.batch))
+
+    def _send(self, msg) -> bool:
+        """Send one report; a report past the protocol's bounds (e.g. a shim's byte count past 2^50) is
+        logged and counted, never sent: it would be refused anyway, and must not stop the loop."""
+        try:
+            self.link.send(msg)
+            return True
+        except ProtocolError as exc:
+            self.unsendable += 1
+            log.warning("report %s to coordinator %s not sent: %s", type(msg).__name__, self.address, exc.detail[:300])
+            return False
 
     @property
     def next_due(self) -> float:
