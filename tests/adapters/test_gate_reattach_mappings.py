@@ -51,3 +51,46 @@ def test_a_stale_segment_is_not_mapped_again_and_again():
         if second is not None:
             second.close(unlink=True)
     assert _mappings(name) == 0
+
+
+def test_a_daemon_that_was_late_keeps_its_messages_completions():
+    """The daemon misses its heartbeat for a moment (a loaded host) and beats again: the same daemon, so a
+    message in flight meanwhile still reports its COMPLETION to it. (The soak saw a transfer wait 349 s: the
+    gate had counted the late daemon as replaced, dropped its in-flight messages' completions, and the
+    daemon held every later message of a lower class behind them until it was killed.)"""
+    import threading
+
+    from laxflow.protocol.shm import EventKind, Gate, Stage
+
+    name = f"/lxf-gate-late-{os.getpid()}-{time.monotonic_ns()}"
+    daemon = Segment.create(name, STALE_NS)
+    gate = PermitGate(GateConfig(shm_name=name, reattach_s=0.01))
+    go = threading.Event()
+    try:
+        daemon.heartbeat()
+        fut = gate.submit(lambda permit: go.wait(10) and permit, 5, Stage.P2D, 0, 1 << 20)
+        submit = [e for e in daemon.drain_events() if e["kind"] == EventKind.SUBMIT]
+        assert len(submit) == 1
+        msg = int(submit[0]["msg_id"])
+        daemon.set_permit(msg, Gate.OPEN, 2, 10)
+        daemon.publish_permits()
+        deadline = time.monotonic() + 10
+        while gate.stats["released"] < 1:  # running now, blocked in go.wait
+            assert time.monotonic() < deadline
+            daemon.heartbeat()
+            time.sleep(0.001)
+        time.sleep(2 * STALE_NS / 1e9)  # late: the heartbeat goes stale while the transfer runs
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:  # the gate retries attaching meanwhile (reattach_s 0.01)
+            assert "stale" in gate.bypass_reason
+            time.sleep(0.005)
+        daemon.heartbeat()  # back
+        assert gate.bypass_reason is None
+        go.set()
+        assert fut.result(timeout=10).msg_id == msg
+        done = [e for e in daemon.drain_events() if e["kind"] == EventKind.COMPLETION]
+        assert [int(e["msg_id"]) for e in done] == [msg]  # the daemon hears the end of its message
+    finally:
+        go.set()
+        gate.close()
+        daemon.close(unlink=True)

@@ -144,6 +144,12 @@ class PermitGate:
                     # mapping, so it goes now; kept, one more 5 MB mapping would pile up per attempt.
                     fresh.close(unlink=False)
                     return None
+                if fresh.bell_path == self._seg.bell_path:  # unique to a daemon instance (pid, creation time)
+                    # The same daemon, late and beating again: not replaced, its messages are still its own
+                    # (counted as replaced, their completions were never sent and it held later ones behind them).
+                    fresh.close(unlink=False)
+                    self._why_bypass = None
+                    return self._seg
                 self._retired.append(self._seg)  # a thread may still sleep in wait_permits on it
                 self._seg = fresh
                 self._generation += 1  # messages announced to the old daemon are failed open
