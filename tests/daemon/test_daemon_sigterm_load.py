@@ -71,6 +71,7 @@ def test_sigterm_with_held_wrs_opens_the_gates_loses_nothing_exits_0(native_bin,
         assert c["wr_deferred"] > 0 and c["wr_defer_timeouts"] == 0, c
         assert c["wr_released"] + c["wr_failopen"] >= c["wr_deferred"], c  # none held forever
         assert any("gates open" in line for line in d.log), "".join(d.log)
-        print(f"SIGTERM released {held} held WRs in {released * 1000:.0f} ms, exited 0 after {exited * 1000:.0f} ms; counters {c}")
+        print(f"SIGTERM released {held} held WRs in {released * 1000:.0f} ms, exited 0 after {exited * 1000:.0f} ms;"
+              f" counters {c}")
     finally:
         seg.close(unlink=False)
