@@ -638,7 +638,19 @@ def process_report(child: Child, warmup: float) -> list[dict]:
 
 
 def report(soak: Soak, exits: dict, leftover: list[str], wall_s: float) -> dict:
-    """The JSON object printed at the end."""
+    """The JSON object printed at the end.
+
+    iterations, bytes_verified: Mooncake write+read rounds whose bytes read back equal the bytes written
+    (msg_bytes each); socket_bytes_verified: echoed bytes compared; hooks_batches, hooks_errors,
+    hooks_worst_call_s: the reports stream; errors (must be 0) and error_samples; worst_stall_s,
+    stalls_over_1s, stalls ([start s, seconds]) of the Mooncake loop; timeline of kills and recoveries;
+    kills, restarts; view_rebuild_s (per coordinator restart: until its status shows both daemons alive);
+    daemon_restart_s (until the new segment is live); gate, adapter: the wrapper's counters; ring_drops
+    (events_dropped summed over each node's daemon instances) and segment_counters (the last instance's);
+    processes: per role, per incarnation, RSS (KiB) and fds and /dev/shm mappings after warm-up and at the
+    end, growth and slope (KiB/min, least squares past warm-up); shm: /dev/shm entries at start, peak and
+    end, and ours_left (entries this run made still there: must be empty); exit_codes after SIGTERM.
+    """
     init = dict(soak.initiator_last)
     ring = {node: sum(c["events_dropped"] for c in by_pid.values()) for node, by_pid in soak.seg_counters.items()}
     last_counters = {node: (list(by_pid.values())[-1] if by_pid else None)
