@@ -56,10 +56,10 @@ CLAIMS_POINTS = "fig10-mixtral,fig11-mixtral,fig13,testbed-qwenA,fig12-agent,fig
 
 BENCHES: dict[str, Bench] = {b.name: b for b in (
     # Paper reproductions (docs/results/<paper>.md).
-    Bench("sim_claims", ("bench/sim_claims.py", "--points", CLAIMS_POINTS, "--fraction", "0.8", "--seeds", "3",
+    Bench("sim_claims", ("bench/sim_claims.py", "--points", CLAIMS_POINTS, "--fraction", "0.8", "--seeds", "2",
                          "--servers", "16", "--requests", "200", "--warmup", "100", "--jobs", "1",
                          "--out", "out/results/sim_claims"),
-          "MFS Figs. 9-13: SLO attainment per policy at 0.8 of capacity, 16 servers, 3 seeds",
+          "MFS Figs. 9-13: SLO attainment per policy at 0.8 of capacity, 16 servers, 2 seeds (more on a quiet box: the run resumes with --resume)",
           fresh=("out/results/sim_claims",)),
     Bench("workload_calibration", ("bench/workload_calibration.py",),
           "the synthetic workloads' mean prompt length and prefix reuse against their targets"),
@@ -153,8 +153,8 @@ def shape(name: str, result):
     return result
 
 
-def run_bench(bench: Bench, python: str, timeout: float | None) -> dict:
-    """Run one bench and return its record (result or error)."""
+def run_bench(bench: Bench, python: str, timeout: float | None, resume: bool = False) -> dict:
+    """Run one bench and return its record (result or error); ``resume`` keeps its scratch runs."""
     record = {"bench": bench.name, "about": bench.about, "command": "python " + " ".join(bench.args),
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": git_commit(),
               "machine": machine(), "load_avg_start": round(os.getloadavg()[0], 2)}
@@ -162,7 +162,15 @@ def run_bench(bench: Bench, python: str, timeout: float | None) -> dict:
         record["error"] = "needs root (network namespaces and qdiscs): run make results as root"
         return record
     for path in bench.fresh:
-        shutil.rmtree(ROOT / path, ignore_errors=True)
+        if resume:
+            try:
+                since = dt.datetime.fromtimestamp((ROOT / path).stat().st_ctime, dt.timezone.utc).strftime("%H:%M UTC")
+            except OSError:
+                since = "?"
+            record["resumed"] = (f"runs kept in {path} from an earlier start of this bench (folder made {since}); "
+                                 "elapsed_s is this start's time only")
+        else:
+            shutil.rmtree(ROOT / path, ignore_errors=True)
     t0 = time.monotonic()
     try:
         proc = subprocess.run([python, *bench.args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
@@ -210,11 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     if not a.render_only:
         for i, name in enumerate(names, 1):
             bench = BENCHES[name]
-            if a.resume:
-                bench = Bench(bench.name, bench.args, bench.about, bench.needs_root)
             print(f"[{i}/{len(names)}] {name}: python {' '.join(bench.args)}", file=sys.stderr, flush=True)
             t0 = time.monotonic()
-            record = run_bench(bench, sys.executable, a.timeout)
+            record = run_bench(bench, sys.executable, a.timeout, a.resume)
             path = save(record)
             state = f"error: {record['error']}" if "error" in record else f"ok -> {path.relative_to(ROOT)}"
             print(f"[{i}/{len(names)}] {name}: {time.monotonic() - t0:.0f} s, {state}", file=sys.stderr, flush=True)

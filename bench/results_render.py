@@ -145,8 +145,8 @@ def header(title: str, records: list[Record], now: str) -> list[str]:
         if r.ok:
             d = r.doc
             lines.append(f"| `{r.name}` | `bench/results/{r.name}.json` | `{d['command']}` | {d['date']} | `{d['commit'][:12]}` | "
-                         f"{machine_text(d)} | {d.get('elapsed_s', '?')} s | {d.get('load_avg_start', '?')} / "
-                         f"{d.get('load_avg_end', '?')} |")
+                         f"{machine_text(d)} | {d.get('elapsed_s', '?')} s" + (f" ({d['resumed']})" if d.get("resumed") else "")
+                         + f" | {d.get('load_avg_start', '?')} / {d.get('load_avg_end', '?')} |")
         else:
             why = f"failed: {r.doc['error']}" if r.doc and "error" in r.doc else "not run in this regeneration"
             lines.append(f"| `{r.name}` | - | `{command_of(r.name)}` | *{why}* | | | | |")
