@@ -356,6 +356,7 @@ def fp_ratio(bench: str, baseline: str) -> Callable[[dict], str]:
 def preemption_value(res: dict) -> str:
     return (f"**{num(get(res, 'ratio'))}x** (layer {num(res['layer_blocking_ms'])} ms / operator "
             f"{num(res['operator_blocking_ms'])} ms, mean over {res['trials']} trials each, {res['missed']} missed; "
+            f"the long prefill alone took {num(res['long_prefill_ms'])} ms on this box; "
             "one seed: the JSON keeps no per-trial values, so no interval; target >= 2)")
 
 
@@ -372,7 +373,7 @@ FP_CLAIMS = [
           fp_ratio("flowprefill_goodput", "edf-cp8k"), FP_REASON_SETUP),
     Claim("Fig. 9: tightest SLO scale at a fixed rate, FCFS / FlowPrefill", "not given", "flowprefill_slo",
           fp_ratio("flowprefill_slo", "fcfs"),
-          "the paper's fixed rate is not stated; ours is 2.9 req/s, about 40 % of FlowPrefill's goodput"),
+          "the paper's fixed rate is not stated; ours is 2.9 req/s, about 40 % of FlowPrefill's goodput when it was chosen"),
     Claim("Fig. 9: tightest SLO scale, EDF-2k / FlowPrefill (x tighter)", "1.5-2.3x", "flowprefill_slo",
           fp_ratio("flowprefill_slo", "edf-cp2k"), "as above; chunking costs 3-4 % at 2k chunks in our model"),
     Claim("Fig. 9: tightest SLO scale, EDF-8k / FlowPrefill", "2.1-3.1x", "flowprefill_slo",
@@ -650,7 +651,7 @@ def target_rows(name: str, rec: Record, link: str) -> list[str]:
     if not rec.ok:
         return [f"| `{name}` | {not_run(rec)} | | | |"]
     res = rec.result
-    targets = TARGETS[name] or [Target(k, "", None) for k in _flat(res) if not k.startswith("machine")][:12]
+    targets = TARGETS[name] or [Target(k, "", None) for k in _flat(res) if not k.startswith("machine")][:16]
     rows = []
     for i, t in enumerate(targets):
         first = ("" if i else f"[`{name}`]({link}{name}.json)" if link else f"`{name}` (`bench/results/{name}.json`)")
