@@ -6,6 +6,9 @@
 execs CMD under the shim; with no daemon it starts one embedded in this
 process for this node alone (no coordinator), runs CMD as a child, and when
 CMD exits stops the daemon (gates open) and exits with CMD's status.
+Only with ``--collectives nccl|gloo`` does the job get the collective
+environment (``laxflow.adapters.nccl.apply_run_env``): without it its
+untagged QPs and sockets are not scheduled as collectives.
 """
 
 from __future__ import annotations
@@ -49,20 +52,33 @@ def register(app: typer.Typer) -> None:
             help="Release a work request whose permit has not come after this long (default 300).",
         ),
         ports: str = typer.Option("auto", "--ports", help="Embedded daemon only: ports file or 'auto' (sysfs)."),
+        line_rate: Optional[str] = typer.Option(
+            None, "--line-rate", metavar="GBPS",
+            help="Embedded daemon with --ports auto: one port at GBPS Gbit/s when no interface reports a link "
+                 "speed (default: 100, with a warning).",
+        ),
         no_daemon: bool = typer.Option(False, "--no-daemon", help="Never start an embedded daemon."),
+        collectives: Optional[str] = typer.Option(
+            None, "--collectives",
+            help="The job runs collectives: 'nccl' (NCCL_IB_TC, the profiler plugin and "
+                 "LAXFLOW_DEFAULT_STAGE=2: its untagged QPs and sockets are collective traffic) or 'gloo' "
+                 "(LAXFLOW_DEFAULT_STAGE=2 only). Default: none of these; untagged traffic is not scheduled.",
+        ),
     ) -> None:
-        """Run CMD with the shim preloaded: laxflow run [--dscp N] -- CMD [ARGS...]."""
+        """Run CMD with the shim preloaded: laxflow run [--dscp N] [--collectives nccl|gloo] -- CMD [ARGS...]."""
         import os
 
+        from laxflow.adapters.nccl import COLLECTIVES, apply_run_env
         from laxflow.errors import UserError
         from laxflow.shim import ShimConfig, daemon_status, exec_under_shim, invisible_paths
 
+        if collectives is not None and collectives not in COLLECTIVES:
+            raise UserError(f"--collectives: expected {' or '.join(COLLECTIVES)}, got {collectives!r}")
         config = ShimConfig(dscp=dscp, shm_name=shm_name, stale_ms=stale_ms, max_defer_ms=max_defer_ms)
         for what in invisible_paths(os.environ):
             print(f"laxflow run: warning: {what}", file=sys.stderr)
-        from laxflow.adapters.nccl import apply_run_env
-
-        apply_run_env(dscp=dscp)  # NCCL / Gloo: NCCL_IB_TC, stage 2, profiler plugin
+        if collectives is not None:
+            apply_run_env(dscp=dscp, collectives=collectives)
         command = list(ctx.args)
         if not command:
             raise UserError("run: expected a command after '--' (laxflow run [--dscp N] -- CMD ...)")
@@ -71,13 +87,12 @@ def register(app: typer.Typer) -> None:
         if no_daemon:
             print(f"laxflow run: no live daemon ({daemon_status(shm_name)}); traffic passes through", file=sys.stderr)
             exec_under_shim(command, config)
-        sys.exit(run_with_embedded_daemon(command, config, ports))
+        sys.exit(run_with_embedded_daemon(command, config, ports, line_rate))
 
 
-def run_with_embedded_daemon(command: list[str], config, ports: str) -> int:
+def run_with_embedded_daemon(command: list[str], config, ports: str, line_rate: str | None = None) -> int:
     """One-node mode: a daemon thread in this process, CMD as a child; returns CMD's exit status."""
     from laxflow.daemon.config import load_config
-    from laxflow.daemon.ports import PortSpec
     from laxflow.daemon.service import Daemon
     from laxflow.errors import UserError
     from laxflow.shim import shim_env
@@ -86,15 +101,17 @@ def run_with_embedded_daemon(command: list[str], config, ports: str) -> int:
     flags = {"node": node, "shm": config.shm_name, "ports": ports}
     if config.stale_ms is not None:
         flags["stale_ms"] = config.stale_ms
+    if line_rate is not None:
+        flags["line_rate_gbps"] = line_rate
     try:
         daemon_config = load_config(flags)
     except UserError as exc:
-        if ports != "auto":
+        if ports != "auto" or line_rate is not None:
             raise
-        # A container or VM whose interfaces report no speed: schedule one port at a stated rate.
-        flags["ports"] = [{"name": "default", "gbps": 100}]
-        daemon_config = load_config(flags)
-        print(f"laxflow run: {exc}; scheduling one 100 Gbit/s port 'default'", file=sys.stderr)
+        # A container or VM whose interfaces report no speed: one port at a stated rate.
+        daemon_config = load_config({**flags, "line_rate_gbps": 100})
+        print(f"laxflow run: {exc}; scheduling one 100 Gbit/s port {daemon_config.core.ports[0].name!r} meanwhile",
+              file=sys.stderr)
     daemon = Daemon(daemon_config, unlink_on_exit=True)
     loop = threading.Thread(target=daemon.run, name="laxflow-daemon", daemon=True)
     loop.start()

@@ -44,7 +44,7 @@ def test_all_to_all_under_laxflow_run_carries_the_dscp(world):
     assert ready.wait(5)
     port = free_port()
     procs = [
-        subprocess.Popen([LAXFLOW, "run", "--dscp", str(dscp), "--", sys.executable, str(WORKER),
+        subprocess.Popen([LAXFLOW, "run", "--dscp", str(dscp), "--collectives", "gloo", "--", sys.executable, str(WORKER),
                           str(rank), str(world), str(port), "4"],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for rank in range(world)

@@ -78,8 +78,8 @@ def test_run_env_defaults_and_user_values():
 
 def test_laxflow_run_sets_nccl_env():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "LAXFLOW_"))}
-    res = subprocess.run([LAXFLOW, "run", "--dscp", "10", "--", "env"], env=env, capture_output=True, text=True,
-                         timeout=60)
+    res = subprocess.run([LAXFLOW, "run", "--dscp", "10", "--collectives", "nccl", "--", "env"], env=env,
+                         capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     got = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
     assert got["NCCL_IB_TC"] == "40" and got["LAXFLOW_DEFAULT_STAGE"] == "2" and got["LAXFLOW_DSCP"] == "10"

@@ -1,9 +1,14 @@
-"""What ``laxflow run`` gives an NCCL (or Gloo) job besides the preloaded shim.
+"""What ``laxflow run --collectives nccl|gloo`` gives a job that runs collectives, besides the preloaded shim.
 
 ``laxflow.shim_cli`` calls :func:`apply_run_env` once, on the ``laxflow run``
-process, before it execs the job; :func:`laxflow.shim.shim_env` then copies
-the environment (it already sets ``LD_PRELOAD`` and, for NCCL >= 2.30,
+process, before it execs the job, and only when the job says it runs
+collectives (``--collectives``): a job that does not (a Mooncake target, a
+serving process's own sockets) gets none of this, so its untagged traffic is
+not taken for collectives.  :func:`laxflow.shim.shim_env` then copies the
+environment (it already sets ``LD_PRELOAD`` and, for NCCL >= 2.30,
 ``NCCL_IBVERBS_LIB`` pointing at the shim).  A value the user set is kept.
+``nccl`` sets all three variables below; ``gloo`` (CPU collectives over TCP)
+only ``LAXFLOW_DEFAULT_STAGE``.
 
 * ``NCCL_IB_TC``: the GRH traffic class of every QP NCCL creates, from
   laxflow's DSCP map (tc = DSCP << 2): the collective class, RMLQ level
@@ -32,6 +37,7 @@ from laxflow.policy.dscp import DscpMap, default_dscp_map
 PLUGIN_FILE = "libnccl-profiler-laxflow.so"
 COLLECTIVE_LEVEL = 1  # RLI 0 -> RMLQ level min(1 + 0, K - 1) (laxflow.policy.mfs)
 COLLECTIVE_STAGE = 2
+COLLECTIVES = ("nccl", "gloo")  # the values of ``laxflow run --collectives``
 
 
 def profiler_plugin_path() -> Path | None:
@@ -48,12 +54,17 @@ def collective_tc(dscp: int | None = None, dscp_map: DscpMap | None = None) -> i
 
 
 def apply_run_env(
-    env: MutableMapping[str, str] | None = None, dscp: int | None = None, dscp_map: DscpMap | None = None
+    env: MutableMapping[str, str] | None = None, dscp: int | None = None, dscp_map: DscpMap | None = None,
+    collectives: str = "nccl",
 ) -> None:
-    """Add what NCCL and Gloo jobs need to ``env`` (default: this process's, ``laxflow run``'s)."""
+    """Add what a job running ``collectives`` (``nccl`` or ``gloo``) needs to ``env`` (default: this process's)."""
+    if collectives not in COLLECTIVES:
+        raise ValueError(f"collectives: expected one of {', '.join(COLLECTIVES)}, got {collectives!r}")
     env = os.environ if env is None else env
-    env.setdefault("NCCL_IB_TC", str(collective_tc(dscp, dscp_map)))
     env.setdefault("LAXFLOW_DEFAULT_STAGE", str(COLLECTIVE_STAGE))
+    if collectives != "nccl":
+        return
+    env.setdefault("NCCL_IB_TC", str(collective_tc(dscp, dscp_map)))
     plugin = profiler_plugin_path()
     if plugin is not None:
         env.setdefault("NCCL_PROFILER_PLUGIN", str(plugin))
