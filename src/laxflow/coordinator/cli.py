@@ -19,6 +19,7 @@ def coordinator(
     insecure: bool = typer.Option(False, "--insecure", help="Bind a non-loopback address without CURVE (trusted networks only)."),
     require_keys: bool = typer.Option(False, "--require-keys", help="Refuse to start without --curve-keys, even on loopback (where otherwise any local process can register as a node)."),
     metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve Prometheus /metrics on this port."),
+    metrics_bind: Optional[str] = typer.Option(None, "--metrics-bind", metavar="ADDR", help="Address /metrics listens on (default: the --bind host when it is one IP address, else 127.0.0.1; 0.0.0.0 for every interface)."),
     heartbeat: float = typer.Option(0.5, "--heartbeat", help="Heartbeat period daemons are told to use, s."),
     dead_after: float = typer.Option(2.0, "--dead-after", help="Silence after which a daemon's batches are dropped, s."),
     forget_after: float = typer.Option(600.0, "--forget-after", help="Silence after which a dead daemon leaves `laxflow status`, s."),
@@ -40,6 +41,7 @@ def coordinator(
         insecure=insecure,
         require_keys=require_keys,
         metrics_port=metrics_port,
+        metrics_bind=metrics_bind,
         core=CoordinatorConfig(heartbeat_s=heartbeat, dead_after_s=dead_after, drop_budget=drop_budget,
                                forget_after_s=forget_after),
     )

@@ -16,6 +16,7 @@ an exception inside the core is logged, counted and the frame dropped.
 from __future__ import annotations
 
 import collections
+import ipaddress
 import logging
 import signal
 import threading
@@ -25,11 +26,12 @@ from dataclasses import dataclass
 import msgpack
 import numpy as np
 import zmq
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from laxflow.coordinator.client import Endpoints
 from laxflow.coordinator.core import CoordinatorConfig, CoordinatorCore, Publish, Reply
 from laxflow.coordinator.keys import ServerKeys
+from laxflow.daemon.metrics import DEFAULT_BIND, check_bind, serve_registry
 from laxflow.errors import UserError
 from laxflow.protocol import messages as m
 from laxflow.protocol.wire import (MAX_FRAME_BYTES, PROTOCOL_VERSION, SOCKET_MAX_BYTES, DropCounter, DropReason,
@@ -77,6 +79,7 @@ class ServerConfig:
     metrics_port: int | None = None
     core: CoordinatorConfig = CoordinatorConfig()
     require_keys: bool = False  # refuse to start without CURVE, loopback included
+    metrics_bind: str | None = None  # /metrics listens here; None: the --bind host if an IP address, else loopback
 
     def check(self) -> Endpoints:
         ep = Endpoints.parse(self.bind)
@@ -94,7 +97,21 @@ class ServerConfig:
             )
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise UserError(f"coordinator: --metrics-port must be 0..65535, got {self.metrics_port}")
+        if self.metrics_bind is not None:
+            check_bind(self.metrics_bind, "coordinator: --metrics-bind")
         return ep
+
+    @property
+    def metrics_address(self) -> str:
+        """Where /metrics listens: --metrics-bind, else the control address (--bind) when it is one IP
+        address, else loopback (a wildcard or ipc bind does not expose the metrics)."""
+        if self.metrics_bind is not None:
+            return self.metrics_bind
+        host = Endpoints.parse(self.bind).host
+        try:
+            return host if not ipaddress.ip_address(host).is_unspecified else DEFAULT_BIND
+        except ValueError:  # ipc, "*", a host or interface name
+            return DEFAULT_BIND
 
     @property
     def auth(self) -> str:
@@ -167,10 +184,10 @@ class CoordinatorServer:
         self.metrics = _Metrics(self.registry)
         if config.metrics_port is not None:
             try:
-                start_http_server(config.metrics_port, registry=self.registry)
-            except OSError as exc:
+                serve_registry(self.registry, config.metrics_address, config.metrics_port, "coordinator")
+            except UserError:
                 self.close()
-                raise UserError(f"coordinator: cannot serve metrics on port {config.metrics_port}: {exc.strerror or exc}") from None
+                raise
         self.drops = DropCounter()
         self._dups = DuplicateFilter()
         self._latencies: collections.deque[float] = collections.deque(maxlen=1000)

@@ -19,14 +19,21 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("daemon")
     def daemon_command(
-        node: Optional[str] = typer.Option(None, "--node", help="This node's name in the cluster."),
+        node: Optional[str] = typer.Option(None, "--node", help="This node's name in the cluster. Required, "
+                                           "unless the --config file gives 'node'."),
         coordinator: Optional[str] = typer.Option(None, "--coordinator", help="Coordinator tcp://HOST:PORT; "
                                                   "without one the daemon schedules locally."),
         shm: Optional[str] = typer.Option(None, "--shm", help="Shared-memory segment (default $LAXFLOW_SHM_NAME "
                                           "or /laxflow)."),
         ports: Optional[str] = typer.Option(None, "--ports", help="NIC ports: a JSON ports file, or 'auto' (sysfs)."),
+        line_rate: Optional[str] = typer.Option(None, "--line-rate", metavar="GBPS", help="With --ports auto: "
+                                                "schedule one port at GBPS Gbit/s (the default route's interface) "
+                                                "when no interface reports a link speed (virtio NICs)."),
         metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this "
                                                    "port (0: any free one)."),
+        metrics_bind: Optional[str] = typer.Option(None, "--metrics-bind", metavar="ADDR", help="Address the "
+                                                   "metrics endpoint listens on (default 127.0.0.1; 0.0.0.0 for "
+                                                   "every interface)."),
         hooks: Optional[str] = typer.Option(None, "--hooks", help="Hooks server address, ipc://PATH."),
         group: Optional[str] = typer.Option(None, "--group", help="Unix group (name or gid) to share the segment, "
                                             "doorbell and hooks sockets with (mode 0660), so serving jobs of other "
@@ -38,7 +45,8 @@ def register(app: typer.Typer) -> None:
         from laxflow.daemon.config import load_config
 
         run_daemon(load_config({"node": node, "coordinator": coordinator, "shm": shm, "ports": ports,
-                                "metrics_port": metrics_port, "hooks": hooks, "group": group,
+                                "line_rate_gbps": line_rate, "metrics_port": metrics_port,
+                                "metrics_bind": metrics_bind, "hooks": hooks, "group": group,
                                 "config": config}), log_level)
 
 

@@ -9,7 +9,7 @@ Config file (JSON), every key optional::
 
     {"node": "node1", "coordinator": "tcp://head:5555", "shm": "/laxflow",
      "ports": "auto" | "ports.json" | [{"name": "eth0", "gbps": 100}],
-     "metrics_port": 9464, "metrics_host": "0.0.0.0", "hooks": "ipc:///run/laxflow/hooks.sock",
+     "line_rate_gbps": 25, "metrics_port": 9464, "metrics_bind": "127.0.0.1", "hooks": "ipc:///run/laxflow/hooks.sock",
      "keys_dir": "/etc/laxflow/keys", "stale_ms": 100, "poll_us": 50, "rtt_us": 20, "window_bytes": null,
      "spare_share": 0.25, "heartbeat_s": 0.5, "group": "laxflow", "mfs": {"levels": 8, "period": 0.001, ...}}
 
@@ -18,6 +18,12 @@ Config file (JSON), every key optional::
 hooks sockets are then mode 0660 and owned by that group, so serving jobs run by
 other users in the group attach (without it they are 0600, the daemon's user
 alone, and a job of another user passes through unscheduled).
+
+``line_rate_gbps`` (``--line-rate``): with ``"ports": "auto"``, the rate of
+the one port scheduled when no interface reports a link speed (a VM's
+virtio NIC reports -1). ``metrics_bind`` (``--metrics-bind``): the address
+``/metrics`` listens on, loopback unless set (``0.0.0.0`` for every
+interface). ``node`` is required, as ``--node`` or here.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from laxflow.daemon.core import CoreConfig
-from laxflow.daemon.ports import PortSpec, _port_entry, discover_ports, load_ports_file
+from laxflow.daemon.metrics import DEFAULT_BIND, check_bind
+from laxflow.daemon.ports import PortSpec, _port_entry, discover_ports, line_rate_gbps, load_ports_file
 from laxflow.errors import UserError, read_json_file
 from laxflow.policy.config import MfsConfig
 
@@ -65,7 +72,7 @@ class DaemonConfig:
     coordinator: str | None = None
     hooks: str = ""
     metrics_port: int | None = None
-    metrics_host: str = "0.0.0.0"
+    metrics_bind: str = DEFAULT_BIND
     keys_dir: str | None = None
     stale_ms: int = 100
     poll_us: int = 50
@@ -85,6 +92,7 @@ class DaemonConfig:
             raise UserError(f"--coordinator: expected tcp://HOST:PORT or ipc://PATH, got {self.coordinator!r}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise UserError(f"--metrics-port: expected 0..65535, got {self.metrics_port}")
+        check_bind(self.metrics_bind, "--metrics-bind (config metrics_bind)")
         if not 1 <= self.stale_ms <= 3_600_000:
             raise UserError(f"stale_ms: expected 1..3600000, got {self.stale_ms}")
         if not 1 <= self.poll_us <= 1_000_000:
@@ -132,9 +140,9 @@ def runtime_dir(env: Mapping[str, str] | None = None) -> str:
     return env.get("XDG_RUNTIME_DIR") or "/tmp"
 
 
-_FILE_KEYS = {"node", "coordinator", "shm", "ports", "metrics_port", "metrics_host", "hooks", "keys_dir", "stale_ms",
-              "poll_us", "spin_us", "rtt_us", "window_bytes", "spare_share", "heartbeat_s", "mfs", "default_port",
-              "group"}
+_FILE_KEYS = {"node", "coordinator", "shm", "ports", "line_rate_gbps", "metrics_port", "metrics_bind", "hooks",
+              "keys_dir", "stale_ms", "poll_us", "spin_us", "rtt_us", "window_bytes", "spare_share", "heartbeat_s",
+              "mfs", "default_port", "group"}
 
 
 def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None) -> DaemonConfig:
@@ -152,9 +160,9 @@ def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None) 
         values.update(raw)
     values.update({k: v for k, v in flags.items() if v is not None and k != "config"})
     if "node" not in values:
-        raise UserError("--node: required (the name of this node in the cluster)")
+        raise UserError("--node: required (the name of this node in the cluster), or 'node' in the --config file")
     shm = values.get("shm") or env.get("LAXFLOW_SHM_NAME") or DEFAULT_SHM
-    ports = _ports(values.get("ports", "auto"))
+    ports = _ports(values.get("ports", "auto"), values.get("line_rate_gbps"))
     mfs_raw = values.get("mfs", {})
     if not isinstance(mfs_raw, dict):
         raise UserError("daemon config: 'mfs' must be an object of MFS options")
@@ -175,9 +183,12 @@ def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None) 
     return DaemonConfig(core=core, shm=shm, **kw)
 
 
-def _ports(value: Any) -> tuple[PortSpec, ...]:
+def _ports(value: Any, line_rate: Any = None) -> tuple[PortSpec, ...]:
     if value == "auto":
-        return discover_ports()
+        return discover_ports(line_rate=None if line_rate is None else line_rate_gbps(line_rate))
+    if line_rate is not None:
+        raise UserError(f"--line-rate (config line_rate_gbps): only with --ports auto (the ports given, {value!r}, "
+                        "state their own rates)")
     if isinstance(value, str):
         return load_ports_file(value)
     if isinstance(value, list) and value:

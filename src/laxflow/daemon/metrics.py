@@ -9,6 +9,8 @@ checks every name the dashboard names.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -19,6 +21,37 @@ if TYPE_CHECKING:
 
 # Submit-to-permit latency buckets, seconds: 10 us .. 100 ms.
 LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 1e-1)
+DEFAULT_BIND = "127.0.0.1"  # /metrics of the daemon and the coordinator: this host only unless configured
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
+_HOST_RE = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")  # a host name, no scheme or port
+
+
+def check_bind(value: object, what: str) -> str:
+    """A ``--metrics-bind`` value (an IP address or a host name; ``what`` names the flag and key), else one
+    UserError."""
+    from laxflow.errors import UserError
+
+    if isinstance(value, str):
+        try:
+            ipaddress.ip_address(value)
+            return value
+        except ValueError:
+            if _HOST_RE.match(value):
+                return value
+    raise UserError(f"{what}: expected an IP address or host name to listen on, got {value!r}")
+
+
+def serve_registry(registry: CollectorRegistry, host: str, port: int, what: str) -> int:
+    """Serve ``registry`` on http://host:port/metrics (port 0 picks one); the bound port, or one UserError."""
+    from laxflow.errors import UserError
+
+    try:
+        server, _ = start_http_server(port, addr=host, registry=registry)
+    except (OSError, ValueError) as exc:  # in use, not an address of this host, a name that does not resolve
+        reason = getattr(exc, "strerror", None) or exc
+        raise UserError(f"{what}: cannot serve metrics on {host} port {port} (--metrics-bind, --metrics-port): "
+                        f"{reason}") from None
+    return int(server.server_address[1])
 
 
 class DaemonMetrics:
@@ -75,9 +108,8 @@ class DaemonMetrics:
         self._latency = self.latency.labels(node)
 
     def serve(self, host: str, port: int) -> int:
-        """Start the HTTP endpoint; returns the bound port (``port`` 0 picks one)."""
-        server, _ = start_http_server(port, addr=host, registry=self.registry)
-        return int(server.server_address[1])
+        """Start the HTTP endpoint on ``host`` (``--metrics-bind``); returns the bound port (``port`` 0 picks one)."""
+        return serve_registry(self.registry, host, port, "daemon")
 
     def observe_step(self, result: "StepResult") -> None:
         for p in result.permits:

@@ -2,7 +2,7 @@
 
 Port discovery is called once by the daemon's config loader
 (:func:`load_ports_file` for ``--ports FILE``, :func:`discover_ports` for
-``--ports auto``). :class:`LinkMeter` is owned by the daemon core and fed,
+``--ports auto``, :func:`line_rate_gbps` for ``--line-rate``). :class:`LinkMeter` is owned by the daemon core and fed,
 on the daemon's loop thread, with byte-counter samples: the NIC's own
 ``tx_bytes`` when the port has one (sysfs), else the bytes of messages the
 core saw complete.
@@ -23,6 +23,7 @@ import numpy as np
 from laxflow.errors import UserError, read_json_file
 
 SYSFS_NET = Path("/sys/class/net")
+PROC_ROUTE = Path("/proc/net/route")
 
 
 @dataclass(frozen=True)
@@ -99,25 +100,70 @@ def _port_entry(entry: Any, where: str) -> PortSpec:
     return PortSpec(name, rate, counter, None if window is None else float(window))
 
 
-def discover_ports(root: Path = SYSFS_NET) -> tuple[PortSpec, ...]:
+def line_rate_gbps(value: Any) -> float:
+    """``--line-rate GBPS`` (config ``line_rate_gbps``) as a number of Gbit/s > 0, else one UserError."""
+    try:
+        gbps = float(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else math.nan
+    except ValueError:
+        gbps = math.nan
+    if not (math.isfinite(gbps) and gbps > 0):
+        raise UserError(f"--line-rate (config line_rate_gbps): expected a number of Gbit/s > 0, got {value!r}")
+    return gbps
+
+
+def discover_ports(root: Path = SYSFS_NET, line_rate: float | None = None,
+                   route: Path = PROC_ROUTE) -> tuple[PortSpec, ...]:
     """``--ports auto``: every interface with a positive ``speed`` (Mbit/s) in sysfs.
 
-    Loopback and interfaces that report no speed (virtual, down) are skipped;
-    with none left this is a UserError saying to pass a ports file.
+    Loopback and interfaces that report no speed (virtio NICs report -1;
+    down or virtual ones none) are skipped. With none left and ``line_rate``
+    (Gbit/s, ``--line-rate``) given, the node schedules one port at that
+    rate: the interface of the default route (``route``, /proc/net/route),
+    with its byte counter, or a port named ``default`` when there is none.
+    Without it this is a UserError naming every interface seen and the speed
+    it reported.
     """
-    out = []
+    out, seen = [], []
     for dev in sorted(root.iterdir()) if root.is_dir() else []:
-        try:
-            mbps = int((dev / "speed").read_text().strip())
-        except (OSError, ValueError):
+        if dev.name == "lo":
             continue
-        if mbps <= 0 or dev.name == "lo":
+        try:
+            raw = (dev / "speed").read_text().strip()
+            mbps = int(raw)
+        except OSError as exc:
+            seen.append(f"{dev.name} (speed unreadable: {exc.strerror or exc})")
+            continue
+        except ValueError:
+            seen.append(f"{dev.name} (speed {raw!r})")
+            continue
+        if mbps <= 0:
+            seen.append(f"{dev.name} (speed {mbps})")
             continue
         counter = dev / "statistics" / "tx_bytes"
         out.append(PortSpec(dev.name, mbps * 1e6 / 8, str(counter) if counter.exists() else None))
-    if not out:
-        raise UserError(f"--ports auto: no interface under {root} reports a link speed; pass --ports FILE")
-    return tuple(out)
+    if out:
+        return tuple(out)
+    if line_rate is not None:
+        name = _default_route_interface(route)
+        counter = root / name / "statistics" / "tx_bytes" if name else None
+        if counter is None or not counter.exists():
+            return (PortSpec(name or "default", line_rate * 1e9 / 8),)
+        return (PortSpec(name, line_rate * 1e9 / 8, str(counter)),)
+    raise UserError(f"--ports auto: no interface under {root} reports a link speed (seen: {', '.join(seen) or 'none'}"
+                    "); pass --ports FILE, or --line-rate GBPS (config line_rate_gbps) for one port at that rate")
+
+
+def _default_route_interface(route: Path) -> str | None:
+    """The interface of the IPv4 default route in ``route`` (/proc/net/route format), None without one."""
+    try:
+        lines = route.read_text().splitlines()[1:]
+    except OSError:
+        return None
+    for line in lines:
+        cols = line.split()
+        if len(cols) > 2 and cols[1] == "00000000" and cols[0] != "lo":
+            return cols[0]
+    return None
 
 
 class LinkMeter:

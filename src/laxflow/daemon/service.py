@@ -97,7 +97,7 @@ class Daemon:
             self.metrics_port: int | None = None
             self._http = None
             if config.metrics_port is not None:
-                self.metrics_port = self.metrics.serve(config.metrics_host, config.metrics_port)
+                self.metrics_port = self.metrics.serve(config.metrics_bind, config.metrics_port)
         except Exception:
             self._close_sockets()
             self.segment.close(unlink=True)
