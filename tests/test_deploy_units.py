@@ -1,7 +1,7 @@
 """The systemd units in deploy/ start: systemd's own checker accepts them without a warning, and the command
 line systemd builds from each unit's ExecStart and Environment= parses with the real ``laxflow`` CLI.
 
-This machine has no systemd as PID 1, so no unit is started here; ``systemd-analyze verify`` loads each unit
+This machine has no systemd as PID 1 (no unit can be started), so none is started here; ``systemd-analyze verify`` loads each unit
 the way systemd does (the ExecStart binary pointed at this checkout's ``laxflow``, since /opt/laxflow is not
 installed here) and reports every assignment it had to ignore.
 """
@@ -98,6 +98,13 @@ def test_exec_start_parses_with_the_laxflow_cli(unit):
     if name == "daemon":
         assert params["node"] and params["coordinator"] == "tcp://head:5555"
         assert params["config"] == "/etc/laxflow/daemon.json"
+        # A serving job of another user in group laxflow reaches the segment and the hooks socket (0660) ...
+        assert params["group"] == "laxflow" and params["hooks"] == "ipc:///run/laxflow/hooks.sock"
+        # ... through /run/laxflow, which the group may enter.
+        service = dict(lines)
+        mode = int(service["RuntimeDirectoryMode"], 8)
+        assert service["RuntimeDirectory"] == "laxflow" and service["Group"] == "laxflow"
+        assert mode & 0o050 == 0o050 and mode & 0o007 == 0, oct(mode)
     elif name == "coordinator":
         assert params["metrics_port"] == 9470 and params["bind"] == "tcp://0.0.0.0:5555"
     else:
