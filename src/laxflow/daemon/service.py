@@ -165,7 +165,9 @@ class Daemon:
         if self._bell is None:
             time.sleep(poll)  # no doorbell (could not create it): the old polling nap
             return
-        due = self._next_beat
+        # The gauges a scraper reads (ring drops, heartbeat age, ...) stay current while idle too: with a
+        # long staleness bound the next heartbeat can be minutes away.
+        due = min(self._next_beat, self._next_refresh)
         if self.core.messages:
             due = min(due, self._next_counter) if self._counters else due  # link load while traffic flows
             if self._core_timer is not None:

@@ -27,7 +27,9 @@ from laxflow.protocol.wire import message
 
 STAGES = ("reuse", "collective", "p2d")
 MAX_PID = 1 << 22  # Linux's PID_MAX_LIMIT
-MAX_HANDLE = (1 << 32) - 1  # a QP number (24 bits) or a file descriptor
+# A QP number (24 bits), a file descriptor, or a file descriptor + 2^32: the handle of the reads a socket
+# initiates, bound to the ingress port (laxflow.testbed.mfs_io.RX_HANDLE).
+MAX_HANDLE = (1 << 33) - 1
 MAX_PRIORITY = (1 << 31) - 1  # |priority|: the engine's own int32 priorities fit
 
 
