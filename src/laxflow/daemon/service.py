@@ -83,7 +83,8 @@ class Daemon:
         gid = config.group_id
         self.segment = create_segment(config.shm, config.stale_ms * 1_000_000, gid)
         self._stop = threading.Event()
-        # stop() writes here so a loop blocked in its poll (up to a heartbeat period: stale_ms / 4) ends at once
+        # stop() writes here so a loop blocked in its poll (until the next timer: the 4 Hz gauge refresh at most) ends
+        # at once
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._ctx = zmq.Context()
         self.started = time.monotonic()
