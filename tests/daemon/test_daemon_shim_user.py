@@ -58,12 +58,14 @@ def job_user():
 
 @pytest.fixture
 def job_bin(native_bin):
-    """The verbs client and the fake provider where any user can run them (pytest's tmp is root's alone)."""
+    """The verbs client, the fake provider and the shim where any user can load them (pytest's tmp, and a checkout
+    under a private directory such as mktemp's, are root's alone)."""
     d = Path(tempfile.mkdtemp(prefix="lxf-job-"))
     try:
         os.chmod(d, 0o755)
         shutil.copytree(native_bin.fakelib_dir, d / "fakelib")
         shutil.copy2(native_bin.verbs_client, d / "verbs_client")
+        shutil.copy2(shim_path(), d / "liblaxflow_shim.so")
         logs = d / "logs"
         logs.mkdir()
         os.chmod(logs, 0o777)
@@ -87,7 +89,7 @@ def _start_job(job_bin, d, user, groups):
     ref_log = logs / "reference.log"
     assert run_client(native, args, client_env(native, ref_log)).returncode == 0
     log = logs / "shim.log"
-    client = Client(native, [*args, "--wait", "--shim-stats"], client_env(native, log, shim_path(), d.shm), user=user.pw_uid,
+    client = Client(native, [*args, "--wait", "--shim-stats"], client_env(native, log, native.verbs_client.parent / "liblaxflow_shim.so", d.shm), user=user.pw_uid,
                     group=user.pw_gid, extra_groups=groups)
     pid, qps = client.qps()
     return client, log, pid, qps, client.plan(len(qps), 1), log_by_qp(ref_log)
