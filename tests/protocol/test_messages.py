@@ -13,6 +13,7 @@ from laxflow.protocol.wire import (
     PROTOCOL_VERSION,
     DropReason,
     DuplicateFilter,
+    Envelope,
     ProtocolError,
     decode,
     encode,
@@ -276,3 +277,46 @@ def test_a_field_added_with_a_default_may_be_left_out_by_an_older_sender():
     assert _reason(msgpack.packb(raw)) is DropReason.BAD_FIELD
     with pytest.raises(ProtocolError, match="auth"):
         encode(dataclasses.replace(new, auth="trust-me"), "c")
+
+
+def _envelope(sender: str, msg_id: str):
+    return decode(encode(m.StatusRequest(False), sender, msg_id=msg_id))
+
+
+def test_duplicate_filter_memory_stays_flat_over_a_long_run():
+    """A coordinator and its daemons exchange ~30 frames/s for months: the filter's
+    memory must not grow with every frame (a 65,536-entry LRU of ids grew the
+    soak's processes by ~400 KiB/min for over half an hour), and a replay of a
+    frame from long ago is still caught."""
+    import tracemalloc
+
+    f = DuplicateFilter()
+    streams = [("n1", "a1b2c3d4e5f6"), ("n2", "0f0e0d0c0b0a")]
+    first = [_envelope(s, f"{p}-1") for s, p in streams]
+    for env in first:
+        assert not f.seen(env)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for rnd in range(40):  # 160,000 frames, as ids count up in new_msg_id's form
+            for s, p in streams:
+                for k in range(2000):
+                    env = Envelope(1, f"{p}-{2 + rnd * 2000 + k:x}", "status_request", s, 0.0, None)
+                    assert not f.seen(env)
+        grown = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert grown < 256 << 10, f"the duplicate filter grew by {grown >> 10} KiB over 160,000 frames"
+    for env in first:
+        assert f.seen(env)  # a replay of the very first frame, 80,000 frames later
+
+
+def test_duplicate_filter_takes_reordered_ids_once():
+    f = DuplicateFilter()
+    for k in (1, 3, 2, 5, 4):
+        assert not f.seen(_envelope("n1", f"cafe-{k:x}"))
+    for k in (1, 2, 3, 4, 5):
+        assert f.seen(_envelope("n1", f"cafe-{k:x}"))
+    assert not f.seen(_envelope("n1", "beef-1"))  # another process of the same sender: its own ids
+    assert not f.seen(_envelope("n1", "free-form id"))  # ids of another form: remembered as they are
+    assert f.seen(_envelope("n1", "free-form id"))

@@ -390,19 +390,40 @@ def _compile_record(cls: type) -> Callable[[Any], Any]:
 
 
 class DuplicateFilter:
-    """Remembers the last ``capacity`` (sender, msg_id) pairs seen.
+    """Drops a (sender, msg_id) pair seen before; memory per sending process, not per frame.
 
     Who calls it: a receiving loop, after :func:`decode`, on its own thread.
     A repeated pair is a retransmission or a replay; the loop drops it as
-    ``DropReason.DUPLICATE``. Bounded memory: the oldest ids are forgotten.
+    ``DropReason.DUPLICATE``.
+
+    Ids in :func:`new_msg_id`'s form (``<prefix>-<hex counter>``, one prefix
+    per process) are kept per (sender, prefix) as the highest counter seen and
+    a bit mask of the ``window`` counters below it: a counter inside the
+    window is taken once, one below it is a replay (a sender's frames arrive
+    in order over its connection, so only replays come that late). The last
+    ``streams`` (sender, prefix) pairs are kept (a restarted process makes a
+    new prefix). Ids of any other form are remembered as they are, the last
+    ``capacity`` of them.
     """
 
-    def __init__(self, capacity: int = 65536) -> None:
-        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+    def __init__(self, capacity: int = 65536, window: int = 4096, streams: int = 4096) -> None:
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()  # other ids
         self._capacity = capacity
+        self._window = window
+        self._streams: OrderedDict[tuple[str, str], list[int]] = OrderedDict()  # -> [highest counter, mask]
+        self._max_streams = streams
 
     def seen(self, env: Envelope) -> bool:
         """True if this (sender, msg_id) came before; records it otherwise."""
+        prefix, _, tail = env.msg_id.rpartition("-")
+        if prefix and 0 < len(tail) <= 16:
+            try:
+                counter = int(tail, 16)
+            except ValueError:
+                pass
+            else:
+                if tail == f"{counter:x}":  # the canonical spelling only: one counter, one id
+                    return self._seen_counter((env.sender, prefix), counter)
         key = (env.sender, env.msg_id)
         if key in self._seen:
             self._seen.move_to_end(key)
@@ -410,6 +431,25 @@ class DuplicateFilter:
         self._seen[key] = None
         if len(self._seen) > self._capacity:
             self._seen.popitem(last=False)
+        return False
+
+    def _seen_counter(self, stream: tuple[str, str], counter: int) -> bool:
+        state = self._streams.get(stream)
+        if state is None:
+            self._streams[stream] = [counter, 1]
+            if len(self._streams) > self._max_streams:
+                self._streams.popitem(last=False)
+            return False
+        self._streams.move_to_end(stream)
+        top, mask = state
+        if counter > top:  # the usual case: the next id
+            state[0] = counter
+            state[1] = ((mask << (counter - top)) | 1) & ((1 << self._window) - 1) if counter - top < self._window else 1
+            return False
+        back = top - counter
+        if back >= self._window or mask >> back & 1:
+            return True
+        state[1] = mask | 1 << back
         return False
 
 
