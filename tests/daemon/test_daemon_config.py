@@ -139,3 +139,15 @@ def test_bad_spare_share_is_one_clear_error(tmp_path, value, message):
     f.write_text(json.dumps({"node": "n1", "ports": [{"name": "eth0", "gbps": 1}], "spare_share": value}))
     with pytest.raises(UserError, match=message):
         load_config({"config": str(f)})
+
+
+def test_message_ttl_s_is_read_from_the_file_and_validated(tmp_path):
+    f = tmp_path / "d.json"
+    raw = {"node": "n1", "ports": [{"name": "eth0", "gbps": 1}]}
+    f.write_text(json.dumps(raw))
+    assert load_config({"config": str(f)}).core.message_ttl == 60.0
+    f.write_text(json.dumps(dict(raw, message_ttl_s=5)))
+    assert load_config({"config": str(f)}).core.message_ttl == 5.0
+    f.write_text(json.dumps(dict(raw, message_ttl_s=0)))
+    with pytest.raises(UserError, match="message_ttl must be > 0 s"):
+        load_config({"config": str(f)})

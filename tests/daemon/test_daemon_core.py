@@ -453,3 +453,61 @@ def test_a_saturated_port_counting_whole_super_packets_shows_no_spare_capacity(b
         core.port_counter("eth0", sent, t)
         core.step(t)
     assert (core.stats["spare_permits"] > 0) == misfires
+
+
+def test_requests_seen_only_through_shim_events_are_forgotten_with_their_batch():
+    # The soak: a Mooncake job tags its transfers with a new request key every few dozen transfers and
+    # never says the request is done. Each key left a request record behind when its batch departed idle:
+    # the daemon's memory grew with every request it ever saw.
+    core = create_core(batch_idle=1.0)
+    t = 0.0
+    for i in range(2000):
+        core.submit(i + 1, f"mc-{i}", Stage.REUSE, 0, 1e5, t)
+        core.step(t)
+        core.complete(i + 1, t + 0.001)
+        t += 0.01
+        core.step(t)
+    core.step(t + 2.0)
+    assert core.batches == {} and core.requests == {}, f"{len(core.requests)} request records left"
+
+
+def test_a_registered_request_is_kept_until_its_deadline_then_forgotten():
+    core = create_core(batch_idle=1.0)
+    core.register_request("r", deadline=10.0)  # registered; its batch forms later
+    core.submit(1, "r", Stage.P2D, 0, 1e6, 0.0)
+    core.step(0.0)
+    core.complete(1, 0.1)
+    core.step(2.0)  # its unannounced batch departs idle: the request still has a deadline ahead
+    assert core.requests["r"].deadline == 10.0
+    core.submit(2, "r", Stage.P2D, 1, 1e6, 3.0)
+    assert core.messages[2].flow.deadline == 10.0  # its next message keeps the deadline
+    core.complete(2, 3.1)
+    core.step(5.0)
+    core.step(11.5)  # past the deadline and idle: the engine never said done; forgotten
+    assert "r" not in core.requests
+    core.register_request("gone", deadline=1.0)  # registered, never a message, never done
+    core.step(12.0)
+    core.step(13.5)
+    assert "gone" not in core.requests
+
+
+def test_a_request_done_without_a_batch_leaves_no_record():
+    core = create_core()
+    for i in range(100):
+        core.register_request(f"r{i}", deadline=5.0)
+        core.request_done(f"r{i}", 0.1)
+    assert core.requests == {}
+
+
+def test_a_message_never_completed_expires_and_stops_holding_the_port():
+    # A job killed between its SUBMIT and its COMPLETION (or a COMPLETION dropped on a full ring)
+    # left the message live forever: its granted bytes held every lower level behind the window.
+    core = create_core(message_ttl=60.0)
+    core.submit(1, "a", Stage.COLLECTIVE, 0, 1e9, 0.0)
+    assert granted(core.step(0.0)) == [1]
+    core.submit(2, "b", Stage.REUSE, 5, 1e6, 1.0)
+    assert granted(core.step(1.0)) == []  # behind the collective's bytes
+    assert granted(core.step(59.0)) == []
+    result = core.step(60.5)
+    assert 1 not in core.messages and core.stats["expired_messages"] == 1
+    assert 1 in result.cleared and granted(result) == [2]

@@ -11,7 +11,8 @@ Config file (JSON), every key optional::
      "ports": "auto" | "ports.json" | [{"name": "eth0", "gbps": 100}],
      "line_rate_gbps": 25, "metrics_port": 9464, "metrics_bind": "127.0.0.1", "hooks": "ipc:///run/laxflow/hooks.sock",
      "keys_dir": "/etc/laxflow/keys", "stale_ms": 100, "poll_us": 50, "rtt_us": 20, "window_bytes": null,
-     "spare_share": 0.25, "heartbeat_s": 0.5, "group": "laxflow", "mfs": {"levels": 8, "period": 0.001, ...}}
+     "spare_share": 0.25, "heartbeat_s": 0.5, "group": "laxflow", "message_ttl_s": 60,
+     "mfs": {"levels": 8, "period": 0.001, ...}}
 
 ``group``: a Unix group, by name or numeric gid (as Kubernetes'
 ``supplementalGroups`` gives it); the segment, its doorbell FIFO and the
@@ -142,7 +143,7 @@ def runtime_dir(env: Mapping[str, str] | None = None) -> str:
 
 _FILE_KEYS = {"node", "coordinator", "shm", "ports", "line_rate_gbps", "metrics_port", "metrics_bind", "hooks",
               "keys_dir", "stale_ms", "poll_us", "spin_us", "rtt_us", "window_bytes", "spare_share", "heartbeat_s",
-              "mfs", "default_port", "group"}
+              "mfs", "default_port", "group", "message_ttl_s"}
 
 
 def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None) -> DaemonConfig:
@@ -174,6 +175,7 @@ def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None) 
         window_bytes=None if values.get("window_bytes") is None else _number(values["window_bytes"], "window_bytes"),
         spare_share=None if spare is None else _number(spare, "spare_share"),
         default_port=_integer(values.get("default_port", 0), "default_port"),
+        message_ttl=_number(values.get("message_ttl_s", CoreConfig.message_ttl), "message_ttl_s"),
     )
     kw = {f.name: values[f.name] for f in fields(DaemonConfig) if f.name in values and f.name not in ("core", "shm")}
     kw.setdefault("hooks", default_hooks_address(shm, runtime_dir(env)))

@@ -76,6 +76,7 @@ class CoreConfig:
     spare_burst: float = 65536.0
     default_port: int = 0
     batch_idle: float = 1.0  # s without messages after which a batch departs
+    message_ttl: float = 60.0  # s after its SUBMIT a message never completed is forgotten (its job died)
 
     def __post_init__(self) -> None:
         if not self.ports:
@@ -98,6 +99,8 @@ class CoreConfig:
             raise UserError(f"daemon config: default_port must be 0..{len(self.ports) - 1}, got {self.default_port}")
         if not (math.isfinite(self.batch_idle) and self.batch_idle > 0):
             raise UserError(f"daemon config: batch_idle must be > 0 s, got {self.batch_idle!r}")
+        if not (math.isfinite(self.message_ttl) and self.message_ttl > 0):
+            raise UserError(f"daemon config: message_ttl must be > 0 s, got {self.message_ttl!r}")
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -128,6 +131,10 @@ class DaemonCore:
         self.messages: dict[int, Message] = {}  # live, in submission order
         self.requests: dict[str, RequestInfo] = {}
         self.batches: dict[str, BatchInfo] = {}
+        # Requests whose record outlives its batch (registered, or kept at the batch's departure because
+        # their deadline is ahead): forgotten once no deadline of theirs is ahead (_forget_orphans).
+        self._orphans: set[str] = set()
+        self._orphans_swept = -math.inf
         self.handle_port: dict[tuple[int, int], int] = {}
         self.completed_bytes = np.zeros(len(self.ports))  # bytes of messages seen done, per port
         self._counted = [p.counter is None for p in config.ports]  # meter fed from completions
@@ -148,7 +155,8 @@ class DaemonCore:
         self._arrivals: list[BatchInfo] = []
         self.coordinated = False
         self.stats = {"submits": 0, "completions": 0, "layer_boundaries": 0, "bad_events": 0, "permits": 0,
-                      "spare_permits": 0, "decisions": 0, "unknown_completions": 0, "duplicate_submits": 0}
+                      "spare_permits": 0, "decisions": 0, "unknown_completions": 0, "duplicate_submits": 0,
+                      "expired_messages": 0}
 
     # ------------------------------------------------------------ shm events
 
@@ -199,6 +207,8 @@ class DaemonCore:
                          priority: int = 0) -> None:
         info = self.request(name)
         info.deadline, info.prompt_tokens, info.reused_tokens, info.priority = deadline, prompt_tokens, reused_tokens, priority
+        if info.batch not in self.batches:
+            self._orphans.add(name)  # no batch yet: if none ever comes, its deadline ends the record
 
     def batch_formed(self, batch: str, requests: Iterable[str], now: float, compute: float = 0.0,
                      traffic: Mapping[str, Mapping[str, float]] | None = None) -> None:
@@ -251,7 +261,11 @@ class DaemonCore:
             return
         info.done = True
         batch = self.batches.get(info.batch)
-        if batch is not None and batch.requests and all(self.request(r).done for r in batch.requests):
+        if batch is None:  # no live batch holds it: nothing to wait for
+            del self.requests[name]
+            self._orphans.discard(name)
+            return
+        if batch.requests and all(self.request(r).done for r in batch.requests):
             batch.finished = True
             self._maybe_depart(batch, now)
 
@@ -300,9 +314,13 @@ class DaemonCore:
             self.stats["unknown_completions"] += 1
             return
         self.stats["completions"] += 1
+        self._retire(m, now)
+
+    def _retire(self, m: Message, now: float) -> None:
+        """A message left the queue (completed or expired): its bytes, its permit slot, its batch."""
         self._account(m.port, m.size - m.done, now)
         self.policy.on_complete(m.flow, now)
-        self._cleared.append(msg_id)
+        self._cleared.append(m.msg_id)
         batch = self.batches.get(m.batch)
         if batch is not None:
             batch.live -= 1
@@ -346,6 +364,7 @@ class DaemonCore:
     def step(self, now: float) -> StepResult:
         """Decide if needed, grant what the permit rule allows; hand out what changed since the last step."""
         decided = False
+        self._expire_messages(now)
         if self._dirty or (self._timer is not None and now >= self._timer):
             self._decide(now)
             decided = True
@@ -448,11 +467,41 @@ class DaemonCore:
         if batch.live == 0 and batch.finished:
             self._depart(batch, now)
 
+    def _expire_messages(self, now: float) -> None:
+        """Forget messages live for ``message_ttl`` since their SUBMIT: their COMPLETION is not coming (the
+        job died, or the event was dropped on a full ring), and their bytes would hold lower levels forever."""
+        limit = now - self.config.message_ttl
+        expired = []
+        for m in self.messages.values():  # in submission order: stop at the first one still young
+            if m.submitted > limit:
+                break
+            expired.append(m)
+        for m in expired:
+            self.stats["expired_messages"] += 1
+            self._retire(self.messages.pop(m.msg_id), now)
+
     def _idle_departures(self, now: float) -> None:
         limit = self.config.batch_idle
         idle = [b for b in self.batches.values() if b.live == 0 and now - b.last_seen >= limit and self._expired(b, now)]
         for b in idle:
             self._depart(b, now)
+        if self._orphans and now - self._orphans_swept >= limit / 2:
+            self._forget_orphans(now)
+
+    def _deadline_passed(self, info: RequestInfo, now: float) -> bool:
+        return info.deadline is None or now - info.deadline >= self.config.batch_idle
+
+    def _forget_orphans(self, now: float) -> None:
+        """Drop records of requests no live batch holds and whose deadline (if any) passed ``batch_idle`` ago:
+        the engine went away without saying they were done."""
+        self._orphans_swept = now
+        for name in list(self._orphans):
+            info = self.requests.get(name)
+            if info is None or info.batch in self.batches:
+                self._orphans.discard(name)  # gone, or a live batch's again: its departure decides
+            elif self._deadline_passed(info, now):
+                del self.requests[name]
+                self._orphans.discard(name)
 
     def _expired(self, batch: BatchInfo, now: float) -> bool:
         """Whether an idle batch is gone rather than waiting.
@@ -480,8 +529,13 @@ class DaemonCore:
         self._reports.append(self._report("departure", batch, now))
         for name in batch.requests:
             info = self.requests.get(name)
-            if info is not None and info.batch == batch.name and (info.done or batch.compute_done):
+            if info is None or info.batch != batch.name:
+                continue
+            if info.done or batch.compute_done or self._deadline_passed(info, now):
                 del self.requests[name]
+                self._orphans.discard(name)
+            else:
+                self._orphans.add(name)  # its deadline is ahead: it may send again (kept until it passes)
 
     def _report(self, kind: str, batch: BatchInfo, now: float) -> BatchReport:
         deadlines = {r: self.requests[r].deadline for r in sorted(batch.requests) if r in self.requests}

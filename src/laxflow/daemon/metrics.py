@@ -76,7 +76,8 @@ class DaemonMetrics:
                                registry=r)
         self.pruned = Gauge("laxflow_daemon_pruned_requests", "Requests currently in the scavenger class", ["node"],
                             registry=r)
-        self.events = Counter("laxflow_daemon_events", "Ring and hooks events applied", ["node", "kind"], registry=r)
+        self.events = Counter("laxflow_daemon_events", "Ring and hooks events applied (kind expired: messages forgotten "
+                              "message_ttl_s after their submit, never completed)", ["node", "kind"], registry=r)
         self.bad_events = Counter("laxflow_daemon_bad_events", "Events or hooks calls dropped as malformed", ["node"],
                                   registry=r)
         self.internal_errors = Counter("laxflow_daemon_internal_errors", "Events or calls whose handling raised "
@@ -131,7 +132,8 @@ class DaemonMetrics:
             self.link_load.labels(self.node, port).set(load)
         self.live.labels(self.node).set(len(core.messages))
         self.pruned.labels(self.node).set(len(core.pruned()))
-        for key, kind in (("submits", "submit"), ("completions", "completion"), ("layer_boundaries", "layer_boundary")):
+        for key, kind in (("submits", "submit"), ("completions", "completion"), ("layer_boundaries", "layer_boundary"),
+                          ("expired_messages", "expired")):
             self._count(self.events.labels(self.node, kind), core.stats, key)
         self._count(self.bad_events.labels(self.node), core.stats, "bad_events")
         self._count(self.decisions.labels(self.node), core.stats, "decisions")
