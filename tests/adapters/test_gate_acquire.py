@@ -133,3 +133,31 @@ def test_acquire_after_a_daemon_restart_is_gated_by_the_new_daemon():
         gate.close()
         if second is not None:
             second.close()
+
+
+def test_a_permit_that_never_comes_from_a_live_daemon_is_waited_for_at_most_max_wait_s(daemon):
+    # A daemon that beats but never opens a message (a policy bug, a message it forgot) held the
+    # transfer forever: the serving job hung while every fail-open check (segment, heartbeat) passed.
+    gate = PermitGate(GateConfig(shm_name=daemon.name, poll_s=0.01, max_wait_s=0.3))
+    try:
+        t0 = time.monotonic()
+        future = gate.submit(lambda permit: permit, 7, Stage.REUSE, 3, 1000)
+        assert future.result(timeout=10) is None  # ran without a permit
+        ticket = gate.acquire(8, Stage.COLLECTIVE, 3, 1000)
+        assert ticket.permit is None and ticket.msg_id != 0
+        gate.release(ticket)
+        assert time.monotonic() - t0 >= 0.6  # each waited its bound
+        assert gate.stats["wait_timeouts"] == 2 and gate.stats["failopen"] == 2
+        daemon.wait_for(lambda evs: sum(e["kind"] == EventKind.COMPLETION for e in evs) == 2)  # the daemon is told
+    finally:
+        gate.close()
+
+
+def test_max_wait_s_is_validated_and_read_from_the_environment():
+    assert GateConfig().max_wait_s == 10.0
+    assert GateConfig.from_env({"LAXFLOW_SHM_NAME": "/x", "LAXFLOW_GATE_MAX_WAIT_S": "2.5"}) == \
+        GateConfig(shm_name="/x", max_wait_s=2.5)
+    with pytest.raises(ValueError, match="max_wait_s"):
+        GateConfig(max_wait_s=0)
+    with pytest.raises(ValueError, match="LAXFLOW_GATE_MAX_WAIT_S"):
+        GateConfig.from_env({"LAXFLOW_GATE_MAX_WAIT_S": "soon"})

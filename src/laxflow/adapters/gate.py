@@ -30,7 +30,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 from laxflow.protocol.shm import COMPUTE_DONE_LAYER, EventKind, Gate, Permit, Segment, SegmentError, TagValue
 
@@ -46,12 +46,29 @@ class GateConfig:
         it reads the permits (and the daemon's heartbeat) again.
     workers: threads that run released transfers (each blocks in the library).
     reattach_s: how often to retry attaching when the segment was missing.
+    max_wait_s: the longest a message waits for its permit from a live
+        daemon; past it the transfer goes without one (failing open, counted
+        in ``stats["wait_timeouts"]``). A liveness bound for a daemon that
+        beats but never opens a message, far above any deferral MFS makes.
     """
 
     shm_name: str = DEFAULT_SHM_NAME
     poll_s: float = 0.005
     workers: int = 4
     reattach_s: float = 1.0
+    max_wait_s: float = 10.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> GateConfig:
+        """The config of a process started by ``laxflow run``: ``LAXFLOW_SHM_NAME``, ``LAXFLOW_GATE_MAX_WAIT_S``."""
+        kw: dict = {"shm_name": env.get("LAXFLOW_SHM_NAME", DEFAULT_SHM_NAME)}
+        if "LAXFLOW_GATE_MAX_WAIT_S" in env:
+            try:
+                kw["max_wait_s"] = float(env["LAXFLOW_GATE_MAX_WAIT_S"])
+            except ValueError:
+                raise ValueError(f"LAXFLOW_GATE_MAX_WAIT_S: expected seconds, got {env['LAXFLOW_GATE_MAX_WAIT_S']!r}") \
+                    from None
+        return cls(**kw)
 
     def __post_init__(self) -> None:
         if not self.shm_name.startswith("/") or "/" in self.shm_name[1:]:
@@ -62,6 +79,8 @@ class GateConfig:
             raise ValueError(f"workers: expected 1..256, got {self.workers!r}")
         if not self.reattach_s > 0:
             raise ValueError(f"reattach_s: expected seconds > 0, got {self.reattach_s!r}")
+        if not 0 < self.max_wait_s < float("inf"):
+            raise ValueError(f"max_wait_s: expected seconds > 0, got {self.max_wait_s!r}")
 
 
 @dataclass(frozen=True)
@@ -91,6 +110,7 @@ class _Waiting:
     run: Callable[[Permit | None], object]
     future: Future
     generation: int = 0
+    since: float = 0.0  # time.monotonic() at SUBMIT (max_wait_s counts from here)
 
 
 class PermitGate:
@@ -114,7 +134,7 @@ class PermitGate:
         self._closed = False
         self._pool = ThreadPoolExecutor(self.config.workers, thread_name_prefix="laxflow-xfer")
         self._pid = os.getpid()
-        self.stats = {"submitted": 0, "released": 0, "failopen": 0, "bypassed": 0, "completed": 0}
+        self.stats = {"submitted": 0, "released": 0, "failopen": 0, "bypassed": 0, "completed": 0, "wait_timeouts": 0}
         self._waiter = threading.Thread(target=self._wait_loop, name="laxflow-permits", daemon=True)
         self._waiter.start()
 
@@ -186,7 +206,7 @@ class PermitGate:
         future: Future = Future()
         with self._lock:
             seg, msg_id = self._announce_locked(request_id, stage, layer, nbytes, handle)
-            item = _Waiting(msg_id, request_id, stage, layer, nbytes, run, future, self._generation)
+            item = _Waiting(msg_id, request_id, stage, layer, nbytes, run, future, self._generation, time.monotonic())
             if seg is None:
                 self.stats["bypassed"] += 1
             else:
@@ -211,11 +231,14 @@ class PermitGate:
             if seg is None:
                 self.stats["bypassed"] += 1
                 return Ticket(0, request_id, stage, layer, nbytes, None, generation)
+        give_up = time.monotonic() + self.config.max_wait_s
         while True:
             with self._lock:
                 seg = self._attach_locked() if not self._closed else None
-                if seg is None or generation != self._generation:
+                timed_out = time.monotonic() > give_up
+                if seg is None or generation != self._generation or timed_out:
                     self.stats["failopen"] += 1
+                    self.stats["wait_timeouts"] += timed_out
                     return Ticket(msg_id, request_id, stage, layer, nbytes, None, generation)
                 seq = seg.permit_seq()  # read before the permit: no lost wake-up
                 permit = seg.get_permit(msg_id)
@@ -261,16 +284,22 @@ class PermitGate:
                     return
                 seg = self._attach_locked() if not self._closed else None
                 seq = seg.permit_seq() if seg is not None else 0  # read before the permits: no lost wake-up
+                too_old = time.monotonic() - self.config.max_wait_s
                 for msg_id, item in list(self._waiting.items()):
                     if seg is None or item.generation != self._generation:
                         released.append((item, None))
                         self.stats["failopen"] += 1
                     else:
                         permit = seg.get_permit(msg_id)
-                        if permit is None or permit.gate != Gate.OPEN:
+                        if permit is not None and permit.gate == Gate.OPEN:
+                            released.append((item, permit))
+                            self.stats["released"] += 1
+                        elif item.since < too_old:  # the daemon lives but never opened it: go anyway
+                            released.append((item, None))
+                            self.stats["failopen"] += 1
+                            self.stats["wait_timeouts"] += 1
+                        else:
                             continue
-                        released.append((item, permit))
-                        self.stats["released"] += 1
                     del self._waiting[msg_id]
                 pending = bool(self._waiting)
             for item, permit in released:

@@ -41,7 +41,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from laxflow.adapters.gate import DEFAULT_SHM_NAME, GateConfig
+from laxflow.adapters.gate import GateConfig
 from laxflow.errors import UserError
 
 TENT_PRIO_HIGH, TENT_PRIO_MEDIUM, TENT_PRIO_LOW = 0, 1, 2
@@ -165,7 +165,7 @@ class MooncakeAdapterConfig:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> MooncakeAdapterConfig:
         """The config of a process started by ``laxflow run`` (env read here only)."""
         env = os.environ if env is None else env
-        gate = overrides.pop("gate", None) or GateConfig(shm_name=env.get("LAXFLOW_SHM_NAME", DEFAULT_SHM_NAME))
+        gate = overrides.pop("gate", None) or GateConfig.from_env(env)
         return cls(
             gate=gate,
             ib_tc=_env_int(env, "MC_IB_TC", 0, 255),
