@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from results_benches import BENCHES  # bench/ is on the path (a script's folder, or the tests' conftest)
+
 # Two-sided 95 % Student-t quantiles by degrees of freedom (1-30); above 30, 1.96 is within 4 %.
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
@@ -119,8 +121,6 @@ def machine_text(doc: dict) -> str:
 
 
 def command_of(name: str) -> str:
-    from results import BENCHES  # the registry: the command that makes a bench's JSON
-
     b = BENCHES.get(name)
     return "python " + " ".join(b.args) if b else f"(no bench named {name})"
 
@@ -716,8 +716,6 @@ def page_index(recs: dict[str, Record], now: str) -> list[str]:
 
 def render_all(results: Path, root: Path, now: str | None = None) -> list[Path]:
     """Write every page from ``results`` (a folder of bench JSONs) under ``root``; returns the paths written."""
-    from results import BENCHES
-
     now = now or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     recs = load(results, list(BENCHES))
     pages: dict[Path, list[str]] = {root / "docs/results/index.md": page_index(recs, now)}

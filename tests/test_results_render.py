@@ -42,7 +42,7 @@ def _claims_point(preset: str) -> dict:
 def render(tmp_path, monkeypatch):
     """Render the pages from a fixture folder holding sim_claims, flowprefill_goodput and policy; return (root, pages)."""
     monkeypatch.syspath_prepend(str(BENCH))
-    for mod in ("results", "results_render"):
+    for mod in ("results", "results_render", "results_benches"):
         sys.modules.pop(mod, None)
     results_render = importlib.import_module("results_render")
     data = tmp_path / "results"
@@ -138,7 +138,7 @@ def _batching_point(att: list[float]) -> dict:
 def test_arrow_fairbatching_proserve_values_render_from_their_json_shapes(tmp_path, monkeypatch):
     """The shapes bench/arrow_repro.py and bench/batching_repro.py print (float rate keys become strings in JSON)."""
     monkeypatch.syspath_prepend(str(BENCH))
-    for mod in ("results", "results_render"):
+    for mod in ("results", "results_render", "results_benches"):
         sys.modules.pop(mod, None)
     rr = importlib.import_module("results_render")
     arrow = {"instances": 8, "requests": 1000, "arrow_over": {"vllm": 1.5},

@@ -1,0 +1,77 @@
+"""The benches ``make results`` runs: name, command, what it measures.
+
+Read by ``bench/results.py`` (which runs them) and ``bench/results_render.py``
+(which names each bench's command on the pages); each bench is its script
+with ``--json`` or the arguments its docstring documents, at the scale named
+here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One benchmark run: ``args`` after ``python``, from the repository root."""
+
+    name: str
+    args: tuple[str, ...]
+    about: str
+    needs_root: bool = False
+    fresh: tuple[str, ...] = field(default=())  # scratch paths removed before a fresh run
+
+
+CLAIMS_POINTS = "fig10-mixtral,fig11-mixtral,fig13,testbed-qwenA,fig12-agent,fig11-dbrx"
+
+BENCHES: dict[str, Bench] = {b.name: b for b in (
+    # Paper reproductions (docs/results/<paper>.md).
+    Bench("sim_claims", ("bench/sim_claims.py", "--points", CLAIMS_POINTS, "--fraction", "0.8", "--seeds", "2",
+                         "--servers", "16", "--requests", "200", "--warmup", "100", "--jobs", "1",
+                         "--out", "out/results/sim_claims"),
+          "MFS Figs. 9-13: SLO attainment per policy at 0.8 of capacity, 16 servers, 2 seeds (more on a quiet box: the run resumes with --resume)",
+          fresh=("out/results/sim_claims",)),
+    Bench("workload_calibration", ("bench/workload_calibration.py",),
+          "the synthetic workloads' mean prompt length and prefix reuse against their targets"),
+    Bench("flowprefill_goodput", ("bench/flowprefill.py", "goodput", "--model", "llama3-8b", "--seeds", "3",
+                                  "--requests", "200", "--warmup", "50"),
+          "FlowPrefill Fig. 9: goodput at 90 % attainment per prefill scheduler, Llama3-8B 1P1D"),
+    Bench("flowprefill_slo", ("bench/flowprefill.py", "slo-scale", "--model", "llama3-8b", "--rate", "2.9",
+                              "--seeds", "3", "--requests", "200", "--warmup", "50"),
+          "FlowPrefill Fig. 9: tightest SLO scale at 2.9 req/s per prefill scheduler, Llama3-8B 1P1D"),
+    Bench("flowprefill_coupling", ("bench/flowprefill_coupling.py", "--preset", "flowprefill-llama3-8b",
+                                   "--rates", "1,2,3,4,5,6,7,8", "--seeds", "3"),
+          "MFS and FlowPrefill together: goodput of each alone and both"),
+    Bench("preemption", ("bench/preemption.py", "--json"),
+          "FlowPrefill §6.4: preemption blocking time, operator- vs layer-level checks (CPU engine)"),
+    Bench("fairbatching", ("bench/batching_repro.py", "--only", "fb_single,fb_cluster", "--seeds", "3", "--jobs", "1",
+                           "--requests", "100", "--warmup", "20"),
+          "FairBatching §5.2-5.5 on the instance engine"),
+    Bench("proserve", ("bench/batching_repro.py", "--only", "ps_single,ps_coloc,ps_disagg", "--seeds", "3",
+                       "--jobs", "1", "--requests", "100", "--warmup", "20"),
+          "ProServe §5.2-5.3 on the instance engine"),
+    Bench("arrow", ("bench/arrow_repro.py", "--json", "--seeds", "3", "--requests", "500", "--bisect", "1",
+                    "--scaling", ""),
+          "Arrow §7.2-7.4: sustainable rate at 90 % attainment, Azure Code, 8 instances"),
+    Bench("testbed_ratio", ("bench/testbed_ratio.py", "--runs", "8", "--json"),
+          "MFS on the emulated fabric: CCT and TTFT ratios off/on over repeated testbed runs", needs_root=True),
+    Bench("testbed_fidelity", ("bench/testbed_fidelity.py", "--requests", "20", "--repeat", "3", "--json"),
+          "simulator model vs testbed measurement of the contention scenario", needs_root=True),
+    # Component benchmarks (docs/results/benchmarks.md, bench/README.md).
+    Bench("shim", ("bench/shim.py", "--json"), "native shim overhead and shared-memory ring throughput"),
+    Bench("control_plane", ("bench/control_plane.py", "--json", "--only", "inter", "--only", "permit", "--only",
+                            "events", "--only", "hooks"),
+          "coordinator decision time, daemon permit latency and event rate, hooks calls"),
+    # Apart: under heavy load the daemon's heartbeat goes stale, the gate fails open and this section
+    # refuses to time it (RuntimeError), which must not cost the other sections' figures.
+    Bench("control_plane_idle", ("bench/control_plane.py", "--json", "--only", "idle"),
+          "submit-to-run latency of a message after idleness (PermitGate submit and acquire)"),
+    Bench("policy", ("bench/policy.py", "--json"), "MFS policy core and Algorithm 1 speed"),
+    Bench("network", ("bench/network.py", "--json"), "flow-level network engine speed"),
+    Bench("sim", ("bench/sim.py", "--json"), "serving simulator at paper scale and as the cluster grows"),
+    Bench("mooncake_adapter", ("bench/mooncake_adapter.py", "--json"), "what the Mooncake wrapper adds to a transfer"),
+    Bench("batch_policies", ("bench/batch_policies.py", "--json"),
+          "per-decision cost of the batch schedulers, routers and pool managers"),
+    Bench("soak", ("bench/soak.py", "--minutes", "2", "--json"),
+          "loopback cluster soak with -9 kills and restarts"),
+)}
