@@ -48,7 +48,7 @@ from laxflow.testbed.fabric import Testbed, parse_rate
 from laxflow.testbed.scenario import ScenarioConfig
 from laxflow.testbed.sim_model import GOODPUT, HDR_BYTES, KVRESP_BYTES, ModelParams, alone_s
 from laxflow.testbed.sim_wire import HEADERS
-from laxflow.testbed.worker import ACK, HDR, KVREQ, KVRESP, Tagger, _drain, _listen, _recv_exact, serve_acked
+from laxflow.testbed.worker import ACK, HDR, KVREQ, KVRESP, Tagger, listen_on, recv_discard, recv_exact, serve_acked
 
 PORTS = {"kv": 7301, "decode": 7302, "sink": 7303}
 REPS = 9
@@ -57,7 +57,7 @@ GAP_S = 0.05  # idle between two probes: each message is alone and meets an idle
 
 def sink(cfg: dict[str, Any]) -> None:
     """Stage-2 receiver (h1): per ``HDR``, drains the bytes and acknowledges with ``ACK``."""
-    ls = _listen(cfg["port"])
+    ls = listen_on(cfg["port"])
     conn, _ = ls.accept()
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     serve_acked(conn)
@@ -68,7 +68,7 @@ def _acked_send(sock: socket.socket, rep: int, payload: bytes) -> tuple[float, f
     t0 = time.perf_counter()
     sock.sendall(HDR.pack(rep, 0, len(payload)) + payload)
     t1 = time.perf_counter()
-    _recv_exact(sock, ACK.size)
+    recv_exact(sock, ACK.size)
     return time.perf_counter() - t0, t1 - t0
 
 
@@ -85,8 +85,8 @@ def probe(cfg: dict[str, Any]) -> None:
         time.sleep(GAP_S)
         t0 = time.perf_counter()
         kv.sendall(KVREQ.pack(rep, 0, cfg["reuse_bytes"], -1))
-        _recv_exact(kv, KVRESP.size)
-        _drain(kv, cfg["reuse_bytes"])
+        recv_exact(kv, KVRESP.size)
+        recv_discard(kv, cfg["reuse_bytes"])
         times["1"].append(time.perf_counter() - t0)
         for stage, sock, payload in (("2", a2a, a2a_payload), ("3", dec, kv_payload)):
             time.sleep(GAP_S)

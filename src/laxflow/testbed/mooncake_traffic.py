@@ -154,7 +154,7 @@ def prefill(cfg: dict[str, Any]) -> None:
     from laxflow.adapters.mooncake import TransferEngine
     from laxflow.adapters.mooncake_config import MooncakeAdapterConfig
     from laxflow.testbed.mfs_io import RX_PORT
-    from laxflow.testbed.worker import GlooAllToAll, Tagger, _drain, _listen, job_traffic
+    from laxflow.testbed.worker import GlooAllToAll, Tagger, job_traffic, listen_on, recv_discard
 
     rank, L = cfg["rank"], cfg["layers"]
     reuse, kv_bytes = cfg["reuse_bytes"], cfg["kv_bytes"]
@@ -211,7 +211,7 @@ def prefill(cfg: dict[str, Any]) -> None:
             a2a.coll.pin_sockets(peers=[cfg["peer"]])
     else:
         tag = Tagger(cfg["tagger"])
-        peer_ls = _listen(cfg["a2a_port"] + rank)
+        peer_ls = listen_on(cfg["a2a_port"] + rank)
         a2a_out = tag.connect((cfg["peer"], cfg["a2a_port"] + 1 - rank), dscp[2], 2)
         a2a_in = tag.accept(peer_ls, dscp[2], 2)
     payload = bytes(max(cfg["a2a_bytes"], 1))
@@ -261,7 +261,7 @@ def prefill(cfg: dict[str, Any]) -> None:
             else:
                 sender = threading.Thread(target=a2a_out.sendall, args=(payload[:cfg["a2a_bytes"]],))
                 sender.start()
-                _drain(a2a_in, cfg["a2a_bytes"])
+                recv_discard(a2a_in, cfg["a2a_bytes"])
                 sender.join()
             cct.append(time.time() - t0)
             fut = engine.submit("write", dec, [ctypes.addressof(src) + _src_offset(cfg, req, j)],
@@ -328,11 +328,11 @@ def start_servers(tb: Any, cfg: Any, mode: str, dscp: dict[int, int], env: Any) 
                           json.dumps(dict(sizes, address=tb.address(3)))],
                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=quiet(env(3)))
     servers = [kv, dec]
-    from laxflow.testbed.scenario import READY_TIMEOUT_S, _readline
+    from laxflow.testbed.procs import READY_TIMEOUT_S, readline_within
 
     said = []
     for p in servers:
-        line = _readline(p, READY_TIMEOUT_S)
+        line = readline_within(p, READY_TIMEOUT_S)
         try:
             said.append(json.loads(line))
         except ValueError:
@@ -347,9 +347,9 @@ def start_servers(tb: Any, cfg: Any, mode: str, dscp: dict[int, int], env: Any) 
 
 def verify_writes(dec: Any, timeout: float = 60.0) -> dict[str, int]:
     """Ask the decode target to check every slot the ranks wrote; ``{"verified", "bad"}``."""
-    from laxflow.testbed.scenario import _readline
+    from laxflow.testbed.procs import readline_within
 
     dec.stdin.write("verify\n")
     dec.stdin.flush()
-    line = _readline(dec, timeout)
+    line = readline_within(dec, timeout)
     return json.loads(line) if line.strip() else {"verified": 0, "bad": -1}

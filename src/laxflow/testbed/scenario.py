@@ -57,7 +57,6 @@ import importlib.util
 import json
 import math
 import os
-import select
 import shutil
 import statistics
 import subprocess
@@ -72,9 +71,9 @@ from laxflow.policy.dscp import default_dscp_map
 from laxflow.protocol.shm import Segment
 from laxflow.testbed.fabric import FabricConfig, Testbed, parse_rate
 from laxflow.testbed.mfs_io import RX_PORT
+from laxflow.testbed.procs import READY_TIMEOUT_S, readline_within
 
 LOW_LOAD_REQUESTS = 3  # requests of the low-load run that sets the SLO base
-READY_TIMEOUT_S = 120.0  # a rank's set-up (imports, connections, Gloo's group) on a loaded box
 STAGE_LEVEL = {2: 1, 1: 3, 3: 5}  # static per-stage RMLQ level of the "static" mode (base class of "on")
 MODES = ("off", "static", "on")
 
@@ -269,13 +268,6 @@ class ControlPlane:
             shutil.rmtree(self.dir, ignore_errors=True)  # kept after a failure: the daemons' logs
 
 
-def _readline(p: subprocess.Popen[str], timeout: float) -> str:
-    """One line of ``p``'s stdout within ``timeout`` s ('' if it ended or stayed silent)."""
-    assert p.stdout is not None
-    ready, _, _ = select.select([p.stdout], [], [], timeout)
-    return p.stdout.readline() if ready else ""
-
-
 def run_mode(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, slo: float) -> dict[str, Any]:
     """One run of the job in ``mode`` under TTFT SLO ``slo`` (s); measurements (and DSCP histogram if ``capture``)."""
     if mode == "on":
@@ -348,7 +340,7 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
     try:
         # Each rank says "ready" once connected (and Gloo's group is up); then both get one start time.
         for p in ranks:
-            line = _readline(p, READY_TIMEOUT_S)
+            line = readline_within(p, READY_TIMEOUT_S)
             if line.strip() != "ready":
                 raise UserError(f"contention scenario ({mode}): a prefill rank did not start "
                                 f"(said {line.strip()[-200:]!r})")

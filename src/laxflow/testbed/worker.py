@@ -66,7 +66,7 @@ ACK = struct.Struct("!QQ")  # request, layer: the decode host has a write's byte
 CHUNK = 256 * 1024
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def recv_exact(sock: socket.socket, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
         data = sock.recv(min(CHUNK, n - len(buf)))
@@ -76,7 +76,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def _drain(sock: socket.socket, n: int) -> None:
+def recv_discard(sock: socket.socket, n: int) -> None:
     view = bytearray(CHUNK)
     while n > 0:
         got = sock.recv_into(view, min(CHUNK, n))
@@ -131,7 +131,7 @@ class Tagger:
         return conn
 
 
-def _listen(port: int) -> socket.socket:
+def listen_on(port: int) -> socket.socket:
     ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind(("0.0.0.0", port))
@@ -170,7 +170,7 @@ def kvstore(cfg: dict[str, Any]) -> None:
     needs the bytes asks its own daemon (which sees its layer progress) and
     the permit's class travels in the request; this side only marks and sends.
     """
-    ls = _listen(cfg["kv_port"])
+    ls = listen_on(cfg["kv_port"])
     io = _daemon_io(cfg)
 
     def serve(conn: socket.socket) -> None:
@@ -178,7 +178,7 @@ def kvstore(cfg: dict[str, Any]) -> None:
             conn.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg["dscp"]["1"] << 2)
         try:
             while True:
-                req, layer, n, dscp = KVREQ.unpack(_recv_exact(conn, KVREQ.size))
+                req, layer, n, dscp = KVREQ.unpack(recv_exact(conn, KVREQ.size))
                 if io is not None:
                     io.mark(conn, KVRESP.size + n, req, 1, layer, dscp)
                 conn.sendall(KVRESP.pack(req, layer) + bytes(n))
@@ -194,15 +194,15 @@ def serve_acked(conn: socket.socket) -> None:
     """Receive ``HDR`` + body messages on ``conn`` and acknowledge each with ``ACK``, until the peer goes."""
     try:
         while True:
-            req, layer, size = HDR.unpack(_recv_exact(conn, HDR.size))
-            _drain(conn, size)
+            req, layer, size = HDR.unpack(recv_exact(conn, HDR.size))
+            recv_discard(conn, size)
             conn.sendall(ACK.pack(req, layer))
     except (ConnectionError, OSError):
         conn.close()
 
 
 def decode(cfg: dict[str, Any]) -> None:
-    ls = _listen(cfg["decode_port"])
+    ls = listen_on(cfg["decode_port"])
 
     def serve(conn: socket.socket) -> None:
         if cfg["tagger"] == "sockopt":  # with the shim, its static rule tagged the accept
@@ -273,7 +273,7 @@ def prefill(cfg: dict[str, Any]) -> None:
         a2a = GlooAllToAll(cfg, rank)
         own: list[socket.socket] = []
     else:
-        peer_ls = _listen(cfg["a2a_port"] + rank)
+        peer_ls = listen_on(cfg["a2a_port"] + rank)
         a2a_out = tag.connect((cfg["peer"], cfg["a2a_port"] + 1 - rank), dscp[2], 2)
         a2a_in = tag.accept(peer_ls, dscp[2], 2)
         own = [a2a_out, a2a_in]
@@ -321,7 +321,7 @@ def prefill(cfg: dict[str, Any]) -> None:
     def acks() -> None:
         count: dict[int, int] = {}
         for _ in range(len(arrivals) * L):
-            req, _layer = ACK.unpack(_recv_exact(dec, ACK.size))
+            req, _layer = ACK.unpack(recv_exact(dec, ACK.size))
             timeline["acked"][req - 1000][_layer] = time.time() - arrivals[req - 1000]
             count[req] = count.get(req, 0) + 1
             if count[req] == L:
@@ -359,8 +359,8 @@ def prefill(cfg: dict[str, Any]) -> None:
                 else:
                     io.submit_read(reuse, rid, 1, layer, kv.fileno(), lambda d, j=layer: ask(j, d), arrived[layer])
             for _ in range(L):
-                _req, layer = KVRESP.unpack(_recv_exact(kv, KVRESP.size))
-                _drain(kv, reuse)
+                _req, layer = KVRESP.unpack(recv_exact(kv, KVRESP.size))
+                recv_discard(kv, reuse)
                 arrived[layer].set()
                 events[layer].set()
                 timeline["read"][rid - 1000][layer] = time.time() - arrivals[rid - 1000]
@@ -383,7 +383,7 @@ def prefill(cfg: dict[str, Any]) -> None:
             else:
                 sender = threading.Thread(target=send, args=(a2a_out, payload[:a2a_bytes], rid, 2, layer))
                 sender.start()
-                _drain(a2a_in, a2a_bytes)
+                recv_discard(a2a_in, a2a_bytes)
                 sender.join()
             cct.append(time.time() - t0)
             timeline["a2a"][req][layer] = time.time() - arrival
