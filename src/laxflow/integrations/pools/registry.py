@@ -1,13 +1,13 @@
-"""Name -> pool manager class, imported lazily; names are unique."""
+"""Name -> pool manager class, imported lazily; names are unique (one :class:`laxflow.registry.Registry`)."""
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 from laxflow.integrations.pools.base import PoolManager
-from laxflow.integrations.registry import LazyRegistry
+from laxflow.registry import Registry
 
-_MANAGERS: LazyRegistry[PoolManager] = LazyRegistry("pool manager", {
+_MANAGERS: Registry[PoolManager] = Registry("pool manager", PoolManager, {
     "arrow": "laxflow.integrations.pools.arrow:Arrow",
     "static-pd": "laxflow.integrations.pools.static_pd:StaticPd",
     "round-robin": "laxflow.integrations.pools.round_robin:RoundRobin",
@@ -27,7 +27,7 @@ def pool_manager_names() -> list[str]:
 
 
 def pool_manager_class(name: str) -> type[PoolManager]:
-    """The class for ``name``; raises ValueError naming the valid choices."""
+    """The class for ``name`` (or ``module:Class``); raises ValueError naming the valid choices."""
     return _MANAGERS.get(name)
 
 

@@ -1,11 +1,14 @@
-"""Name -> prefill scheduler class, imported lazily; names are unique."""
+"""Name -> prefill scheduler class, imported lazily; names are unique (:class:`laxflow.registry.Registry`)."""
 
 from __future__ import annotations
 
-from laxflow.integrations.prefill.base import PrefillScheduler, TtftPredictor
-from laxflow.integrations.registry import LazyRegistry
+from typing import Any, Sequence
 
-_SCHEDULERS: LazyRegistry[PrefillScheduler] = LazyRegistry("prefill scheduler", {
+from laxflow.integrations.prefill.base import PrefillScheduler, TtftPredictor
+from laxflow.integrations.prefill.iteration import BatchSample, BatchScheduler
+from laxflow.registry import Registry
+
+_SCHEDULERS: Registry[PrefillScheduler] = Registry("prefill scheduler", PrefillScheduler, {
     "flowprefill": "laxflow.integrations.prefill.flowprefill:FlowPrefill",
     "fcfs": "laxflow.integrations.prefill.fcfs:Fcfs",
     "edf-cp2k": "laxflow.integrations.prefill.edf:EdfChunked2k",
@@ -24,7 +27,7 @@ def prefill_scheduler_names() -> list[str]:
 
 
 def prefill_scheduler_class(name: str) -> type[PrefillScheduler]:
-    """The class for ``name``; raises ValueError naming the valid choices."""
+    """The class for ``name`` (or ``module:Class``); raises ValueError naming the valid choices."""
     return _SCHEDULERS.get(name)
 
 
@@ -35,7 +38,7 @@ def create_prefill_scheduler(name: str, predictor: TtftPredictor, token_budget: 
 
 # Iteration-level batch schedulers (``iteration.py``): a separate name space,
 # because they are driven per step with a snapshot, not with Submit/Preempt.
-_BATCH_SCHEDULERS: LazyRegistry = LazyRegistry("batch scheduler", {
+_BATCH_SCHEDULERS: Registry[BatchScheduler] = Registry("batch scheduler", BatchScheduler, {
     "fairbatching": "laxflow.integrations.prefill.fairbatching:FairBatching",
     "fairbatching-pab": "laxflow.integrations.prefill.fairbatching:FairBatchingPab",
     "sarathi": "laxflow.integrations.prefill.sarathi:Sarathi",
@@ -52,11 +55,11 @@ def batch_scheduler_names() -> list[str]:
     return _BATCH_SCHEDULERS.names()
 
 
-def batch_scheduler_class(name: str):
-    """The iteration-level scheduler class for ``name``; raises ValueError naming the valid choices."""
+def batch_scheduler_class(name: str) -> type[BatchScheduler]:
+    """The iteration-level scheduler class for ``name`` (or ``module:Class``); raises ValueError naming the valid choices."""
     return _BATCH_SCHEDULERS.get(name)
 
 
-def create_batch_scheduler(name: str, samples, **options):
+def create_batch_scheduler(name: str, samples: Sequence[BatchSample], **options: Any) -> BatchScheduler:
     """A fresh scheduler (one per instance) with its latency model fitted to ``samples`` (BatchSample list)."""
     return batch_scheduler_class(name).from_profile(samples, **options)

@@ -1,13 +1,13 @@
-"""Name -> router class, imported lazily; names are unique."""
+"""Name -> router class, imported lazily; names are unique (one :class:`laxflow.registry.Registry`)."""
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from laxflow.integrations.registry import LazyRegistry
 from laxflow.integrations.routing.base import Router
+from laxflow.registry import Registry
 
-_ROUTERS: LazyRegistry[Router] = LazyRegistry("router", {
+_ROUTERS: Registry[Router] = Registry("router", Router, {
     "pab": "laxflow.integrations.routing.pab:PabRouter",
     "dplb": "laxflow.integrations.routing.dplb:DplbRouter",
     "gorouting": "laxflow.integrations.routing.gorouting:GoRouting",
@@ -25,7 +25,7 @@ def router_names() -> list[str]:
 
 
 def router_class(name: str) -> type[Router]:
-    """The class for ``name``; raises ValueError naming the valid choices."""
+    """The class for ``name`` (or ``module:Class``); raises ValueError naming the valid choices."""
     return _ROUTERS.get(name)
 
 

@@ -15,10 +15,10 @@ register under their own names and plug in without touching the simulator.
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from typing import ClassVar, Sequence
 
+from laxflow.registry import Registry
 from laxflow.sim.serving.request_state import RequestState
 
 
@@ -61,27 +61,22 @@ class FcfsScheduler(LocalScheduler):
         return batch
 
 
-_LOCAL_SCHEDULERS: dict[str, str | type[LocalScheduler]] = {"fcfs": FcfsScheduler}
+_LOCAL_SCHEDULERS: Registry[LocalScheduler] = Registry("local scheduler", LocalScheduler, {})
+_LOCAL_SCHEDULERS.register("fcfs", FcfsScheduler)
 
 
 def register_local_scheduler(name: str, target: str | type[LocalScheduler]) -> None:
     """Add a local scheduler under ``name`` (a class or a lazy ``module:Class``); names are unique."""
-    if name in _LOCAL_SCHEDULERS:
-        raise ValueError(f"local scheduler {name!r} is already registered")
-    _LOCAL_SCHEDULERS[name] = target
+    _LOCAL_SCHEDULERS.register(name, target)
 
 
 def local_scheduler_names() -> list[str]:
-    return sorted(_LOCAL_SCHEDULERS)
+    return _LOCAL_SCHEDULERS.names()
 
 
 def create_local_scheduler(name: str, token_budget: int) -> LocalScheduler:
-    target = _LOCAL_SCHEDULERS[name]
-    if isinstance(target, str):
-        module, _, attr = target.partition(":")
-        target = getattr(importlib.import_module(module), attr)
-        _LOCAL_SCHEDULERS[name] = target
-    return target(token_budget)
+    """A fresh local scheduler (one per prefill unit); raises ValueError naming the valid choices."""
+    return _LOCAL_SCHEDULERS.get(name)(token_budget)
 
 
 class PrefillUnit:
