@@ -1,25 +1,23 @@
 """Rate allocation: textbook max-min cases, strict priority, caps, ties and
 rounding slivers, and a brute-force reference on random instances. Every
-test runs on both paths of ``allocate``: the scalar one small inputs take
-(``allocator_scalar``) and the vectorized one, and the two are compared
-bit for bit on random instances."""
+test runs on both paths of ``allocate``: the C module and the NumPy
+reference (``test_network_allocator_paths`` compares the two bit for bit)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from laxflow.sim.network import allocator, allocator_scalar
+from laxflow.sim.network import allocator
 from laxflow.sim.network.allocator import Usage, allocate
 
 
-@pytest.fixture(autouse=True, params=["native", "scalar", "vectorized"])
+@pytest.fixture(autouse=True, params=["native", "numpy"])
 def path(request, monkeypatch):
-    """Run the test with every input forced onto the C path, the scalar path or the vectorized one."""
+    """Run the test on the C path and on the NumPy reference."""
     if request.param == "native" and not allocator.NATIVE:
         pytest.skip("the C allocation module is not built")
     monkeypatch.setattr(allocator, "NATIVE", request.param == "native")
-    monkeypatch.setattr(allocator_scalar, "FEW_ENTRIES", 10**6 if request.param == "scalar" else -1)
     return request.param
 
 

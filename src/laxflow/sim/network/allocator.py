@@ -166,8 +166,8 @@ def allocate(
     their flows' caps are unchanged since ``prev_rate`` was computed, which
     makes their allocation identical) and only the rest is recomputed.
     With the C module built (``NATIVE``), all of it runs there, bit-identical
-    to the code below; otherwise small inputs go to the bit-identical scalar
-    path (:mod:`~laxflow.sim.network.allocator_scalar`), others to NumPy.
+    to the code below: this NumPy code is the reference the C is tested
+    against (the engine itself refuses to start without the C module).
     """
     n = usage.num_flows
     if n == 0:
@@ -176,16 +176,7 @@ def allocate(
         rates = _allocate_native(capacity, usage, level, cap, from_level, prev_rate)
         if rates is not None:
             return rates
-    if n <= 256:  # Python min/max: a NumPy reduction costs more on a short array
-        levels = level.tolist()
-        lowest, highest = min(levels), max(levels)
-    else:
-        lowest, highest = int(level.min()), int(level.max())
-    entries, few = usage.link.size, allocator_scalar.FEW_ENTRIES
-    # The vectorized path costs a few dozen NumPy calls per level, the scalar
-    # one a few Python steps per entry: scalar for few entries per level.
-    if entries <= few * (highest - lowest + 1):
-        return allocator_scalar.allocate_few(capacity, usage, level, cap, from_level, prev_rate)
+    lowest, highest = int(level.min()), int(level.max())
     rates = np.zeros(n)
     residual = capacity.astype(np.float64, copy=True)
     counts = usage.nnz
@@ -281,5 +272,3 @@ def _snap_saturated(residual: np.ndarray, capacity: np.ndarray, links: np.ndarra
     left = residual[links]
     residual[links[left <= capacity[links] * SATURATED_REL_EPS]] = 0.0
 
-
-from laxflow.sim.network import allocator_scalar  # noqa: E402  (it reads this module's constants)
