@@ -144,12 +144,12 @@ def message_tables() -> str:
     """One table per message family: type string, class and fields, read from the dataclasses."""
     import dataclasses
 
-    import laxflow.hooks.messages as hooks_messages
+    import laxflow.protocol.hooks as hooks_messages
     import laxflow.protocol.messages as control_messages
 
     out: list[str] = []
     for title, module in (("Control plane (`laxflow.protocol.messages`)", control_messages),
-                          ("Hooks (`laxflow.hooks.messages`)", hooks_messages)):
+                          ("Hooks (`laxflow.protocol.hooks`)", hooks_messages)):
         rows = []
         for name in sorted(vars(module)):
             cls = getattr(module, name)

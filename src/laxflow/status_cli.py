@@ -58,7 +58,7 @@ def daemon_status(address: str, timeout_s: float) -> Any:
     import zmq
 
     from laxflow.errors import UserError
-    from laxflow.hooks import messages as hm
+    from laxflow.protocol import hooks as hm
     from laxflow.protocol.wire import ProtocolError, decode, encode
 
     if not address.startswith("ipc://"):

@@ -1,4 +1,4 @@
-"""The hooks API against a real daemon over ipc://, and in process against a core."""
+"""The hooks API against a real daemon over ipc:// (in process against a core: tests/daemon/test_daemon_inprocess.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ import zmq
 sys.path.insert(0, str(Path(__file__).parents[1] / "daemon"))
 from daemontest import DaemonProc, wait_for  # noqa: E402  (tests/daemon/daemontest.py)
 
-from laxflow.daemon.core import CoreConfig, DaemonCore  # noqa: E402
-from laxflow.daemon.ports import PortSpec  # noqa: E402
-from laxflow.hooks import HooksClient, InProcessHooks, Instance, request_key  # noqa: E402
-from laxflow.hooks import messages as hm  # noqa: E402
+from laxflow.hooks import HooksClient, Instance, request_key  # noqa: E402
+from laxflow.protocol import hooks as hm  # noqa: E402
 from laxflow.protocol.wire import decode, encode  # noqa: E402
 
 @pytest.fixture
@@ -107,24 +105,9 @@ def test_client_without_a_daemon_fails_quietly(tmp_path):
         assert (hooks.failures, hooks.failed_open, hooks.connected) == (1, 2, False)
 
 
-def test_in_process_hooks_drive_a_core_with_the_callers_clock():
-    clock = [0.0]
-    core = DaemonCore(CoreConfig(ports=(PortSpec("eth0", 12.5e9),), window_bytes=0.0))
-    hooks = InProcessHooks(core, lambda: clock[0])
-    pruned_seen = []
-    hooks.subscribe_pruned(pruned_seen.append)
-    hooks.register_request("a", deadline=1.0, prompt_tokens=10)
-    hooks.batch_formed("b", ["a"])
-    hooks.layer_begin("b", 0)
-    hooks.message_submit(1, "a", "collective", 0, 1e6)
-    hooks.message_submit(2, "a", "reuse", 2, 1e6)
-    assert hooks.wait_permit(1) == (1, 38)
-    assert hooks.wait_permit(2) is None
-    clock[0] = 1e-4
-    hooks.message_complete(1)
-    assert hooks.wait_permit(2) == (3, 36)
-    core.apply_order({"b": 0}, ["a"])
-    hooks.poll()
-    assert pruned_seen == [{"a"}] and hooks.pruned() == {"a"}
-    ranked = hooks.dispatch_advice("x", [Instance("i1", 0.1, 0.0, 0.0, "", 0.0), Instance("i0", 0.0, 0.0, 0.0, "", 0.0)])
-    assert [e.name for e in ranked] == ["i0", "i1"]
+def test_in_process_hooks_are_found_beside_the_daemon_not_in_hooks():
+    import laxflow.hooks
+
+    with pytest.raises(AttributeError, match=r"laxflow\.daemon\.inprocess\.InProcessHooks"):
+        laxflow.hooks.InProcessHooks  # noqa: B018
+    assert "InProcessHooks" not in laxflow.hooks.__all__

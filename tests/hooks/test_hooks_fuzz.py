@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "daemon"))
 from daemontest import DaemonProc  # noqa: E402
 
 from laxflow.hooks import HooksClient  # noqa: E402
-from laxflow.hooks import messages as hm  # noqa: E402
+from laxflow.protocol import hooks as hm  # noqa: E402
 from laxflow.protocol.wire import PROTOCOL_VERSION, decode, encode  # noqa: E402
 
 FRAMES = 10_000

@@ -194,7 +194,7 @@ def test_preempt_of_a_queued_task_keeps_it_until_resumed(model):
 def test_layer_hooks_reach_a_daemon_core_through_laxflow_hooks(model):
     from laxflow.daemon.core import CoreConfig, DaemonCore
     from laxflow.daemon.ports import PortSpec
-    from laxflow.hooks.inprocess import InProcessHooks
+    from laxflow.daemon.inprocess import InProcessHooks
 
     class RecordingCore(DaemonCore):
         def __init__(self, config):

@@ -59,7 +59,7 @@ def samples() -> list:
 
 
 def test_every_message_type_has_a_sample():
-    # Other modules (laxflow.hooks.messages) register their own types on the same codec: only this module's here.
+    # Other modules (laxflow.protocol.hooks) register their own types on the same codec: only this module's here.
     ours = {t for t, cls in message_types().items() if cls.__module__ == m.__name__}
     assert {type(s).TYPE for s in samples()} == ours
 

@@ -34,7 +34,6 @@ import math
 import os
 import re
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any, Mapping
 
 from laxflow.daemon.core import CoreConfig
@@ -42,6 +41,7 @@ from laxflow.daemon.metrics import DEFAULT_BIND, check_bind
 from laxflow.daemon.ports import PortSpec, _port_entry, discover_ports, line_rate_gbps, load_ports_file
 from laxflow.errors import UserError, read_json_file
 from laxflow.policy.config import MfsConfig
+from laxflow.protocol.hooks import default_hooks_address, runtime_dir
 
 DEFAULT_SHM = "/laxflow"
 _NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -128,17 +128,6 @@ class DaemonConfig:
     def port_ids(self) -> list[str]:
         """Cluster-wide port ids (``node/device``), as the coordinator knows them."""
         return [f"{self.node}/{p.name}" for p in self.core.ports]
-
-
-def default_hooks_address(shm: str, runtime_dir: str) -> str:
-    """Where the daemon of segment ``shm`` serves hooks, unless configured."""
-    return f"ipc://{Path(runtime_dir) / ('laxflow-hooks-' + shm.strip('/') + '.sock')}"
-
-
-def runtime_dir(env: Mapping[str, str] | None = None) -> str:
-    """``$XDG_RUNTIME_DIR`` or /tmp (read here and by the hooks client's loader only)."""
-    env = os.environ if env is None else env
-    return env.get("XDG_RUNTIME_DIR") or "/tmp"
 
 
 _FILE_KEYS = {"node", "coordinator", "shm", "ports", "line_rate_gbps", "metrics_port", "metrics_bind", "hooks",

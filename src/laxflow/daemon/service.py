@@ -44,7 +44,7 @@ from laxflow.daemon.hooks_server import HooksServer
 from laxflow.daemon.metrics import DaemonMetrics
 from laxflow.daemon.uplink import Uplink, wall_offset
 from laxflow.errors import UserError
-from laxflow.hooks import messages as hm
+from laxflow.protocol import hooks as hm
 from laxflow.protocol.shm import CommandKind, Gate, Segment, SegmentError
 
 log = logging.getLogger("laxflow.daemon")

@@ -7,7 +7,7 @@ Two implementations, one interface (:class:`Hooks`):
   millisecond on one machine). With the daemon gone, one call waits its
   timeout; after that every call returns at once (events dropped, queries
   answered as without laxflow, all counted) until the daemon answers again.
-* :class:`laxflow.hooks.inprocess.InProcessHooks` -- in the simulator or a
+* :class:`laxflow.daemon.inprocess.InProcessHooks` -- in the simulator or a
   test: the same calls straight into a :class:`~laxflow.daemon.core.DaemonCore`
   with the caller's clock.
 
@@ -47,7 +47,7 @@ import math
 from abc import ABC, abstractmethod
 from typing import Callable, Iterable, Mapping, Sequence
 
-from laxflow.hooks.messages import Estimate, Instance
+from laxflow.protocol.hooks import Estimate, Instance
 
 
 def request_key(request: str | int) -> int:

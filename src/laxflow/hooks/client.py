@@ -41,8 +41,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 import zmq
 
 from laxflow.errors import UserError
-from laxflow.hooks import messages as hm
 from laxflow.hooks.api import Hooks, request_key
+from laxflow.protocol import hooks as hm
 from laxflow.protocol.wire import ProtocolError, decode, encode
 
 log = logging.getLogger("laxflow.hooks")
@@ -50,11 +50,11 @@ log = logging.getLogger("laxflow.hooks")
 
 def client_address(env: Mapping[str, str] | None = None) -> str:
     """``$LAXFLOW_HOOKS``, else the default of the daemon serving ``$LAXFLOW_SHM_NAME``."""
-    from laxflow.daemon.config import DEFAULT_SHM, default_hooks_address, runtime_dir
+    from laxflow.protocol.shm import DEFAULT_NAME
 
     env = os.environ if env is None else env
-    return env.get("LAXFLOW_HOOKS") or default_hooks_address(env.get("LAXFLOW_SHM_NAME") or DEFAULT_SHM,
-                                                             runtime_dir(env))
+    return env.get("LAXFLOW_HOOKS") or hm.default_hooks_address(env.get("LAXFLOW_SHM_NAME") or DEFAULT_NAME,
+                                                                hm.runtime_dir(env))
 
 
 class HooksClient(Hooks):

@@ -43,7 +43,7 @@ DAEMON_MODES = ("coordinated", "local")
 # can register); no keys off loopback with --insecure (any host that reaches the port can).
 AUTH_MODES = ("curve", "none-loopback", "none-insecure")
 
-# Bounds of what a real request can have (also used by laxflow.hooks.messages).
+# Bounds of what a real request can have (also used by laxflow.protocol.hooks).
 MAX_TOKENS = 1 << 24  # tokens of one prompt: 16.7 M; the longest context windows today are ~10 M
 MAX_LAYER = 4095  # a layer index: the deepest models have a few hundred layers
 MAX_BYTES = 1 << 50  # bytes of one transfer, message or queue (1 PiB)

@@ -222,7 +222,7 @@ class ServingSimulator:
     def _ttft_cost(self, input_tokens: int, block: int) -> Callable[[int, int], float]:
         """Network-inclusive TTFT estimate per prefill unit for one request (router_dispatch "ttft")."""
         from laxflow.hooks.api import estimate_ttft
-        from laxflow.hooks.messages import Instance
+        from laxflow.protocol.hooks import Instance
 
         pred = self._predictor()
         p2d = input_tokens * self.runner.kv_transfer_bytes_per_token_per_layer * self.runner.num_layers

@@ -5,11 +5,14 @@ these types are registered under a ``hooks_`` prefix. The client
 (:class:`laxflow.hooks.client.HooksClient`) sends one request on a DEALER and
 the daemon's ROUTER (:mod:`laxflow.daemon.hooks_server`) answers each with
 exactly one reply: :class:`Ack`, or the typed reply named below. Pruning
-advice is pushed on the daemon's PUB socket (hooks address + ``.pub``).
+advice is pushed on the daemon's PUB socket (hooks address + ``.pub``). Where
+that socket is unless configured: :func:`default_hooks_address`.
 
 Units: deadlines are wall-clock seconds (``time.time()``), durations
 seconds, sizes bytes, rates bytes/s. Request ids are the hooks' own strings;
 the daemon joins them with shim events through :func:`laxflow.hooks.request_key`.
+Stages are the names of :class:`laxflow.policy.flow.Stage` (the stage table
+of ``native/laxflow_shm.h``).
 
 Counts are bounded to what a real request can have (the bounds of
 :mod:`laxflow.protocol.messages`: tokens, layers, bytes; ids within int64): a
@@ -19,18 +22,33 @@ field, the value and the bound, and counted as a bad event.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
 
+from laxflow.policy.flow import Stage
 from laxflow.protocol.messages import (INT64_MAX, MAX_BANDWIDTH, MAX_BYTES, MAX_LAYER, MAX_LEVEL, MAX_SECONDS,
                                        MAX_TOKENS, bounded)
 from laxflow.protocol.wire import message
 
-STAGES = ("reuse", "collective", "p2d")
+STAGES = tuple(stage.value for stage in Stage)
 MAX_PID = 1 << 22  # Linux's PID_MAX_LIMIT
 # A QP number (24 bits), a file descriptor, or a file descriptor + 2^32: the handle of the reads a socket
 # initiates, bound to the ingress port (laxflow.testbed.mfs_io.RX_HANDLE).
 MAX_HANDLE = (1 << 33) - 1
 MAX_PRIORITY = (1 << 31) - 1  # |priority|: the engine's own int32 priorities fit
+
+
+def default_hooks_address(shm: str, runtime_dir: str) -> str:
+    """Where the daemon of segment ``shm`` serves hooks unless configured (daemon config, hooks client, doctor)."""
+    return f"ipc://{Path(runtime_dir) / ('laxflow-hooks-' + shm.strip('/') + '.sock')}"
+
+
+def runtime_dir(env: Mapping[str, str] | None = None) -> str:
+    """``$XDG_RUNTIME_DIR`` or /tmp (read here for the daemon's config loader and the hooks client's only)."""
+    env = os.environ if env is None else env
+    return env.get("XDG_RUNTIME_DIR") or "/tmp"
 
 
 def _msg_id(value: int) -> None:

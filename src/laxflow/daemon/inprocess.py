@@ -4,6 +4,8 @@ Created by whoever owns the core and its clock (the simulator with its event
 clock); every call runs on the caller's thread and applies at ``clock()``.
 Request ids go through :func:`~laxflow.hooks.api.request_key` as in the
 daemon, so a core fed by both this and shim events joins them the same way.
+It lives beside the core it drives: the daemon uses the hooks interface,
+never the other way round.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from laxflow.daemon.core import DaemonCore
 from laxflow.hooks.api import Hooks, estimate_ttft, request_key
-from laxflow.hooks.messages import Estimate, Instance
 from laxflow.policy.flow import Stage
+from laxflow.protocol.hooks import Estimate, Instance
 
 
 class InProcessHooks(Hooks):
