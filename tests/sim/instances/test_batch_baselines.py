@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from laxflow.errors import UserError
 from laxflow.integrations.prefill import BatchEntry, SequenceView, create_batch_scheduler
-from laxflow.integrations.prefill.fairbatching import FairBatchingPab
+from laxflow.integrations.prefill.fairbatching import FairBatchingConfig, FairBatchingPab
 from laxflow.integrations.prefill.latency import LinearBatchModel
+from laxflow.integrations.prefill.sarathi import SarathiConfig
 from laxflow.integrations.prefill.vllm_default import VllmDefault, VllmDefaultConfig
 from laxflow.integrations.prefill.vtc import WeightedVtc, WeightedVtcConfig
+from laxflow.sim.serving.instances.decode import DecodeAllConfig
 
 NOW = 10.0
 
@@ -104,6 +108,20 @@ def test_bad_configurations_are_one_clear_line():
     with pytest.raises(UserError, match="fairbatching-pab: admission by the prefill admission budget needs "
                                         "PD-colocated instances"):
         InstanceSimConfig(instances=2, prefill_instances=1, scheduler="fairbatching-pab")
+
+
+@pytest.mark.parametrize("config, name, default", [
+    (SarathiConfig, "token_budget", 512), (WeightedVtcConfig, "token_budget", 512), (DecodeAllConfig, "token_budget", 512),
+    (FairBatchingConfig, "max_token_budget", 8192), (VllmDefaultConfig, "max_num_batched_tokens", 8192),
+    (VllmDefaultConfig, "max_num_seqs", 256),
+])
+def test_token_counts_are_integers_of_at_least_one(config, name, default):
+    """The one validation of token budgets (``iteration.check_count``): each error names its config and field."""
+    assert getattr(config(), name) == default
+    assert getattr(config(**{name: 1}), name) == 1
+    for bad in (0, -3, 1.5, "8", None, True):
+        with pytest.raises(ValueError, match=rf"^{config.__name__}\.{name}: must be an integer >= 1, got {re.escape(repr(bad))}$"):
+            config(**{name: bad})
 
 
 def _samples():

@@ -23,6 +23,7 @@ from laxflow.integrations.prefill.iteration import (
     IterationBatch,
     SequenceView,
     build_config,
+    check_count,
 )
 from laxflow.integrations.prefill.latency import LinearBatchModel
 
@@ -36,8 +37,7 @@ class FairBatchingConfig:
     max_token_budget: int = 8192
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.max_token_budget, int) and self.max_token_budget >= 1):
-            raise ValueError(f"FairBatchingConfig.max_token_budget: must be an integer >= 1, got {self.max_token_budget!r}")
+        check_count("FairBatchingConfig", max_token_budget=self.max_token_budget)
 
 
 class FairBatching(BatchScheduler):

@@ -160,6 +160,38 @@ def check_positive(owner: str, **values: float) -> None:
             raise ValueError(f"{owner}.{name}: must be a finite number > 0, got {value!r}")
 
 
+def check_count(owner: str, **values: Any) -> None:
+    """Raise one line naming the field unless each value is an integer >= 1 (a count of tokens or sequences)."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{owner}.{name}: must be an integer >= 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class TokenBudgetConfig:
+    """The config of a scheduler with a static per-step token budget, validated here once.
+
+    ``sarathi`` (and its ``edf``/``sjf``/``priority`` orders), ``weighted-vtc``
+    and the decode instance's batch former subclass it under their own names,
+    which their errors name (``SarathiConfig.token_budget: ...``).
+    """
+
+    # Sarathi-Serve's default chunk budget; the same for every workload (never tuned to a preset).
+    token_budget: int = 512
+
+    def __post_init__(self) -> None:
+        check_count(type(self).__name__, token_budget=self.token_budget)
+
+
+def predicted_seconds(model: Any, entries: Sequence[BatchEntry], sequences: Sequence[SequenceView]) -> float:
+    """What ``model`` (a ``LinearBatchModel``; None: no model) predicts for a step running ``entries``
+    of ``sequences``; 0 for an empty step. For the token-budget schedulers' ``IterationBatch``."""
+    if model is None or not entries:
+        return 0.0
+    by_id = {s.id: s for s in sequences}
+    return model.seconds(sum(e.new_tokens for e in entries), sum(by_id[e.id].context for e in entries))
+
+
 def build_config(config_class: type, options: dict[str, Any]) -> Any:
     """A config dataclass from keyword options; an unknown key names the valid fields."""
     valid = [f.name for f in fields(config_class)]

@@ -17,19 +17,16 @@ from laxflow.integrations.prefill.iteration import (
     BatchScheduler,
     IterationBatch,
     SequenceView,
+    TokenBudgetConfig,
     build_config,
+    predicted_seconds,
 )
 from laxflow.integrations.prefill.latency import LinearBatchModel
 
 
 @dataclass(frozen=True)
-class SarathiConfig:
-    # Sarathi-Serve's default chunk budget; the same for every workload (never tuned to a preset).
-    token_budget: int = 512
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.token_budget, int) and self.token_budget >= 1):
-            raise ValueError(f"{type(self).__name__}.token_budget: must be an integer >= 1, got {self.token_budget!r}")
+class SarathiConfig(TokenBudgetConfig):
+    """``token_budget`` new tokens per step (512 by default)."""
 
 
 class Sarathi(BatchScheduler):
@@ -65,8 +62,5 @@ class Sarathi(BatchScheduler):
             take = min(left, s.remaining_prefill)
             entries.append(BatchEntry(s.id, take, True))
             left -= take
-        by_id = {s.id: s for s in sequences}
-        predicted = 0.0
-        if self.model is not None and entries:
-            predicted = self.model.seconds(sum(e.new_tokens for e in entries), sum(by_id[e.id].context for e in entries))
+        predicted = predicted_seconds(self.model, entries, sequences)
         return IterationBatch(tuple(entries), predicted, predicted)

@@ -26,6 +26,8 @@ from laxflow.integrations.prefill.iteration import (
     IterationBatch,
     SequenceView,
     build_config,
+    check_count,
+    predicted_seconds,
 )
 from laxflow.integrations.prefill.latency import LinearBatchModel
 
@@ -36,10 +38,8 @@ class VllmDefaultConfig:
     max_num_seqs: int = 256  # vLLM's default
 
     def __post_init__(self) -> None:
-        for name in ("max_num_batched_tokens", "max_num_seqs"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"VllmDefaultConfig.{name}: must be an integer >= 1, got {v!r}")
+        check_count("VllmDefaultConfig", max_num_batched_tokens=self.max_num_batched_tokens,
+                    max_num_seqs=self.max_num_seqs)
 
 
 class VllmDefault(BatchScheduler):
@@ -73,8 +73,5 @@ class VllmDefault(BatchScheduler):
         if not entries:
             decodes = [s for s in order if not s.is_prefill][:c.max_num_seqs]
             entries = [BatchEntry(s.id, 1, False) for s in decodes[:int(min(len(decodes), kv_left))]]
-        predicted = 0.0
-        if self.model is not None and entries:
-            by_id = {s.id: s for s in sequences}
-            predicted = self.model.seconds(sum(e.new_tokens for e in entries), sum(by_id[e.id].context for e in entries))
+        predicted = predicted_seconds(self.model, entries, sequences)
         return IterationBatch(tuple(entries), predicted, predicted)

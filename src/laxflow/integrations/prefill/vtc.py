@@ -35,20 +35,22 @@ from laxflow.integrations.prefill.iteration import (
     BatchScheduler,
     IterationBatch,
     SequenceView,
+    TokenBudgetConfig,
     build_config,
+    predicted_seconds,
 )
 from laxflow.integrations.prefill.latency import LinearBatchModel
 
 
 @dataclass(frozen=True)
-class WeightedVtcConfig:
-    token_budget: int = 512  # the same static budget as sarathi/priority (never tuned to a preset)
+class WeightedVtcConfig(TokenBudgetConfig):
+    """The same static ``token_budget`` as sarathi/priority, and VTC's charges."""
+
     w_in: float = 1.0  # VTC's charge per prompt token
     w_out: float = 2.0  # VTC's charge per output token
 
     def __post_init__(self) -> None:
-        if isinstance(self.token_budget, bool) or not isinstance(self.token_budget, int) or self.token_budget < 1:
-            raise ValueError(f"WeightedVtcConfig.token_budget: must be an integer >= 1, got {self.token_budget!r}")
+        super().__post_init__()
         for name in ("w_in", "w_out"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
@@ -115,8 +117,5 @@ class WeightedVtc(BatchScheduler):
             if not waiting[client]:
                 del waiting[client]
             take(s, min(left, s.remaining_prefill), True)
-        predicted = 0.0
-        if self.model is not None and entries:
-            by_id = {s.id: s for s in sequences}
-            predicted = self.model.seconds(sum(e.new_tokens for e in entries), sum(by_id[e.id].context for e in entries))
+        predicted = predicted_seconds(self.model, entries, sequences)
         return IterationBatch(tuple(entries), predicted, predicted)

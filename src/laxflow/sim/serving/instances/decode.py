@@ -19,17 +19,14 @@ from laxflow.integrations.prefill.iteration import (
     BatchScheduler,
     IterationBatch,
     SequenceView,
+    TokenBudgetConfig,
     build_config,
 )
 
 
 @dataclass(frozen=True)
-class DecodeAllConfig:
-    token_budget: int = 512  # recompute chunk after the decodes (Sarathi's default)
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.token_budget, int) and self.token_budget >= 1):
-            raise ValueError(f"DecodeAllConfig.token_budget: must be an integer >= 1, got {self.token_budget!r}")
+class DecodeAllConfig(TokenBudgetConfig):
+    """``token_budget``: the recompute chunk after the decodes (512, Sarathi's default)."""
 
 
 class DecodeAll(BatchScheduler):
