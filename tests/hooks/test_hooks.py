@@ -70,6 +70,9 @@ def test_client_round_trip_permits_pruning_advice_and_status(start_daemon):
         st = hooks.status()
         assert (st.node, st.mode, st.ports) == ("n1", "local", ("eth0",))
         hooks.request_done("ok")
+        assert str(request_key("ok")) not in hooks._names  # over: its name is dropped
+        hooks.request_done("doomed")
+        assert hooks._names[str(request_key("doomed"))] == "doomed"  # over but last seen pruned: kept for pruned()
         assert hooks.failures == 0
 
 
@@ -103,6 +106,19 @@ def test_client_without_a_daemon_fails_quietly(tmp_path):
         assert hooks.pruned() == set()
         # One call waited; the two after it failed open at once (tests/hooks/test_hooks_failopen.py).
         assert (hooks.failures, hooks.failed_open, hooks.connected) == (1, 2, False)
+
+
+def test_client_drops_the_names_of_done_requests_100k(tmp_path):
+    # The client keeps key -> name per request for pruned(); 100k requests in a row must not leave 100k entries.
+    with HooksClient(f"ipc://{tmp_path}/nobody.sock", timeout_ms=1) as hooks:
+        most = 0
+        for i in range(100_000):
+            hooks.register_request(f"req-{i}", deadline=None, prompt_tokens=1)
+            hooks.message_submit(i + 1, f"req-{i}", "p2d", 0, 1e3)
+            hooks.request_done(f"req-{i}")
+            most = max(most, len(hooks._names))
+        assert most <= 1 and len(hooks._names) == 0
+        assert (hooks.failures, hooks.dropped) == (1, 300_000 - 1)  # no daemon: dropped, counted, not kept
 
 
 def test_in_process_hooks_are_found_beside_the_daemon_not_in_hooks():

@@ -17,19 +17,50 @@ from laxflow.hooks.api import Hooks, estimate_ttft, request_key
 from laxflow.policy.flow import Stage
 from laxflow.protocol.hooks import Estimate, Instance
 
+SWEEP_MIN = 1024  # names held before the first sweep for requests the core forgot
+
 
 class InProcessHooks(Hooks):
+    """The hooks into ``core`` at ``clock()``; see the module docstring.
+
+    Requests are named to the core by their key; the hooks keep key -> the
+    caller's name only while the core may still name the request in the
+    pruned set: a request's name goes at ``request_done`` (or, pruned then,
+    once it leaves the pruned set), and names of requests the core forgot
+    without a ``request_done`` (its records are bounded in time) go at the
+    next sweep, run when the names double since the last one.
+    """
+
     def __init__(self, core: DaemonCore, clock: Callable[[], float]) -> None:
         self.core = core
         self.clock = clock
         self._names: dict[str, str] = {}  # key -> the caller's request name
+        self._done: set[str] = set()  # keys of requests over but pruned: named until they leave the pruned set
+        self._sweep_at = SWEEP_MIN
         self._subscribers: list[Callable[[set[str]], None]] = []
         self._last_pruned: set[str] = set()
 
     def _key(self, request: str) -> str:
         key = str(request_key(request))
+        if key not in self._names and len(self._names) >= self._sweep_at:
+            self._sweep()
         self._names[key] = request
+        self._done.discard(key)
         return key
+
+    def _sweep(self) -> None:
+        """Drop the names of requests the core holds no record of and does not prune (amortized: O(1) a name)."""
+        held, pruned = self.core.requests, self.core.pruned()
+        self._names = {k: name for k, name in self._names.items() if k in held or k in pruned}
+        self._done &= self._names.keys()
+        self._sweep_at = max(SWEEP_MIN, 2 * len(self._names))
+
+    def _drop_done(self) -> None:
+        """Drop the names of requests over that are no longer pruned."""
+        pruned = self.core.pruned()
+        for key in [k for k in self._done if k not in pruned]:
+            self._done.discard(key)
+            self._names.pop(key, None)
 
     def register_request(self, request, deadline, prompt_tokens, reused_tokens=0, priority=0) -> None:
         self.core.register_request(self._key(request), deadline, prompt_tokens, reused_tokens, priority)
@@ -63,7 +94,12 @@ class InProcessHooks(Hooks):
         self.core.complete(msg_id, self.clock())
 
     def request_done(self, request: str) -> None:
-        self.core.request_done(self._key(request), self.clock())
+        key = self._key(request)
+        self.core.request_done(key, self.clock())
+        if key in self.core.pruned():
+            self._done.add(key)  # pruned() still names it until the pruned set lets it go
+        else:
+            del self._names[key]
 
     def pruned(self) -> set[str]:
         return {self._names.get(k, k) for k in self.core.pruned()}
@@ -82,6 +118,7 @@ class InProcessHooks(Hooks):
         now = self.pruned()
         if now != self._last_pruned:
             self._last_pruned = now
+            self._drop_done()
             for cb in self._subscribers:
                 cb(set(now))
         return out

@@ -86,7 +86,11 @@ class HooksClient(Hooks):
         self._probe: threading.Thread | None = None
         self._ctx = zmq.Context.instance()
         self._sock: zmq.Socket | None = None
+        # key -> the caller's request name, for pruned sets (the daemon names requests by key). Only the caller's
+        # thread changes these two; the pruned listener reads _names and replaces _pruned_keys.
         self._names: dict[str, str] = {}
+        self._done: set[str] = set()  # keys of requests over but last seen pruned: named until a pruned set drops them
+        self._pruned_keys: frozenset[str] = frozenset()  # the last pruned set received
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
 
@@ -162,6 +166,7 @@ class HooksClient(Hooks):
         self._event(hm.Complete(int(msg_id)))
 
     def request_done(self, request: str) -> None:
+        self._forget(request)
         self._event(hm.RequestDone(request))
 
     def bind(self, pid: int, handle: int, port: str) -> None:
@@ -170,7 +175,9 @@ class HooksClient(Hooks):
 
     def pruned(self) -> set[str]:
         reply = self._query(hm.PrunedQuery())
-        return self._unkey(reply.requests) if isinstance(reply, hm.Pruned) else set()
+        names = self._unkey(reply.requests) if isinstance(reply, hm.Pruned) else set()
+        self._drop_done()
+        return names
 
     def subscribe_pruned(self, callback: Callable[[set[str]], None]) -> None:
         """``callback(pruned set)`` on every change, from a client thread, until :meth:`close`."""
@@ -189,9 +196,30 @@ class HooksClient(Hooks):
     # ------------------------------------------------------------ plumbing
 
     def _remember(self, request: str) -> None:
-        self._names[str(request_key(request))] = request
+        key = str(request_key(request))
+        self._names[key] = request
+        self._done.discard(key)
+
+    def _forget(self, request: str) -> None:
+        """The request is over: drop its name, or keep it while the last pruned set names it."""
+        key = str(request_key(request))
+        if key in self._pruned_keys:
+            self._done.add(key)
+        else:
+            self._names.pop(key, None)
+        self._drop_done()
+
+    def _drop_done(self) -> None:
+        if self._done:
+            pruned = self._pruned_keys
+            for key in [k for k in self._done if k not in pruned]:
+                self._done.discard(key)
+                self._names.pop(key, None)
 
     def _unkey(self, keys: Iterable[str]) -> set[str]:
+        """Names of a pruned set (a pruned reply, or advice on the listener thread), which becomes the last seen."""
+        keys = frozenset(keys)
+        self._pruned_keys = keys
         return {self._names.get(k, k) for k in keys}
 
     def _event(self, msg) -> None:
