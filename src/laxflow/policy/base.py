@@ -23,7 +23,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 import numpy as np
 
@@ -219,6 +219,16 @@ class FlowPolicy(ABC):
 
     def on_complete(self, flow: Flow, now: float) -> None:
         """Called by the engine when ``flow``'s last byte is delivered."""
+
+    def forget(self, batches: Iterable[str]) -> None:
+        """Drop what the policy keeps about ``batches`` (batch ids) and their requests.
+
+        Called by a long-running owner (the node daemon) when a batch has
+        departed for good, so per-batch and per-request tables stay bounded.
+        A batch that still has live flows is forgotten once its last flow
+        completes. Names it never saw are ignored. This default keeps
+        nothing per batch: a no-op. The simulator does not call it.
+        """
 
 
 def rank_levels(keys: Sequence[np.ndarray]) -> np.ndarray:

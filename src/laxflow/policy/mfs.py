@@ -108,6 +108,14 @@ class MfsPolicy(FlowPolicy):
         self._request_deadline: list[float] = []
         self._request_batch: list[int] = []
         self._pruned = np.zeros(16, bool)  # per request index
+        # Indices freed by forget(), handed out again before the tables grow;
+        # each batch's requests (to free them with it); batches forget() was
+        # told of while they still had live flows.
+        self._free_batches: list[int] = []
+        self._free_requests: list[int] = []
+        self._batch_requests: dict[int, list[int]] = {}
+        self._forget_pending: set[str] = set()
+        self._unbatched: set[int] = set()  # requests set_order named that no flow joined to a batch yet
         self._live_flows: dict[int, dict[Flow, int]] = {}  # batch index -> its live flows -> request index
         self._live_requests: dict[int, dict[int, int]] = {}  # batch index -> request index -> live flows
         self._order_stale = True
@@ -389,9 +397,13 @@ class MfsPolicy(FlowPolicy):
     def _batch_slot(self, name: str) -> int:
         b = self._batch_index.get(name)
         if b is None:
-            b = len(self._batch_names)
+            if self._free_batches:  # (an index forget() freed)
+                b = self._free_batches.pop()
+                self._batch_names[b] = name
+            else:
+                b = len(self._batch_names)
+                self._batch_names.append(name)
             self._batch_index[name] = b
-            self._batch_names.append(name)
             if b >= len(self._rank):
                 self._rank = np.concatenate([self._rank, np.zeros(len(self._rank), np.int64)])
                 self._arrays_gen += 1
@@ -402,20 +414,87 @@ class MfsPolicy(FlowPolicy):
     def _request_slot(self, name: str, deadline: float, batch: int) -> int:
         r = self._request_index.get(name)
         if r is None:
-            r = len(self._request_names)
+            if self._free_requests:  # (an index forget() freed; its _pruned flag is False)
+                r = self._free_requests.pop()
+                self._request_names[r] = name
+                self._request_deadline[r] = deadline
+                self._request_batch[r] = batch
+            else:
+                r = len(self._request_names)
+                self._request_names.append(name)
+                self._request_deadline.append(deadline)
+                self._request_batch.append(batch)
             self._request_index[name] = r
-            self._request_names.append(name)
-            self._request_deadline.append(deadline)
-            self._request_batch.append(batch)
             if r >= len(self._pruned):
                 self._pruned = np.concatenate([self._pruned, np.zeros(len(self._pruned), bool)])
                 self._arrays_gen += 1
             self._order_stale = True
+            if batch >= 0:
+                self._batch_requests.setdefault(batch, []).append(r)
+            else:
+                self._unbatched.add(r)
         elif batch >= 0 and self._request_batch[r] < 0:  # first named by set_order
             self._request_deadline[r] = deadline
             self._red_by_requests.clear()
             self._request_batch[r] = batch
+            self._batch_requests.setdefault(batch, []).append(r)
+            self._unbatched.discard(r)
         return r
+
+    def forget(self, batches: Iterable[str]) -> None:
+        """Free the batch and request table entries of ``batches`` (``FlowPolicy.forget``).
+
+        Called by the node daemon when a batch has departed for good: its
+        index and its requests' indices are handed out again to batches and
+        requests seen later, so a daemon that sees a million requests keeps
+        tables as large as the most it had live at once. A batch with live
+        flows is freed at a later call, once they have completed. Requests
+        the coordinator named (``set_order``) that no flow has joined to a
+        batch and that are not pruned now are freed too. The RED memo by
+        request indices is cleared when any request is freed (its keys could
+        name a reused index). Names never seen are ignored.
+        """
+        pending = self._forget_pending
+        pending.update(batches)
+        freed_requests = False
+        for name in list(pending):
+            b = self._batch_index.get(name)
+            if b is None:
+                pending.discard(name)
+                continue
+            if b in self._live_flows:  # still has live flows: at a later call
+                continue
+            pending.discard(name)
+            del self._batch_index[name]
+            self._batch_names[b] = None
+            self._free_batches.append(b)
+            self._ranked_red.pop(b, None)
+            self._batch_red.pop(b, None)
+            self._touched.discard(b)
+            for r in self._batch_requests.pop(b, ()):
+                self._free_request(r)
+                freed_requests = True
+        for r in [r for r in self._unbatched if not self._pruned[r]]:
+            self._free_request(r)
+            freed_requests = True
+        if freed_requests:
+            self._red_by_requests.clear()
+
+    def _free_request(self, r: int) -> None:
+        """Request index ``r``'s entries freed, the index handed out again later
+        (forget); kept, as another live batch's, while a live batch holds it."""
+        for b, requests in self._live_requests.items():
+            if r in requests:
+                self._request_batch[r] = b
+                self._batch_requests.setdefault(b, []).append(r)
+                return
+        self._unbatched.discard(r)
+        del self._request_index[self._request_names[r]]
+        self._request_names[r] = None
+        self._request_deadline[r] = _NAN
+        self._request_batch[r] = -1
+        self._pruned[r] = False
+        self._free_requests.append(r)
 
     def _candidates(self, idx: np.ndarray, pos: np.ndarray, snap: Snapshot, current: np.ndarray) -> np.ndarray:
         """Urgency each flow would have now (MLU level or RLI)."""

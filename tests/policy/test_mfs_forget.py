@@ -1,0 +1,161 @@
+"""``MfsPolicy.forget``: a long-running owner (the node daemon) frees departed
+batches, and the policy's batch and request tables stay bounded while its
+decisions stay exactly those of a policy that never forgets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from laxflow.policy import Flow, Stage
+from laxflow.policy.base import FlowPolicy, Snapshot
+from laxflow.policy.fair_sharing import FairSharing
+from laxflow.policy.mfs import MfsPolicy
+
+LINKS = 6
+NATIVE_CHOICES = [True, False]
+
+
+def _tables(p: MfsPolicy) -> dict[str, int]:
+    """Size of every per-batch and per-request table and memo of the policy."""
+    return {
+        "batch_index": len(p._batch_index), "batch_names": len(p._batch_names), "rank": len(p._rank),
+        "request_index": len(p._request_index), "request_names": len(p._request_names),
+        "request_deadline": len(p._request_deadline), "request_batch": len(p._request_batch),
+        "pruned": len(p._pruned), "batch_requests": len(p._batch_requests), "ranked_red": len(p._ranked_red),
+        "batch_red": len(p._batch_red), "red_by_requests": len(p._red_by_requests), "live": len(p._live_flows),
+        "slots": len(p.rmlq.urgency), "pending": len(p._forget_pending),
+    }  # fmt: skip
+
+
+def _snapshot(now: float, live: list[Flow], remaining: dict[str, float], capacity: np.ndarray) -> Snapshot:
+    return Snapshot(now=now, flows=list(live), remaining=np.array([remaining[f.id] for f in live]),
+                    capacity=capacity, link_load=np.zeros(LINKS), load_window=0.01)
+
+
+def test_the_base_policy_forgets_nothing():
+    FairSharing().forget(["b0", "never-seen"])  # the FlowPolicy default: a no-op
+    assert FlowPolicy.forget is FairSharing.forget
+
+
+@pytest.mark.parametrize("native, rounds", [(True, 1000), (False, 200)])
+def test_100k_batches_formed_and_forgotten_leave_the_tables_bounded(native, rounds):
+    """100,000 batches (one request, two flows each) come, are decided, complete
+    and are forgotten, 100 at a time: every table ends as large as 100 batches
+    needed, not 100,000 (without forget they grow by one entry per batch).
+    (20,000 on the reference path, which is slower.)"""
+    p = MfsPolicy()
+    p.native = native
+    capacity = np.full(LINKS, 1e10)
+    now, serial, sizes = 0.0, 0, []
+    for rnd in range(rounds):
+        live, remaining, names = [], {}, []
+        for j in range(100):
+            b = f"b{serial}"
+            serial += 1
+            names.append(b)
+            for k, stage in enumerate((Stage.REUSE, Stage.P2D)):
+                f = Flow.on_path(f"{b}.{k}", 1e6, [j % LINKS], stage=stage, request=f"{b}.r", batch=b,
+                                 deadline=now + 0.01, layer=1)
+                live.append(f)
+                remaining[f.id] = f.size
+        now += 1e-3
+        p.decide(_snapshot(now, live, remaining, capacity))
+        now += 1e-3
+        for f in live:
+            p.on_complete(f, now)
+        p.forget(names)
+        if rnd in (10, rounds - 1):
+            sizes.append(_tables(p))
+    assert serial == 100 * rounds
+    first, last = sizes
+    assert last == first, f"the tables grew between round 10 and round {rounds}"
+    for name, size in last.items():
+        assert size <= 256, f"{name} holds {size} entries after {serial} forgotten batches"
+    assert last["batch_index"] == last["request_index"] == last["live"] == last["pending"] == 0
+
+
+@pytest.mark.parametrize("native", NATIVE_CHOICES)
+@pytest.mark.parametrize("drop_budget", [0, 2])
+def test_forgetting_changes_no_decision(native, drop_budget):
+    """Two policies see the same random traffic; one is told of every batch
+    whose flows all completed (and of some still live, freed later), the
+    other of none: every decision is the same, and the forgetting one's
+    tables stay small while the other's grow."""
+    rng = np.random.default_rng(5)
+    keep, drop = MfsPolicy(drop_budget=drop_budget), MfsPolicy(drop_budget=drop_budget)
+    keep.native = drop.native = native
+    capacity = rng.uniform(5e9, 25e9, LINKS)
+    now, serial, batch_no = 0.0, 0, 0
+    live: list[Flow] = []
+    remaining: dict[str, float] = {}
+    of_batch: dict[str, int] = {}
+    decisions = 0
+    for step in range(1500):
+        now += float(rng.uniform(0, 2e-3))
+        if rng.random() < 0.5:  # a batch of 1-3 requests arrives
+            b = f"b{batch_no}"
+            batch_no += 1
+            for r in range(int(rng.integers(1, 4))):
+                deadline = None if rng.random() < 0.2 else now + float(rng.uniform(0.002, 0.03))
+                for _ in range(int(rng.integers(1, 4))):
+                    stage = (Stage.REUSE, Stage.COLLECTIVE, Stage.P2D)[int(rng.integers(0, 3))]
+                    f = Flow.on_path(f"f{serial}", float(rng.uniform(1e5, 3e7)), [int(rng.integers(0, LINKS))],
+                                     stage=stage, request=f"{b}.r{r}", batch=b, deadline=deadline,
+                                     layer=int(rng.integers(0, 8)), current_layer=0, downstream=1e-3)
+                    serial += 1
+                    live.append(f)
+                    remaining[f.id] = f.size
+                    of_batch[b] = of_batch.get(b, 0) + 1
+        for f in live:
+            remaining[f.id] *= float(rng.uniform(0.6, 1.0))
+        gone = [f for f in live if rng.random() < 0.15]
+        departed = []
+        for f in gone:
+            live.remove(f)
+            keep.on_complete(f, now)
+            drop.on_complete(f, now)
+            of_batch[f.batch] -= 1
+            if not of_batch[f.batch]:
+                departed.append(f.batch)
+        early = [f.batch for f in live if rng.random() < 0.01]  # told early: freed once its flows are done
+        drop.forget(departed + early)
+        if live:
+            snap = _snapshot(now, live, remaining, capacity)
+            a, b = keep.decide(snap), drop.decide(snap)
+            for field in ("level", "queue", "dscp"):
+                assert np.array_equal(getattr(a, field), getattr(b, field)), f"step {step}: {field}"
+            assert a.timers == b.timers, f"step {step}"
+            decisions += 1
+    assert decisions > 1000 and batch_no > 600
+    held = {f.request for f in live}  # (the forgetting one freed the departed batches' pruned requests)
+    assert keep.pruned_requests & held == drop.pruned_requests & held
+    assert drop.pruned_requests <= keep.pruned_requests
+    if drop_budget:
+        assert keep.pruned_requests, "the run must exercise pruning"
+    assert len(keep._batch_index) > 600  # (the batches some decision saw)
+    assert len(drop._batch_index) < 60 and len(drop._batch_names) < 80  # the live ones, and a few waiting
+
+
+def test_a_live_batch_is_freed_once_its_flows_are_done():
+    p = MfsPolicy()
+    f = Flow.on_path("f", 1e6, [0], stage=Stage.REUSE, request="r", batch="b", deadline=1.0, layer=1)
+    snap = _snapshot(0.0, [f], {"f": 1e6}, np.full(LINKS, 1e10))
+    p.decide(snap)
+    p.forget(["b", "never-seen"])
+    assert "b" in p._batch_index and "r" in p._request_index and p._forget_pending == {"b"}
+    p.on_complete(f, 0.1)
+    p.forget([])
+    assert not p._batch_index and not p._request_index and not p._forget_pending
+    # A batch of the same name coming back is a new batch, on the freed indices.
+    g = Flow.on_path("g", 1e6, [0], stage=Stage.REUSE, request="r", batch="b", deadline=2.0, layer=1)
+    p.decide(_snapshot(0.2, [g], {"g": 1e6}, np.full(LINKS, 1e10)))
+    assert p._batch_index == {"b": 0} and p._request_index == {"r": 0} and p._request_deadline[0] == 2.0
+
+
+def test_requests_only_the_coordinator_named_are_freed_unless_pruned():
+    p = MfsPolicy()
+    p.set_order({"b0": 0}, pruned=["x", "y"])
+    p.set_order({"b0": 0}, pruned=["y"])  # x is no longer pruned: nothing keeps it
+    p.forget([])
+    assert set(p._request_index) == {"y"} and p.pruned_requests == {"y"}
