@@ -14,40 +14,14 @@ Units: sizes in bytes, capacities and rates in bytes/s, times in seconds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 import numpy as np
 
+# A flow's stage and the stage codes (laxflow.policy.stage, read from native/laxflow_shm.h), also importable
+# from here beside Flow.
+from laxflow.policy.stage import STAGE_CODES, STAGE_NONE, STAGE_OF_CODE, Stage  # noqa: F401
 
-class Stage(str, Enum):
-    """The three stages of traffic in one prefill (MFS §3)."""
-
-    REUSE = "reuse"  # stage 1: reusable KV fetched before a layer computes
-    COLLECTIVE = "collective"  # stage 2: EP/SP/TP collectives that block compute
-    P2D = "p2d"  # stage 3: a layer's KV to the decode unit
-
-    @classmethod
-    def parse(cls, value: str) -> "Stage":
-        try:
-            return cls(value)
-        except ValueError:
-            choices = ", ".join(s.value for s in cls)
-            raise ValueError(f"unknown stage {value!r} (expected one of {choices})") from None
-
-    @property
-    def code(self) -> int:
-        """The stage's wire code (``STAGE_CODES``)."""
-        return STAGE_CODES[self]
-
-
-# The one stage encoding of laxflow: the policy's arrays, the ZeroMQ protocol
-# and the shim's shared memory all use these numbers. They are the values of
-# ``LXF_STAGE_*`` in ``native/laxflow_shm.h`` (0 = no stage known, e.g. a
-# message the shim saw but no adapter tagged); a test checks the two agree.
-STAGE_NONE = 0
-STAGE_CODES: dict[Stage, int] = {Stage.REUSE: 1, Stage.COLLECTIVE: 2, Stage.P2D: 3}
-STAGE_OF_CODE: dict[int, Stage] = {code: stage for stage, code in STAGE_CODES.items()}
 
 _INF = float("inf")
 

@@ -19,6 +19,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from laxflow.policy.stage import STAGE_CODES, STAGE_NONE
 from laxflow.protocol._shm import ffi, lib
 
 LAYOUT_VERSION: int = lib.LXF_SHM_VERSION
@@ -33,11 +34,9 @@ class EventKind(IntEnum):
     LAYER_BOUNDARY = lib.LXF_EV_LAYER_BOUNDARY
 
 
-class Stage(IntEnum):
-    NONE = lib.LXF_STAGE_NONE
-    REUSE = lib.LXF_STAGE_REUSE
-    COLLECTIVE = lib.LXF_STAGE_COLLECTIVE
-    P2D = lib.LXF_STAGE_P2D
+# lxf_event.stage and lxf_tag_value.stage: the one stage table (laxflow.policy.stage, the header's LXF_STAGE_*).
+Stage = IntEnum("Stage", [("NONE", STAGE_NONE), *((stage.name, code) for stage, code in STAGE_CODES.items())],
+                module=__name__)
 
 
 class CommandKind(IntEnum):

@@ -50,10 +50,11 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 from laxflow.integrations.vllm.hooks import HooksLink, connect, shim_tagger
 from laxflow.integrations.vllm.settings import load_settings, request_slo
+from laxflow.policy.stage import Stage
 
 log = logging.getLogger("laxflow.vllm")
 
-STAGE_REUSE, STAGE_P2D = 1, 3  # LXF_STAGE_* in native/laxflow_shm.h
+STAGE_REUSE, STAGE_P2D = Stage.REUSE.code, Stage.P2D.code  # LXF_STAGE_* of native/laxflow_shm.h
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)(?:\.|$)")
 
 # Every public method of the pinned KVConnectorBase_V1 (vLLM 0.32.0), forwarded to the inner connector.
