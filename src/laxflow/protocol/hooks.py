@@ -30,7 +30,7 @@ from typing import Mapping
 from laxflow.policy.stage import Stage
 from laxflow.protocol.messages import (INT64_MAX, MAX_BANDWIDTH, MAX_BYTES, MAX_LAYER, MAX_LEVEL, MAX_SECONDS,
                                        MAX_TOKENS, bounded)
-from laxflow.protocol.wire import message
+from laxflow.protocol.schema import message
 
 STAGES = tuple(stage.value for stage in Stage)
 MAX_PID = 1 << 22  # Linux's PID_MAX_LIMIT

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from laxflow.protocol.wire import MAX_ID_LEN, message
+from laxflow.protocol.schema import MAX_ID_LEN, message
 
 HELLO_REASONS = ("start", "reconnect", "resync")
 DAEMON_MODES = ("coordinated", "local")

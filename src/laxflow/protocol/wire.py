@@ -12,7 +12,9 @@ adds the peer identity in front of it), holding one msgpack map::
      "sender": "<1..256 chars>", "ts": <sender's wall clock, s>, "body": {...}}
 
 ``body`` holds the fields of the typed message class registered for ``type``
-(:mod:`laxflow.protocol.messages`), by name; nested records are maps too.
+(:mod:`laxflow.protocol.schema`: the control plane's
+:mod:`laxflow.protocol.messages`, the hooks' :mod:`laxflow.protocol.hooks`),
+by name; nested records are maps too.
 Decoding is strict: a missing, extra or mistyped field is ``bad_field``; the
 one exception is a field added later with a default, which an older sender
 may leave out (the receiver takes the default).
@@ -43,10 +45,14 @@ from typing import Any, Callable, Union
 
 import msgpack
 
+# Imported for its registrations: decode() knows the control plane's messages whoever imports this first.
+from laxflow.protocol import messages as _messages  # noqa: F401
+# The table of message types (and the id bound), named here too for the codec's callers.
+from laxflow.protocol.schema import MAX_ID_LEN, message, message_type, message_types  # noqa: F401
+
 PROTOCOL_VERSION: int = 1
 MAX_FRAME_BYTES: int = 8 * 1024 * 1024  # 1,000 batches x 32 requests fits with room to spare
 SOCKET_MAX_BYTES: int = 4 * MAX_FRAME_BYTES  # beyond this ZeroMQ drops the peer (not counted here)
-MAX_ID_LEN = 256
 MAX_MSG_ID_LEN = 64
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _ENVELOPE_KEYS = frozenset({"v", "msg_id", "type", "sender", "ts", "body"})
@@ -85,31 +91,9 @@ class Envelope:
     body: Any  # an instance of the class registered for ``type``
 
 
-# ------------------------------------------------------------------ registry
+# ------------------------------------------------------------------ fields
 
-_TYPES: dict[str, type] = {}
 _SCHEMAS: dict[type, tuple[tuple[str, Any], ...]] = {}
-
-
-def message(type_name: str):
-    """Class decorator: register a frozen dataclass as wire message ``type_name``.
-
-    Used only by :mod:`laxflow.protocol.messages`; a duplicate name is a bug.
-    """
-
-    def wrap(cls: type) -> type:
-        if type_name in _TYPES:
-            raise RuntimeError(f"protocol: message type {type_name!r} registered twice")
-        cls.TYPE = type_name  # type: ignore[attr-defined]
-        _TYPES[type_name] = cls
-        return cls
-
-    return wrap
-
-
-def message_types() -> dict[str, type]:
-    """Registered message classes by wire type name (a copy)."""
-    return dict(_TYPES)
 
 
 def _schema(cls: type) -> tuple[tuple[str, Any], ...]:
@@ -185,7 +169,7 @@ def encode(msg: Any, sender: str, msg_id: str | None = None, ts: float | None = 
     input (the coordinator's Decision); the receiver still validates.
     """
     cls = type(msg)
-    if _TYPES.get(getattr(cls, "TYPE", None)) is not cls:
+    if message_type(getattr(cls, "TYPE", None)) is not cls:
         raise ProtocolError(DropReason.UNKNOWN_TYPE, f"{cls.__name__} is not a registered message")
     body = _to_wire(msg)
     if check:
@@ -237,7 +221,7 @@ def decode(frame: bytes | memoryview) -> Envelope:
         raise ProtocolError(DropReason.MALFORMED, "envelope 'ts' must be a finite number")
     if not isinstance(type_name, str):
         raise ProtocolError(DropReason.MALFORMED, "envelope 'type' must be a string")
-    cls = _TYPES.get(type_name)
+    cls = message_type(type_name)
     if cls is None:
         raise ProtocolError(DropReason.UNKNOWN_TYPE, f"type {type_name[:64]!r}")
     body = _check(cls, raw["body"], type_name)
@@ -465,7 +449,3 @@ class DropCounter:
     @property
     def total(self) -> int:
         return sum(self.counts.values())
-
-
-# Registers the message classes, so decode() knows every type whichever module was imported first.
-from laxflow.protocol import messages as _messages  # noqa: E402,F401
