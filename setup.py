@@ -3,7 +3,7 @@
 ``pip install .`` / ``pip install -e .`` run these builds here:
   * the cffi modules (cffi_modules): ``laxflow.protocol._shm``, the Python
     access to the shared-memory layout of ``native/laxflow_shm.h``;
-    ``laxflow.policy._stage_codes``, that header's stage codes;
+    ``laxflow._stage_codes``, that header's stage codes;
     ``laxflow.sim.network._allocate_native``, the network engine's flow
     table and rate allocation; ``laxflow.policy._mfs_native``, the mfs
     policy's decision step;
@@ -70,7 +70,7 @@ setup(
     ext_modules=[MFS_GLUE],
     cffi_modules=[
         "src/laxflow/protocol/shm_build.py:ffibuilder",
-        "src/laxflow/policy/stage_build.py:ffibuilder",
+        "src/laxflow/stage_build.py:ffibuilder",
         "src/laxflow/sim/network/allocate_build.py:ffibuilder",
         "src/laxflow/policy/mfs_build.py:ffibuilder",
     ],

@@ -20,7 +20,7 @@ import zmq
 from laxflow.daemon.core import DaemonCore
 from laxflow.errors import UserError
 from laxflow.hooks.api import estimate_ttft, request_key, unranked
-from laxflow.policy.stage import Stage
+from laxflow.stage import Stage
 from laxflow.protocol import hooks as hm
 from laxflow.protocol.shm import share_with_group
 from laxflow.protocol.wire import SOCKET_MAX_BYTES, DropCounter, DropReason, ProtocolError, decode, encode

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from laxflow.daemon.core import DaemonCore
 from laxflow.hooks.api import Hooks, estimate_ttft, request_key
-from laxflow.policy.stage import Stage
+from laxflow.stage import Stage
 from laxflow.protocol.hooks import Estimate, Instance
 
 SWEEP_MIN = 1024  # names held before the first sweep for requests the core forgot

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-# A flow's stage and the stage codes (laxflow.policy.stage, read from native/laxflow_shm.h), also importable
+# A flow's stage and the stage codes (laxflow.stage, read from native/laxflow_shm.h), also importable
 # from here beside Flow.
-from laxflow.policy.stage import STAGE_CODES, STAGE_NONE, STAGE_OF_CODE, Stage  # noqa: F401
+from laxflow.stage import STAGE_CODES, STAGE_NONE, STAGE_OF_CODE, Stage  # noqa: F401
 
 
 _INF = float("inf")

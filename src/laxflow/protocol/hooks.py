@@ -11,7 +11,7 @@ that socket is unless configured: :func:`default_hooks_address`.
 Units: deadlines are wall-clock seconds (``time.time()``), durations
 seconds, sizes bytes, rates bytes/s. Request ids are the hooks' own strings;
 the daemon joins them with shim events through :func:`laxflow.hooks.request_key`.
-Stages are the names of :class:`laxflow.policy.stage.Stage` (the stage table
+Stages are the names of :class:`laxflow.stage.Stage` (the stage table
 of ``native/laxflow_shm.h``).
 
 Counts are bounded to what a real request can have (the bounds of
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from laxflow.policy.stage import Stage
+from laxflow.stage import Stage
 from laxflow.protocol.messages import (INT64_MAX, MAX_BANDWIDTH, MAX_BYTES, MAX_LAYER, MAX_LEVEL, MAX_SECONDS,
                                        MAX_TOKENS, bounded)
 from laxflow.protocol.schema import message

@@ -19,7 +19,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from laxflow.policy.stage import STAGE_CODES, STAGE_NONE
+from laxflow.stage import STAGE_CODES, STAGE_NONE
 from laxflow.protocol._shm import ffi, lib
 
 LAYOUT_VERSION: int = lib.LXF_SHM_VERSION
@@ -34,7 +34,7 @@ class EventKind(IntEnum):
     LAYER_BOUNDARY = lib.LXF_EV_LAYER_BOUNDARY
 
 
-# lxf_event.stage and lxf_tag_value.stage: the one stage table (laxflow.policy.stage, the header's LXF_STAGE_*).
+# lxf_event.stage and lxf_tag_value.stage: the one stage table (laxflow.stage, the header's LXF_STAGE_*).
 Stage = IntEnum("Stage", [("NONE", STAGE_NONE), *((stage.name, code) for stage, code in STAGE_CODES.items())],
                 module=__name__)
 

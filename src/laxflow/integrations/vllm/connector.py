@@ -50,7 +50,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 from laxflow.integrations.vllm.hooks import HooksLink, connect, shim_tagger
 from laxflow.integrations.vllm.settings import load_settings, request_slo
-from laxflow.policy.stage import Stage
+from laxflow.stage import Stage
 
 log = logging.getLogger("laxflow.vllm")
 

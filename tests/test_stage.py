@@ -1,4 +1,4 @@
-"""The one stage table: LXF_STAGE_* of native/laxflow_shm.h, read through laxflow.policy._stage_codes."""
+"""The one stage table: LXF_STAGE_* of native/laxflow_shm.h, read through laxflow._stage_codes."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from laxflow.policy import flow
-from laxflow.policy.stage import STAGE_CODES, STAGE_NONE, STAGE_OF_CODE, Stage
+from laxflow.stage import STAGE_CODES, STAGE_NONE, STAGE_OF_CODE, Stage
 from laxflow.protocol import hooks, shm
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 HEADER = ROOT / "native" / "laxflow_shm.h"
 
 
@@ -22,7 +22,7 @@ def header_defines() -> dict[str, int]:
 
 
 def test_the_compiled_codes_are_the_headers():
-    # Fails when laxflow.policy._stage_codes is older than the header: rebuild it.
+    # Fails when laxflow._stage_codes is older than the header: rebuild it.
     defines = header_defines()
     assert defines == {"NONE": STAGE_NONE, **{s.name: code for s, code in STAGE_CODES.items()}}
     assert {s.value for s in Stage} == {name.lower() for name in defines} - {"none"}
@@ -44,7 +44,7 @@ def test_an_unknown_stage_is_named_with_the_choices():
 
 
 def test_the_builder_reads_the_names_from_the_header_and_refuses_a_header_without_them():
-    spec = importlib.util.spec_from_file_location("stage_build", ROOT / "src" / "laxflow" / "policy" / "stage_build.py")
+    spec = importlib.util.spec_from_file_location("stage_build", ROOT / "src" / "laxflow" / "stage_build.py")
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
     assert build.stage_names(HEADER.read_text()) == [f"LXF_STAGE_{name}" for name in header_defines()]

@@ -4,10 +4,12 @@ The codes are laxflow's one stage encoding: the policies' arrays, the
 shared memory between shim and daemon (``lxf_event.stage``,
 ``lxf_tag_value.stage``) and the native cores all use them. They are
 written once, as ``LXF_STAGE_*`` in ``native/laxflow_shm.h``, and read here
-from that header through the cffi module ``laxflow.policy._stage_codes``
+from that header through the cffi module ``laxflow._stage_codes``
 (built by ``stage_build.py``, as the shared-memory layout is read by
 ``laxflow.protocol._shm``). ``laxflow.protocol.shm.Stage`` and the hooks'
 stage names (``laxflow.protocol.hooks.STAGES``) are made from this table.
+It sits below every package (policy, protocol, hooks, the daemon import it)
+and imports nothing of laxflow but that module.
 
 A stage is named by its ``LXF_STAGE_<NAME>`` (``Stage.<NAME>``, value the
 lower-case name); ``LXF_STAGE_NONE`` is the code of a message whose stage no
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from laxflow.policy._stage_codes import lib as _header
+from laxflow._stage_codes import lib as _header
 
 
 class Stage(str, Enum):
@@ -48,7 +50,7 @@ def _header_codes() -> dict[str, int]:
              if name.startswith("LXF_STAGE_")}
     expected = {"NONE", *Stage.__members__}
     if set(codes) != expected or len(set(codes.values())) != len(codes):
-        raise ImportError(f"laxflow.policy._stage_codes has LXF_STAGE_* {codes}, expected one distinct code for "
+        raise ImportError(f"laxflow._stage_codes has LXF_STAGE_* {codes}, expected one distinct code for "
                           f"each of {sorted(expected)}: Stage and native/laxflow_shm.h disagree, or the module is "
                           "older than the header (rebuild it: pip install -e .)")
     return codes
