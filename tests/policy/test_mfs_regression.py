@@ -6,9 +6,8 @@ re-record are there) and what it answered. Replaying them into a fresh
 policy must give the same levels, queues, DSCP and timers at every decision:
 speed work on the policy must not move a single flow. The pruning trace runs
 Algorithm 1 standalone (``drop_budget`` 2) and prunes requests. Each trace
-runs through the incremental path (``mfs_incremental``, the default), the
-scalar from-scratch path (``mfs_scalar``) and the vectorized one alone; all
-must also end in bit-identical policy state.
+runs through the C core (``mfs_native``) and the reference (the vectorized
+``MfsPolicy.decide``); both must also end in bit-identical policy state.
 """
 
 from __future__ import annotations
@@ -19,19 +18,16 @@ import numpy as np
 import pytest
 
 from laxflow.policy.mfs import MfsPolicy
+from laxflow.policy.mfs_native import NATIVE
 from laxflow.sim.network.trace import load, replay
 
 DATA = Path(__file__).resolve().parent / "data"
 
 
-# path -> MfsPolicy attributes: the default (scalar for few flows, incremental
-# above), the incremental path alone, and the two from-scratch paths alone.
+# path -> MfsPolicy attributes: the C core, and the reference.
 PATHS = {
     "native": {"native": True},
-    "default": {"native": False},
-    "incremental": {"native": False, "incremental_from": 0, "incremental_below": 0, "incremental_upto": 10**9},
-    "scalar": {"native": False, "incremental": False},
-    "vectorized": {"native": False, "incremental": False, "few_flows": 0},
+    "reference": {"native": False},
 }
 
 
@@ -60,15 +56,16 @@ def test_replayed_decisions_match_the_recording(name, path):
 
 
 @pytest.mark.parametrize("name", ["mfs_trace_default", "mfs_trace_pruning"])
-@pytest.mark.parametrize("other", ["vectorized", "incremental", "default", "native"])
-def test_every_path_keeps_the_same_state(name, other):
+def test_the_core_keeps_the_reference_state(name):
+    if not NATIVE:
+        pytest.skip("laxflow.policy._mfs_native is not built")
     data = load(DATA / f"{name}.json.gz")
-    scalar, vector = _policy(data, "scalar"), _policy(data, other)
-    rows = list(replay(data, scalar))
-    assert list(replay(data, vector)) == rows
-    assert sum(len(level) <= scalar.few_flows for _, (level, *_) in rows) > 500  # the scalar path did run
+    ref, core = _policy(data, "reference"), _policy(data, "native")
+    rows = list(replay(data, ref))
+    assert list(replay(data, core)) == rows
+    assert core._native is not None and ref._native is None  # the C core ran, and only on one
     for attr in ("_explicit_load", "_finished_bytes", "_rank", "_pruned", "_last_t"):
-        assert np.array_equal(getattr(scalar, attr), getattr(vector, attr)), attr
-    for attr in scalar.rmlq._ARRAYS:
-        assert np.array_equal(getattr(scalar.rmlq, attr), getattr(vector.rmlq, attr), equal_nan=True), attr
-    assert scalar.infeasible == vector.infeasible
+        assert np.array_equal(getattr(ref, attr), getattr(core, attr)), attr
+    for attr in ref.rmlq._ARRAYS:
+        assert np.array_equal(getattr(ref.rmlq, attr), getattr(core.rmlq, attr), equal_nan=True), attr
+    assert ref.infeasible == core.infeasible

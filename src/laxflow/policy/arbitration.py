@@ -42,11 +42,6 @@ def queue_of(urgency: np.ndarray, explicit: np.ndarray, pruned: np.ndarray, leve
     return np.where(pruned, levels, q).astype(np.int64)
 
 
-def queue_of_one(urgency: int, explicit: bool, levels: int) -> int:
-    """:func:`queue_of` for one flow that is not pruned (the few-flow and incremental decide paths)."""
-    return urgency if explicit else min(urgency + 1, levels - 1)
-
-
 def engine_levels(
     queue: np.ndarray, explicit: np.ndarray, urgency: np.ndarray, batch_rank: np.ndarray, levels: int
 ) -> np.ndarray:

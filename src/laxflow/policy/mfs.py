@@ -38,8 +38,8 @@ Infeasible explicit flows (MLU > 1 at their last evaluation) are counted in
 ``infeasible`` and stay at the top: their bytes still have to arrive.
 
 Decisions run in C (:mod:`laxflow.policy.mfs_native`) when the module is
-built, else on the Python paths (``mfs_scalar``, ``mfs_incremental`` and the
-vectorized one here); all give bit-identical decisions and state.
+built, else on the reference here (vectorized, in NumPy): both give
+bit-identical decisions and state, and the tests hold the C to the reference.
 
 Called by the network engine (``decide_into``, or ``decide`` with the C path
 off, at every event; ``on_complete`` per finished flow), by the node daemon with the same objects, and by the
@@ -59,9 +59,7 @@ from laxflow.policy.config import MfsConfig
 from laxflow.policy.dscp import DscpMap
 from laxflow.policy.flow import STAGE_CODES, Flow, Stage
 from laxflow.policy.inter_request import LoadTableBuilder, schedule_table
-from laxflow.policy.mfs_incremental import LiveView, decide_incremental
-from laxflow.policy.mfs_native import NATIVE, NativeCore, decide_into, decide_native
-from laxflow.policy.mfs_scalar import FEW_FLOWS, bottleneck, decide_few
+from laxflow.policy.mfs_native import NATIVE, NativeCore, bottleneck, decide_into, decide_native
 from laxflow.policy.mlu import level_of, mlu, thresholds
 from laxflow.policy.red import red_order, robust_effective_deadline
 from laxflow.policy.rli import rli
@@ -76,20 +74,8 @@ class MfsPolicy(FlowPolicy):
 
     name = "mfs"
     # Every decision in C (mfs_native.py) when the module is built; False:
-    # the Python paths below. The same decisions and state either way.
+    # the reference below (vectorized). The same decisions and state either way.
     native = NATIVE
-    # Decisions keep state across calls and redo only what changed
-    # (mfs_incremental.py). False: every decision from scratch, on the scalar
-    # path (mfs_scalar.py) up to ``few_flows`` flows, vectorized above; the
-    # same decisions, kept as the reference the tests compare against.
-    incremental = True
-    incremental_from = 16  # the scalar path is cheaper for fewer flows: used up to here,
-    incremental_below = 8  # and once incremental, up to here (no switching back and forth)
-    # Above this many flows the vectorized path: per touched flow the incremental
-    # path is Python (~3 us), so when thousands cross a layer at once (not the
-    # serving case: a few hundred live flows) NumPy over all of them wins.
-    incremental_upto = 1000
-    few_flows = FEW_FLOWS
 
     def __init__(self, config: MfsConfig | None = None, **options: Any) -> None:
         self.config = config if config is not None else MfsConfig.from_mapping(options)
@@ -129,7 +115,7 @@ class MfsPolicy(FlowPolicy):
         self._finished_bytes = np.zeros(0)  # explicit bytes of flows done since the last decision
         self._finished_links: set[int] = set()  # where _finished_bytes is not 0
         self._last_t: float | None = None
-        self._bneck_cache: dict[tuple[int, int], tuple] = {}  # see mfs_scalar.bottleneck
+        self._bneck_cache: dict[tuple[int, int], tuple] = {}  # see mfs_native.bottleneck
         self._red_cache: dict[tuple[float, ...], float] = {}  # a batch's live deadlines -> RED (_red_sorted)
         # A batch's live requests (indices, in the order they came) -> RED; cleared
         # when a request's deadline is set after its index was made (set_order).
@@ -142,9 +128,7 @@ class MfsPolicy(FlowPolicy):
         # or whose live requests changed since. See _ranks_hold.
         self._ranked_red: dict[int, float] = {}
         self._touched: set[int] = set()
-        self._view = LiveView()  # the incremental path's kept state
         self._window_seen = math.nan  # the last snapshot load_window accepted
-        self._few_out: dict[tuple, tuple] = {}  # the few-flow path's output arrays by arbitration keys
         self._native: NativeCore | None = None  # the native path's C state, made on its first decision
         self._glue: Any = None  # its admission and completion in C (mfs_glue.c), when built
         # Bumped whenever _rank, _pruned, _explicit_load or _finished_bytes is
@@ -169,7 +153,6 @@ class MfsPolicy(FlowPolicy):
             r = self._request_slot(name, _NAN, -1)  # may grow self._pruned: index after
             self._pruned[r] = True
         self._order_stale = True
-        self._view.rekey_all = True
 
     @property
     def pruned_requests(self) -> set[str]:
@@ -187,15 +170,9 @@ class MfsPolicy(FlowPolicy):
             return Decision(level=empty, queue=empty, dscp=np.zeros(0, np.uint8))
         if self.native and NATIVE:
             return decide_native(self, snap)
-        self._tagged = None  # (the Python paths keep no engine tags)
-        if self._native is not None:  # nor the C side's view of the arrays they change: re-bound at its next decision
+        self._tagged = None  # (the reference keeps no engine tags)
+        if self._native is not None:  # nor the C side's view of the arrays it changes: re-bound at its next decision
             self._native.unbind()
-        floor = self.incremental_below if self._view.active else self.incremental_from
-        if self.incremental and floor < n <= self.incremental_upto:
-            return decide_incremental(self, snap)
-        self._view.active = False  # a from-scratch decision: the incremental path starts over
-        if n <= self.few_flows:
-            return decide_few(self, snap)
         now = snap.now
         slot = self.rmlq.slot
         idx_list = [slot.get(f, -1) for f in flows]
@@ -279,8 +256,6 @@ class MfsPolicy(FlowPolicy):
             link = facts[2]
             self._finished_bytes[link] += t.last_rem[s] * facts[4]
             self._finished_links.add(link)
-        if self._view.active:  # (else the incremental path starts over from its next snapshot)
-            self._view.forget(flow, s)
         live = self._live_flows.get(b)
         if live is None:
             return
@@ -515,9 +490,8 @@ class MfsPolicy(FlowPolicy):
     def _measure_interval(self, snap: Snapshot) -> tuple[float, float] | None:
         """Start a measurement of the explicit-traffic average: (last decision, now), None if no time passed.
 
-        Shared by the three decide paths (this class, ``mfs_scalar``,
-        ``mfs_incremental``): sizes the per-link arrays to the snapshot's
-        links and moves the clock to ``snap.now``.
+        Sizes the per-link arrays to the snapshot's links and moves the
+        clock to ``snap.now``.
         """
         return self._measure_interval_at(snap.now, len(snap.capacity))
 
@@ -561,40 +535,6 @@ class MfsPolicy(FlowPolicy):
         self._arrays_gen += 1
         self._finished_bytes[:] = 0.0
         self._finished_links.clear()
-
-    def _advance_explicit_load(self, snap: Snapshot, dt: float, sent: dict[int, float]) -> None:
-        """The moving-average step of :meth:`_measure_explicit_load` given the bytes
-        live explicit flows moved per link in ``dt``; links not in ``sent`` or
-        ``_finished_links`` had utilization 0 and only decay. Same float
-        operations per link as the vectorized step (called by mfs_scalar)."""
-        decay = math.exp(-dt / self.config.load_window)
-        if not sent and not self._finished_links:  # utilization 0 everywhere: the average only decays
-            self._explicit_load *= decay
-            return
-        load, done, capacity, finished = self._explicit_load, self._finished_bytes, snap.capacity, self._finished_links
-        updates = []
-        # (_finished_bytes is 0.0 outside _finished_links, and a sum of sent bytes is
-        # never -0.0, so adding it only there changes no bit.)
-        for link in set(sent) | finished if finished else sent:
-            moved = sent.get(link, 0.0) + float(done[link]) if finished else sent[link]
-            span = float(capacity[link]) * dt
-            if span > 0:
-                util = moved / span
-            else:  # as NumPy divides, then nan_to_num(nan=0, posinf=1)
-                util = 0.0 if moved == 0 or math.isnan(moved) else math.copysign(1.0, moved)
-            # As min(max(util, 0.0), 1.0) with NaN -> 0 (-0.0 stays -0.0, as max keeps its first argument).
-            if not util >= 0.0:
-                util = 0.0
-            elif util > 1.0:
-                util = 1.0
-            updates.append((link, util + (float(load[link]) - util) * decay))
-        load *= decay
-        for link, value in updates:
-            load[link] = value
-        if finished:
-            for link in finished:
-                done[link] = 0.0
-            finished.clear()
 
     def _note_levels(self, flows: Any, pos: np.ndarray, idx: np.ndarray) -> None:
         if not pos.size or not self.flow_notes:

@@ -1,11 +1,11 @@
 """cffi builder of ``laxflow.policy._mfs_native``, the mfs policy's decision step in C.
 
 Called by setup.py (``cffi_modules``) during ``pip install``. The module
-compiles ``mfs_native.c`` (next to this file): :func:`laxflow.policy.mfs_scalar.decide_few`'s
+compiles ``mfs_native.c`` (next to this file): the reference ``MfsPolicy.decide``'s
 steps with the same float operations in the same order;
 ``-ffp-contract=off`` keeps the compiler from fusing a multiply and an add,
 which would round differently from Python. Without a C compiler the policy
-runs its Python paths (``laxflow.policy.mfs_native.NATIVE`` is False).
+runs its reference (``laxflow.policy.mfs_native.NATIVE`` is False).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@
  * that outgrows the free slots, a reorder that moves ranks, arrays to bind
  * again) calls the policy's own Python for that step.  complete() declines
  * (returns False, nothing changed) where the Python method must run: a slot
- * without facts, the incremental path's view active, or an explicit flow
+ * without facts, or an explicit flow
  * while the C state is not bound to the policy's current arrays.
  *
  * Built by setup.py as a CPython extension (it needs the C API, which cffi
@@ -57,13 +57,13 @@ typedef struct {
     PyObject *facts;         /* rmlq.facts */
     PyObject *batch_index, *request_index, *request_batch;
     PyObject *live_flows, *live_requests, *touched, *batch_red;
-    PyObject *bneck_cache, *finished_links, *view, *red_by_requests;
+    PyObject *bneck_cache, *finished_links, *red_by_requests;
     PyObject *stage_codes;   /* laxflow.policy.flow.STAGE_CODES */
     PyObject *p2d;           /* Stage.P2D */
     PyObject *flow_type;     /* laxflow.policy.flow.Flow (subclasses go to facts_of) */
-    PyObject *nan;           /* mfs_scalar._NAN: the NaN object the Python paths store */
-    PyObject *bottleneck;    /* mfs_scalar.bottleneck(p, f, capacity) */
-    PyObject *facts_of;      /* mfs_scalar.admission_facts(p, flows, capacity) */
+    PyObject *nan;           /* mfs_native._NAN: the NaN object the Python admission stores */
+    PyObject *bottleneck;    /* mfs_native.bottleneck(p, f, capacity) */
+    PyObject *facts_of;      /* mfs_native.admission_facts(p, flows, capacity) */
     PyObject *core;          /* the policy's NativeCore (its buffers(n) and _after_step's argument) */
     PyObject *admit_new, *bind, *after_step;  /* mfs_native's Python for the rare steps */
     PyObject *urgency;       /* the rmlq.urgency array the struct was last bound with (bound()) */
@@ -86,7 +86,7 @@ typedef struct {
 /* Interned attribute names. */
 static PyObject *s_batch, *s_request, *s_deadline, *s_links, *s_weights, *s_stage, *s_downstream, *s_layer,
     *s_size, *s_current_layer, *s_compute_done, *s_batch_slot, *s_request_slot, *s_order_stale, *s_red_moved,
-    *s_active, *s_arrays_gen, *s_urgency, *s_external, *s_reorder, *s_last_t, *s_buffers, *s_ranked_red, *s_red_of;
+    *s_arrays_gen, *s_urgency, *s_external, *s_reorder, *s_last_t, *s_buffers, *s_ranked_red, *s_red_of;
 
 static PyObject *one;  /* the int 1 */
 
@@ -99,7 +99,7 @@ static int intern_names(void)
     NAME(s_weights, "weights"); NAME(s_stage, "stage"); NAME(s_downstream, "downstream"); NAME(s_layer, "layer");
     NAME(s_size, "size"); NAME(s_current_layer, "current_layer"); NAME(s_compute_done, "compute_done");
     NAME(s_batch_slot, "_batch_slot"); NAME(s_request_slot, "_request_slot"); NAME(s_order_stale, "_order_stale");
-    NAME(s_red_moved, "_red_moved"); NAME(s_active, "active"); NAME(s_arrays_gen, "_arrays_gen");
+    NAME(s_red_moved, "_red_moved"); NAME(s_arrays_gen, "_arrays_gen");
     NAME(s_urgency, "urgency"); NAME(s_external, "_external"); NAME(s_reorder, "_reorder");
     NAME(s_last_t, "_last_t"); NAME(s_buffers, "buffers");
     NAME(s_ranked_red, "_ranked_red"); NAME(s_red_of, "_red_of");
@@ -110,7 +110,7 @@ static int intern_names(void)
 /* Every object a Glue holds (the policy holds its Glue: a cycle the collector must see). */
 #define GLUE_FIELDS(X) X(policy) X(rmlq) X(slot) X(free) X(facts) X(batch_index) X(request_index) \
     X(request_batch) X(live_flows) X(live_requests) X(touched) X(batch_red) X(bneck_cache) X(finished_links) \
-    X(view) X(red_by_requests) X(stage_codes) X(p2d) X(flow_type) X(nan) X(bottleneck) X(facts_of) X(core) \
+    X(red_by_requests) X(stage_codes) X(p2d) X(flow_type) X(nan) X(bottleneck) X(facts_of) X(core) \
     X(admit_new) X(bind) X(after_step) X(urgency) X(capacity)
 
 static int glue_traverse(Glue *g, visitproc visit, void *arg)
@@ -195,7 +195,6 @@ static int glue_init(Glue *g, PyObject *args, PyObject *kwds)
         || !(g->batch_red = attr_of(policy, "_batch_red", &PyDict_Type))
         || !(g->bneck_cache = attr_of(policy, "_bneck_cache", &PyDict_Type))
         || !(g->finished_links = attr_of(policy, "_finished_links", &PySet_Type))
-        || !(g->view = attr_of(policy, "_view", NULL))
         || !(g->red_by_requests = attr_of(policy, "_red_by_requests", &PyDict_Type)))
         return -1;
     PyObject *config = attr_of(policy, "config", NULL), *budget = config ? attr_of(config, "drop_budget", NULL) : NULL;
@@ -394,7 +393,7 @@ static int read_only(PyObject *a)
     return ro;
 }
 
-/* mfs_scalar.bottleneck: a new reference to its (link, rate, weight) tuple. */
+/* mfs_native.bottleneck: a new reference to its (link, rate, weight) tuple. */
 static PyObject *bottleneck(Glue *g, PyObject *f, PyObject *capacity)
 {
     PyObject *links = PyObject_GetAttr(f, s_links), *weights = NULL, *out = NULL;
@@ -928,7 +927,6 @@ static PyObject *glue_decide(Glue *g, PyObject *const *args, Py_ssize_t nargs)
         Py_XDECREF(zero);
         return r;
     }
-    /* (The incremental path's view is not active: no Python path leaves p._tagged set.) */
     double t_next = g->m->o_timer[0];
     if (t_next != t_next)
         Py_RETURN_NONE;
@@ -953,13 +951,6 @@ static PyObject *glue_complete(Glue *g, PyObject *flow)
     PyObject *facts = PyList_GET_ITEM(g->facts, s);
     if (!PyTuple_Check(facts) || PyTuple_GET_SIZE(facts) != 9)
         Py_RETURN_FALSE;  /* admission never finished */
-    PyObject *active = PyObject_GetAttr(g->view, s_active);
-    if (!active)
-        return NULL;
-    int is_active = PyObject_IsTrue(active);
-    Py_DECREF(active);
-    if (is_active)
-        return is_active < 0 ? NULL : Py_NewRef(Py_False);
     int explicit_ = PyObject_IsTrue(PyTuple_GET_ITEM(facts, 0));
     if (explicit_ < 0)
         return NULL;

@@ -1,6 +1,7 @@
-/* The mfs policy's decision step (see mfs_native.h): mfs_scalar.decide_few
- * in C.  Every float operation is the scalar path's, in its order; Python's
- * min/max/bisect are spelled out where NaN or -0.0 could tell them apart. */
+/* The mfs policy's decision step (see mfs_native.h): the reference
+ * MfsPolicy.decide in C, one flow at a time.  Every float operation is the
+ * reference's, in its order (NumPy's per-element rules spelled out where NaN
+ * or -0.0 could tell them apart). */
 #include "mfs_native.h"
 
 #include <math.h>
@@ -119,7 +120,7 @@ static int64_t bisect_right(const double *a, int64_t len, double x)
 static double py_max(double a, double b) { return b > a ? b : a; }
 static double py_min(double a, double b) { return b < a ? b : a; }
 
-/* mfs_scalar._candidate: the urgency flow i (slot s) would have now. */
+/* MfsPolicy._candidates for one flow: the urgency flow i (slot s) would have now. */
 static int64_t candidate(const struct lxf_mfs *m, int64_t s, double current, double remaining,
                          const double *link_load, int clip_load, double now, int *infeasible)
 {
@@ -161,7 +162,7 @@ static int eligible(const struct lxf_mfs *m, int64_t s, double current, int done
     return cur > m->layer_at[s] || (m->explicit_[s] && done && tick > m->tick_at[s]);
 }
 
-/* MfsPolicy._advance_explicit_load with the bytes live explicit flows moved (mfs_scalar._measure). */
+/* MfsPolicy._measure_explicit_load: the moving average of explicit traffic, from the bytes live explicit flows moved. */
 static void measure(struct lxf_mfs *m, int64_t n, const int64_t *slot, const double *remaining, double dt,
                     const int64_t *finished, int64_t n_finished)
 {

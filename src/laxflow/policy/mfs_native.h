@@ -3,8 +3,8 @@
  * One call per decision (MfsPolicy.decide -> mfs_native.decide_native):
  * the explicit-load average, entry levels and promotions, arbitration keys,
  * dense levels and the period timer, over every live flow, with the float
- * operations of the scalar path (mfs_scalar.py) in the same order, so state
- * and decisions are bit-identical to it.  Admission (a new flow's static
+ * operations of the reference (the vectorized MfsPolicy.decide) in the
+ * same order, so state and decisions are bit-identical to it.  Admission (a new flow's static
  * facts, worked out in Python or in mfs_glue.c and written by
  * lxf_mfs_admit), RED order and pruning run before the call.
  *
@@ -132,7 +132,7 @@ int lxf_mfs_decide_engine(struct lxf_mfs *m, int64_t n, int64_t n_new, const dou
  * LXF_MFS_NO_MEMORY. */
 int lxf_mfs_progress(struct lxf_mfs *m, int64_t k, const int64_t *slot, const double *current, const char *done);
 
-/* A new flow's static facts into slot s (mfs_scalar._admit_one's array
+/* A new flow's static facts into slot s (mfs_native._admit_one's array
  * writes in one call; after its size and request progress (current layer,
  * NaN none; compute ended), as lxf_mfs_progress keeps it, the facts in
  * Rmlq.facts order).  The step reads them, and of them writes only

@@ -7,22 +7,24 @@ per-flow notes in ``Flow.state``. Of these, admission, completion
 (``MfsPolicy.on_complete``) and the per-decision glue of ``decide_into`` run
 in C through the CPython API when ``laxflow.policy._mfs_glue`` is built
 (``mfs_glue.c``: the same dict, list and set operations on the same
-objects, this module's Python for the rare steps). Everything else the scalar path
-(:mod:`laxflow.policy.mfs_scalar`) does per live flow (the explicit-load
-average, entry levels, promotions, arbitration keys, dense levels, the
-period timer) is one call into ``mfs_native.c``, with the same float
-operations in the same order: decisions and policy state are bit-identical
-to the Python paths; ``tests/policy`` replays recorded runs through each
-path and compares.
+objects, this module's Python for the rare steps). Everything else per
+live flow (the explicit-load average, entry levels, promotions,
+arbitration keys, dense levels, the period timer) is one call into
+``mfs_native.c``, with the float operations of the reference (the
+vectorized ``MfsPolicy.decide``) in its order: decisions and policy state
+are bit-identical to it; ``tests/policy`` replays recorded runs through
+both and compares. The admission helpers at the end (bottleneck, static
+facts) serve both.
 
 Called by ``MfsPolicy.decide`` (a snapshot: the node daemon, tests) and by
 ``MfsPolicy.decide_into`` (the network engine's own buffers), on the
 caller's one thread. ``NATIVE`` is False when the module was not built (no
-C compiler at install): the policy then runs its Python paths.
+C compiler at install): the policy then runs its reference, in NumPy.
 """
 
 from __future__ import annotations
 
+import math
 from operator import attrgetter
 from typing import TYPE_CHECKING, Callable
 
@@ -30,7 +32,6 @@ import numpy as np
 
 from laxflow.policy.base import Decision, Snapshot
 from laxflow.policy.flow import STAGE_CODES, Flow, Stage
-from laxflow.policy.mfs_scalar import _NAN as _FACTS_NAN, admission_facts, admit, bottleneck
 
 if TYPE_CHECKING:
     from laxflow.policy.mfs import MfsPolicy
@@ -103,7 +104,7 @@ class NativeCore:
         self.glue = None if Glue is None else Glue(
             p, self, _address(s), _address(_ffi.addressof(_lib, "lxf_mfs_admit")),
             _address(_ffi.addressof(_lib, "lxf_mfs_progress")), _address(_ffi.addressof(_lib, "lxf_mfs_decide_engine")),
-            STAGE_CODES, Stage.P2D, Flow, _FACTS_NAN,
+            STAGE_CODES, Stage.P2D, Flow, _NAN,
             bottleneck, admission_facts, _admit_new, _bound, _after_step,
         )  # fmt: skip
         p._glue = self.glue
@@ -238,7 +239,6 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
         rc = _lib.lxf_mfs_decide_engine(core.struct, n, n - kept, current, done, now, dt, null, 0)
     if rc or core.counts[0] or core.counts[1]:
         return _after_step(p, core, flows, rc, 0)
-    p._view.active = False  # (as _after_step: a from-scratch decision)
     t_next = core.timer[0]
     return None if t_next != t_next else t_next
 
@@ -385,6 +385,97 @@ def _after_step(p: MfsPolicy, core: NativeCore, flows: list, rc: int, n_finished
         for i in _ffi.unpack(core.bad, counts[1]):
             p.infeasible.add(flows[i].id)
             flows[i].state["infeasible"] = True
-    p._view.active = False  # a from-scratch decision: the incremental path starts over
     t_next = core.timer[0]
     return None if t_next != t_next else t_next
+
+
+# ------------------------------------------------------------ admission (every path)
+
+
+def bottleneck(p: MfsPolicy, f: Flow, capacity: np.ndarray) -> tuple[int, float, float]:
+    """The flow's bottleneck alone: (first link attaining the min of capacity /
+    weight, that min, the flow's weight there).
+
+    Read-only usage arrays (the serving simulator's transfer shapes, shared
+    by every flow of a shape) are looked up in ``p._bneck_cache`` by identity;
+    the entry keeps the arrays alive, so an id is never reused for others."""
+    links_a, weights_a = f.links, f.weights
+    frozen = not (links_a.flags.writeable or weights_a.flags.writeable)
+    if frozen:
+        hit = p._bneck_cache.get((id(links_a), id(weights_a)))
+        if hit is not None and hit[2] is capacity:
+            return hit[3]
+    links = links_a.tolist()
+    weights = weights_a.tolist()
+    cap = capacity[links_a].tolist()
+    per_link = [_ratio(c, w) for c, w in zip(cap, weights)]
+    best = min(per_link)
+    first = per_link.index(best)  # first link attaining the min
+    out = (links[first], best, weights[first])
+    if frozen:
+        if len(p._bneck_cache) >= 4096:  # bounded: many distinct frozen arrays is not the serving case
+            p._bneck_cache.clear()
+        p._bneck_cache[(id(links_a), id(weights_a))] = (links_a, weights_a, capacity, out)
+    return out
+
+
+def admit(p: MfsPolicy, flows: list[Flow], capacity: np.ndarray) -> tuple[list[int], list[int]]:
+    """The RMLQ slots of ``flows`` in order, new flows admitted (slots in
+    snapshot order first, then their facts, as every path does), and the
+    positions of the new ones (the scalar and native paths)."""
+    t = p.rmlq
+    idx = list(map(t.slot.get, flows))
+    new = [i for i, s in enumerate(idx) if s is None] if None in idx else []
+    if new:
+        for i in new:
+            idx[i] = t.allocate(flows[i])
+        for i in new:
+            _admit_one(p, flows[i], idx[i], capacity)
+    return idx, new
+
+
+def admission_facts(p: MfsPolicy, flows: list[Flow], capacity: np.ndarray) -> list[tuple]:
+    """New flows' ``Rmlq.facts``, in order: (explicit, stage, bottleneck link,
+    rate and weight there, batch index, request index, target layer, due
+    time; NaN: none), the flows entered in the policy's batch and request
+    tables. Shared by the scalar and native paths' admission (hundreds of
+    thousands of flows per run: a plain Flow's fields are read directly, as
+    its ``due`` and ``has_explicit_deadline`` compute them)."""
+    out = []
+    p2d, codes = Stage.P2D, STAGE_CODES
+    for f, (b, r) in zip(flows, p._enter_many(flows)):
+        link, rate, weight = bottleneck(p, f, capacity)
+        layer = f.layer
+        target = _NAN if layer is None else float(layer)
+        if type(f) is Flow:
+            d, kind = f.deadline, f.stage
+            due = _NAN if d is None else float(d - f.downstream)
+            out.append((kind is p2d and d is not None, codes[kind], link, rate, weight, b, r, target, due))
+        else:
+            due = _NAN if (d := f.due) is None else float(d)  # (a subclass may define its own)
+            out.append((f.has_explicit_deadline, codes[f.stage], link, rate, weight, b, r, target, due))
+    return out
+
+
+def _admit_one(p: MfsPolicy, f: Flow, s: int, capacity: np.ndarray) -> None:
+    """Static facts of a new flow (``MfsPolicy._admit`` for one flow), in the arrays and ``rmlq.facts``."""
+    t = p.rmlq
+    facts = t.facts[s] = admission_facts(p, [f], capacity)[0]
+    explicit, stage, link, rate, weight, b, r, target, due = facts
+    t.bneck_link[s] = link
+    t.bneck_rate[s] = rate
+    t.bneck_weight[s] = weight
+    t.last_rem[s] = f.size
+    t.explicit[s] = explicit
+    t.stage[s] = stage
+    t.target[s] = target
+    t.due[s] = due
+    t.batch[s] = b
+    t.request[s] = r
+
+
+def _ratio(capacity: float, weight: float) -> float:
+    """capacity / weight as NumPy divides (a zero weight gives inf, not an error)."""
+    if weight == 0.0:
+        return math.copysign(math.inf, capacity) if capacity else _NAN
+    return capacity / weight

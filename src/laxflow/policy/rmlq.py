@@ -59,9 +59,9 @@ class Rmlq:
         self.layer_at = np.zeros(cap)  # current_layer when urgency was last set
         self.tick_at = np.zeros(cap, np.int64)  # period tick when urgency was last set
         # Per slot, the static facts above as Python values (set at admission
-        # with the arrays, never changed after): the few-flow and incremental
-        # paths read a flow's facts from one tuple instead of one NumPy scalar
-        # each. (explicit, stage, bneck_link, bneck_rate, bneck_weight, batch,
+        # with the arrays, never changed after): the C core's admission and
+        # completion glue read a flow's facts from one tuple instead of one
+        # NumPy scalar each. (explicit, stage, bneck_link, bneck_rate, bneck_weight, batch,
         # request, target, due); see :meth:`set_facts`.
         self.facts: list[tuple | None] = []
 

@@ -1,11 +1,11 @@
-"""The incremental MFS path decides exactly as a from-scratch evaluation.
+"""The MFS C core (``mfs_native``) decides exactly as the reference (the
+vectorized ``MfsPolicy.decide``, run with ``native`` False).
 
 A long random run (flows arriving and finishing, requests crossing layers
 and ending compute, time crossing period ticks or standing still, pruning
 standalone or by a coordinator, now and then a snapshot in another order)
-drives two policies with the same calls: one on the incremental path for
-every size, one deciding from scratch (scalar or vectorized). Every decision
-and the final policy state must be identical.
+drives two policies with the same calls: one in C, one on the reference.
+Every decision and the final policy state must be identical.
 """
 
 from __future__ import annotations
@@ -24,14 +24,6 @@ from laxflow.sim.network.trace import decision_row
 LINKS = 24
 
 
-def _incremental(**options):
-    p = MfsPolicy(**options)
-    p.native = False
-    p.incremental_from = p.incremental_below = 0  # this path for every size
-    p.incremental_upto = 10**9
-    return p
-
-
 def _native(**options):
     if not NATIVE:
         pytest.skip("laxflow.policy._mfs_native is not built")
@@ -40,11 +32,9 @@ def _native(**options):
     return p
 
 
-def _from_scratch(few_flows, **options):
+def _reference(**options):
     p = MfsPolicy(**options)
     p.native = False
-    p.incremental = False
-    p.few_flows = few_flows
     return p
 
 
@@ -118,24 +108,22 @@ class _Run:
         )  # fmt: skip
 
 
-@pytest.mark.parametrize("path", ["incremental", "native"])
 @pytest.mark.parametrize(
-    "seed, few_flows, options, coordinator",
+    "seed, options, coordinator",
     [
-        (1, 48, {}, False),
-        (2, 0, {}, False),
-        (3, 48, {"drop_budget": 3}, False),
-        (4, 0, {"drop_budget": 1, "period": 5e-4}, False),
-        (5, 48, {}, True),
+        (1, {}, False),
+        (2, {}, False),
+        (3, {"drop_budget": 3}, False),
+        (4, {"drop_budget": 1, "period": 5e-4}, False),
+        (5, {}, True),
     ],
 )
-def test_incremental_equals_from_scratch_over_a_long_run(path, seed, few_flows, options, coordinator):
-    """(And the native path: from scratch in C at every decision.)"""
+def test_native_equals_the_reference_over_a_long_run(seed, options, coordinator):
     run = _Run(seed, shuffle=0.01)
-    inc, ref = (_incremental if path == "incremental" else _native)(**options), _from_scratch(few_flows, **options)
+    core, ref = _native(**options), _reference(**options)
     decisions = big = 0
     for step in range(2500):
-        snap = run.step((inc, ref))
+        snap = run.step((core, ref))
         if snap is None:
             run.arrive()
             continue
@@ -143,24 +131,24 @@ def test_incremental_equals_from_scratch_over_a_long_run(path, seed, few_flows, 
             batches = sorted({f.batch for f in snap.flows})
             order = {b: int(run.rng.integers(0, 5)) for b in batches}  # ties included
             pruned = [f.request for f in snap.flows if run.rng.random() < 0.05]
-            for p in (inc, ref):
+            for p in (core, ref):
                 p.set_order(order, pruned)
-        got, want = decision_row(inc.decide(snap)), decision_row(ref.decide(snap))
+        got, want = decision_row(core.decide(snap)), decision_row(ref.decide(snap))
         assert got == want, f"step {step}: {len(snap.flows)} flows"
-        _assert_red_memo(inc)
+        _assert_red_memo(core)
         if step % 250 == 0:
-            _assert_facts(inc)
+            _assert_facts(core)
             _assert_facts(ref)
         decisions += 1
         big += len(snap.flows) > 48
-    assert decisions > 2000 and big > 200  # long, and past the scalar path's sizes
+    assert decisions > 2000 and big > 200  # long, and many decisions over many flows
     if options.get("drop_budget"):
-        assert inc.pruned_requests == ref.pruned_requests and ref.pruned_requests
+        assert core.pruned_requests == ref.pruned_requests and ref.pruned_requests
     for attr in ("_explicit_load", "_finished_bytes", "_rank", "_pruned", "_last_t"):
-        assert np.array_equal(getattr(inc, attr), getattr(ref, attr)), attr
-    for attr in inc.rmlq._ARRAYS:
-        assert np.array_equal(getattr(inc.rmlq, attr), getattr(ref.rmlq, attr), equal_nan=True), attr
-    assert inc.infeasible == ref.infeasible
+        assert np.array_equal(getattr(core, attr), getattr(ref, attr)), attr
+    for attr in core.rmlq._ARRAYS:
+        assert np.array_equal(getattr(core.rmlq, attr), getattr(ref.rmlq, attr), equal_nan=True), attr
+    assert core.infeasible == ref.infeasible
 
 
 def _assert_facts(p: MfsPolicy) -> None:
@@ -182,74 +170,38 @@ def _assert_red_memo(p: MfsPolicy) -> None:
         assert red == (robust_effective_deadline(deadlines).red if deadlines else math.inf), b
 
 
-def test_the_default_switches_paths_without_changing_a_decision():
-    """Default thresholds: scalar for few flows, incremental above, back and forth."""
-    run = _Run(7, shuffle=0.0)
-    default, ref = MfsPolicy(), _from_scratch(48)
-    default.native = False
-    sizes = set()
-    for step in range(1500):
-        if step % 300 < 150:
-            run.arrive()  # grow, then drain
-        snap = run.step((default, ref))
-        if snap is None:
-            continue
-        sizes.add(len(snap.flows) > default.incremental_from)
-        assert decision_row(default.decide(snap)) == decision_row(ref.decide(snap)), f"step {step}"
-    assert sizes == {True, False}
-
-
-def test_unchanged_decisions_hand_out_read_only_arrays():
-    run = _Run(8, shuffle=0.0)
-    p = _incremental()
-    for _ in range(5):
-        run.arrive()
-    snap = run.step((p,))
-    d = p.decide(snap)
-    with pytest.raises(ValueError):
-        d.level[0] = 99
-
-
 @pytest.mark.parametrize("seed, options", [(9, {}), (10, {"drop_budget": 2}), (11, {"coordinator": True})])
-def test_few_flow_decisions_equal_the_vectorized_path(seed, options):
+def test_few_flow_decisions_equal_the_reference(seed, options):
     """A few live flows from several batches (the serving median), RED ranks
-    and pruning changing under them: the scalar path (with its output arrays
-    reused by arbitration key), the incremental one, the native one and the
-    vectorized one agree."""
+    and pruning changing under them: the native path and the reference agree."""
     options = dict(options)
     coordinator = options.pop("coordinator", False)
     run = _Run(seed, shuffle=0.0, done=0.3)
-    scalar, vector, inc = _from_scratch(48, **options), _from_scratch(0, **options), _incremental(**options)
-    native = _native(**options) if NATIVE else None
+    vector, native = _reference(**options), _native(**options)
     small = 0
     for step in range(3000):
-        snap = run.step((scalar, vector, inc) + ((native,) if native else ()))
+        snap = run.step((vector, native))
         if snap is None:
             run.arrive()
             continue
         if coordinator and step % 7 == 0:
             order = {b: int(run.rng.integers(0, 4)) for b in {f.batch for f in snap.flows}}
             pruned = [f.request for f in snap.flows if run.rng.random() < 0.05]
-            for p in (scalar, vector, inc, native):
-                if p is not None:
-                    p.set_order(order, pruned)
+            for p in (vector, native):
+                p.set_order(order, pruned)
         want = decision_row(vector.decide(snap))
-        assert decision_row(scalar.decide(snap)) == want, f"step {step}"
-        assert decision_row(inc.decide(snap)) == want, f"step {step}"
-        if native is not None:
-            assert decision_row(native.decide(snap)) == want, f"step {step}"
-        for p in (scalar, vector, inc):
+        assert decision_row(native.decide(snap)) == want, f"step {step}"
+        for p in (vector, native):
             _assert_red_memo(p)
         small += 2 <= len(snap.flows) <= 10 and len({f.batch for f in snap.flows}) > 1
     assert small > 1000
-    assert len(scalar._few_out) > 50  # the output arrays were built for many key sets (and reused)
 
 
 def test_native_reads_a_snapshot_link_load_as_it_is():
     """A snapshot's link_load outside [0, 1] (a daemon's meter on a bursty port)
     is read as given on every path: the C step clips only the engine's own array."""
     run = _Run(12, shuffle=0.0)
-    native, scalar = _native(), _from_scratch(48)
+    native, scalar = _native(), _reference()
     steps = 0
     for _ in range(1500):
         snap = run.step((native, scalar))
