@@ -5,11 +5,11 @@
     access to the shared-memory layout of ``native/laxflow_shm.h``;
     ``laxflow._stage_codes``, that header's stage codes;
     ``laxflow.sim.network._allocate_native``, the network engine's flow
-    table and rate allocation; ``laxflow.policy._mfs_native``, the mfs
+    table and rate allocation; ``laxflow.policy.mfs._core``, the mfs
     policy's decision step;
-  * ``laxflow.policy._mfs_glue`` (ext_modules), a CPython extension: the
+  * ``laxflow.policy.mfs._glue`` (ext_modules), a CPython extension: the
     mfs policy's per-flow admission, completion and decide_into glue, which
-    works on Python objects (see ``src/laxflow/policy/mfs_glue.c``);
+    works on Python objects (see ``src/laxflow/policy/mfs/glue.c``);
   * ``liblaxflow_shim.so`` with ``make -C native``, a plain C library (no
     Python symbols) placed in ``laxflow/_native/`` inside the package, where
     ``laxflow shim-path`` finds it.
@@ -56,11 +56,11 @@ class BuildExtWithShim(build_ext):
 
 
 # The mfs policy's admission and completion glue: a CPython extension (it
-# works on Python objects, which cffi does not reach); see mfs_glue.c.
+# works on Python objects, which cffi does not reach); see mfs/glue.c.
 MFS_GLUE = Extension(
-    "laxflow.policy._mfs_glue",
-    sources=["src/laxflow/policy/mfs_glue.c"],
-    include_dirs=["src/laxflow/policy"],
+    "laxflow.policy.mfs._glue",
+    sources=["src/laxflow/policy/mfs/glue.c"],
+    include_dirs=["src/laxflow/policy/mfs"],
     extra_compile_args=["-std=gnu11", "-O2", "-ffp-contract=off", "-fno-fast-math",
                         "-Werror=implicit-function-declaration"],
 )
@@ -72,6 +72,6 @@ setup(
         "src/laxflow/protocol/shm_build.py:ffibuilder",
         "src/laxflow/stage_build.py:ffibuilder",
         "src/laxflow/sim/network/allocate_build.py:ffibuilder",
-        "src/laxflow/policy/mfs_build.py:ffibuilder",
+        "src/laxflow/policy/mfs/core_build.py:ffibuilder",
     ],
 )

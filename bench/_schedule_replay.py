@@ -52,7 +52,7 @@ class RecordingMfs(MfsPolicy):
                     snapshot: Callable[[], Snapshot]) -> Any:
         timer = super().decide_into(flows, now, kept, progressed, capacity, load_window, buffers, snapshot)
         if timer is NotImplemented:
-            raise RuntimeError("mfs is not deciding into the engine here (its C step, laxflow.policy._mfs_native, "
+            raise RuntimeError("mfs is not deciding into the engine here (its C step, laxflow.policy.mfs._core, "
                                "is not built): there is no decision to record")
         n = len(flows)
         level, queue, dscp = buffers[2:5]

@@ -25,7 +25,7 @@ to the ``--policy`` run (target <= 1.5 with the default ``fs``); ``--no-mfs``
 skips it. ``detail.mfs_path`` says whether mfs decided in C (``native``, the
 module built at install) or on its Python paths, and ``detail.mfs_glue``
 whether its admission, completion and per-decision glue ran in C too
-(``laxflow.policy._mfs_glue``, built at install).
+(``laxflow.policy.mfs._glue``, built at install).
 
 ``--split`` (with ``fs``) adds three paper-scale runs that tell apart what
 ``mfs_over_fs`` is made of (``bench/_schedule_replay.py``): fs with the
@@ -56,7 +56,7 @@ import time
 
 from _schedule_replay import FsKeepingLinkLoad, RecordingMfs, ReplayedSchedule  # bench/ is on the path
 
-from laxflow.policy import mfs_native
+from laxflow.policy.mfs import core as mfs_native
 from laxflow.policy.base import FlowPolicy
 from laxflow.policy.mfs import MfsPolicy
 from laxflow.sim.serving.config import ClusterConfig, ServingConfig

@@ -1,5 +1,5 @@
 """The mfs policy's admission, completion and ``decide_into`` glue in C
-(``mfs_glue.c``, ``laxflow.policy._mfs_glue``) leaves the policy exactly as
+(``mfs/glue.c``, ``laxflow.policy.mfs._glue``) leaves the policy exactly as
 its Python does: the same slots, facts tuples (values and types), batch and
 request tables in the same order, flags, explicit-load sums, decisions and
 finish times, over runs that take every way through it: shapes shared and
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from laxflow.policy import Flow, Stage
-from laxflow.policy import mfs_native
+from laxflow.policy.mfs import core as mfs_native
 from laxflow.policy.mfs import MfsPolicy
 from laxflow.sim.events import Priority
 from laxflow.sim.network import FluidNetwork, leaf_spine
@@ -24,7 +24,7 @@ from laxflow.sim.serving.config import ClusterConfig, ServingConfig
 from laxflow.sim.serving.experiment import CAPACITY, RunSpec, build_workload
 from laxflow.sim.serving.simulator import ServingSimulator
 
-pytestmark = pytest.mark.skipif(not mfs_native.NATIVE, reason="laxflow.policy._mfs_native is not built")
+pytestmark = pytest.mark.skipif(not mfs_native.NATIVE, reason="laxflow.policy.mfs._core is not built")
 STAGES = list(Stage)
 
 
@@ -140,7 +140,7 @@ def _state(p: MfsPolicy) -> str:
     return repr((arrays, tables))
 
 
-@pytest.mark.skipif(REAL_GLUE is None, reason="laxflow.policy._mfs_glue is not built")
+@pytest.mark.skipif(REAL_GLUE is None, reason="laxflow.policy.mfs._glue is not built")
 @pytest.mark.parametrize("options", [{}, {"toggle": True}, {"external": True}, {"drop_budget": 2}],
                          ids=["plain", "toggle", "external", "pruning"])
 def test_the_glue_leaves_the_policy_as_its_python_does(options):
@@ -155,7 +155,7 @@ def test_the_glue_leaves_the_policy_as_its_python_does(options):
     assert calls["complete", False] > 0 if options.get("toggle") else calls["complete", False] == 0
 
 
-@pytest.mark.skipif(REAL_GLUE is None, reason="laxflow.policy._mfs_glue is not built")
+@pytest.mark.skipif(REAL_GLUE is None, reason="laxflow.policy.mfs._glue is not built")
 def test_a_request_back_in_a_live_batch_reorders_at_the_next_departure():
     """Request r3 of batch b1 leaves it and comes back (its next layer) while
     b1 stays live: b1's RED drops below b2's again. Nothing reorders then
@@ -192,7 +192,7 @@ def test_a_request_back_in_a_live_batch_reorders_at_the_next_departure():
     assert with_glue["b1.y"] < with_glue["b2.x"]
 
 
-@pytest.mark.skipif(REAL_GLUE is None, reason="laxflow.policy._mfs_glue is not built")
+@pytest.mark.skipif(REAL_GLUE is None, reason="laxflow.policy.mfs._glue is not built")
 def test_the_bottleneck_cache_is_read_for_this_capacity_only():
     """An entry for a shape kept under another capacity array is not this network's bottleneck."""
     topo = leaf_spine(8, 2, 1e9)
@@ -219,7 +219,7 @@ def test_the_bottleneck_cache_is_read_for_this_capacity_only():
     assert all(f[2] != 7 for f in facts[1])
 
 
-@pytest.mark.skipif(REAL_GLUE is None, reason="laxflow.policy._mfs_glue is not built")
+@pytest.mark.skipif(REAL_GLUE is None, reason="laxflow.policy.mfs._glue is not built")
 def test_a_serving_run_is_the_same_without_the_glue():
     """The serving simulator's shapes are frozen and shared: the glue's bottleneck cache path."""
     mix = ("mixtral-8x22b", "qwen-conv")
@@ -248,7 +248,7 @@ def test_a_serving_run_is_the_same_without_the_glue():
     assert results[0] == results[1]
 
 
-@pytest.mark.skipif(REAL_GLUE is None, reason="laxflow.policy._mfs_glue is not built")
+@pytest.mark.skipif(REAL_GLUE is None, reason="laxflow.policy.mfs._glue is not built")
 def test_bad_calls_into_the_glue_are_errors():
     policy = MfsPolicy()
     core = mfs_native.NativeCore(policy)
@@ -263,7 +263,7 @@ def test_bad_calls_into_the_glue_are_errors():
         mfs_native.Glue(policy)
 
 
-@pytest.mark.skipif(REAL_GLUE is None, reason="laxflow.policy._mfs_glue is not built")
+@pytest.mark.skipif(REAL_GLUE is None, reason="laxflow.policy.mfs._glue is not built")
 def test_a_policy_with_the_glue_is_freed_when_dropped():
     """The policy holds its glue and the glue its policy: the collector must see the cycle."""
     import gc

@@ -1,4 +1,4 @@
-"""The MFS C core (``mfs_native``) decides exactly as the reference (the
+"""The MFS C core (``laxflow.policy.mfs.core``) decides exactly as the reference (the
 vectorized ``MfsPolicy.decide``, run with ``native`` False).
 
 A long random run (flows arriving and finishing, requests crossing layers
@@ -17,7 +17,7 @@ import pytest
 
 from laxflow.policy import Flow, Snapshot, Stage
 from laxflow.policy.mfs import MfsPolicy
-from laxflow.policy.mfs_native import NATIVE
+from laxflow.policy.mfs.core import NATIVE
 from laxflow.policy.red import robust_effective_deadline
 from laxflow.sim.network.trace import decision_row
 
@@ -26,7 +26,7 @@ LINKS = 24
 
 def _native(**options):
     if not NATIVE:
-        pytest.skip("laxflow.policy._mfs_native is not built")
+        pytest.skip("laxflow.policy.mfs._core is not built")
     p = MfsPolicy(**options)
     p.native = True
     return p

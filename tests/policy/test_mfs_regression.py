@@ -6,7 +6,7 @@ re-record are there) and what it answered. Replaying them into a fresh
 policy must give the same levels, queues, DSCP and timers at every decision:
 speed work on the policy must not move a single flow. The pruning trace runs
 Algorithm 1 standalone (``drop_budget`` 2) and prunes requests. Each trace
-runs through the C core (``mfs_native``) and the reference (the vectorized
+runs through the C core (``laxflow.policy.mfs.core``) and the reference (the vectorized
 ``MfsPolicy.decide``); both must also end in bit-identical policy state.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from laxflow.policy.mfs import MfsPolicy
-from laxflow.policy.mfs_native import NATIVE
+from laxflow.policy.mfs.core import NATIVE
 from laxflow.sim.network.trace import load, replay
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -58,7 +58,7 @@ def test_replayed_decisions_match_the_recording(name, path):
 @pytest.mark.parametrize("name", ["mfs_trace_default", "mfs_trace_pruning"])
 def test_the_core_keeps_the_reference_state(name):
     if not NATIVE:
-        pytest.skip("laxflow.policy._mfs_native is not built")
+        pytest.skip("laxflow.policy.mfs._core is not built")
     data = load(DATA / f"{name}.json.gz")
     ref, core = _policy(data, "reference"), _policy(data, "native")
     rows = list(replay(data, ref))

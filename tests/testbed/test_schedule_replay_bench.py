@@ -12,7 +12,7 @@ import pytest
 
 from bench_module import load_bench
 from laxflow.policy.mfs import MfsPolicy
-from laxflow.policy.mfs_native import NATIVE
+from laxflow.policy.mfs.core import NATIVE
 from laxflow.sim.serving.config import ClusterConfig, ServingConfig
 from laxflow.sim.serving.experiment import CAPACITY, RunSpec, build_workload
 from laxflow.sim.serving.simulator import ServingSimulator

@@ -20,7 +20,7 @@ from laxflow.policy.dscp import MAX_LEVELS, DscpMap, default_dscp_map
 class MfsConfig:
     """MFS knobs (paper defaults).
 
-    ``levels`` K: RMLQ levels, level 0 the reserved top (see ``mfs.py``).
+    ``levels`` K: RMLQ levels, level 0 the reserved top (see ``mfs/policy.py``).
     ``E``, ``U``: MLU thresholds Q_j = U * E**-j (E > 1, 0 < U <= 1).
     ``period``: seconds between stage-3 promotions once a request's compute
     has ended (§4.5); before that, promotion happens at layer boundaries.

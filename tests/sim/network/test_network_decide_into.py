@@ -12,14 +12,14 @@ import pytest
 
 from laxflow.policy import Flow, Stage
 from laxflow.policy.mfs import MfsPolicy
-from laxflow.policy.mfs_native import NATIVE, _ffi
+from laxflow.policy.mfs.core import NATIVE, _ffi
 from laxflow.sim.events import Priority
 from laxflow.sim.network import FluidNetwork, leaf_spine
 from laxflow.sim.serving.config import ClusterConfig, ServingConfig
 from laxflow.sim.serving.experiment import CAPACITY, RunSpec, build_workload
 from laxflow.sim.serving.simulator import ServingSimulator
 
-pytestmark = pytest.mark.skipif(not NATIVE, reason="laxflow.policy._mfs_native is not built")
+pytestmark = pytest.mark.skipif(not NATIVE, reason="laxflow.policy.mfs._core is not built")
 STAGES = list(Stage)
 
 

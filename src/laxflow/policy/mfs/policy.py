@@ -37,7 +37,7 @@ holds each flow's RMLQ level (before any pruning) whenever it changes (unless
 Infeasible explicit flows (MLU > 1 at their last evaluation) are counted in
 ``infeasible`` and stay at the top: their bytes still have to arrive.
 
-Decisions run in C (:mod:`laxflow.policy.mfs_native`) when the module is
+Decisions run in C (:mod:`laxflow.policy.mfs.core`) when the module is
 built, else on the reference here (vectorized, in NumPy): both give
 bit-identical decisions and state, and the tests hold the C to the reference.
 
@@ -59,7 +59,7 @@ from laxflow.policy.config import MfsConfig
 from laxflow.policy.dscp import DscpMap
 from laxflow.policy.flow import STAGE_CODES, Flow, Stage
 from laxflow.policy.inter_request import LoadTableBuilder, schedule_table
-from laxflow.policy.mfs_native import NATIVE, NativeCore, bottleneck, decide_into, decide_native
+from laxflow.policy.mfs.core import NATIVE, NativeCore, bottleneck, decide_into, decide_native
 from laxflow.policy.mlu import level_of, mlu, thresholds
 from laxflow.policy.red import red_order, robust_effective_deadline
 from laxflow.policy.rli import rli
@@ -73,7 +73,7 @@ class MfsPolicy(FlowPolicy):
     """RMLQ with MLU/RLI promotion, RED order, pruning into a scavenger class."""
 
     name = "mfs"
-    # Every decision in C (mfs_native.py) when the module is built; False:
+    # Every decision in C (core.py) when the module is built; False:
     # the reference below (vectorized). The same decisions and state either way.
     native = NATIVE
 
@@ -115,7 +115,7 @@ class MfsPolicy(FlowPolicy):
         self._finished_bytes = np.zeros(0)  # explicit bytes of flows done since the last decision
         self._finished_links: set[int] = set()  # where _finished_bytes is not 0
         self._last_t: float | None = None
-        self._bneck_cache: dict[tuple[int, int], tuple] = {}  # see mfs_native.bottleneck
+        self._bneck_cache: dict[tuple[int, int], tuple] = {}  # see core.bottleneck
         self._red_cache: dict[tuple[float, ...], float] = {}  # a batch's live deadlines -> RED (_red_sorted)
         # A batch's live requests (indices, in the order they came) -> RED; cleared
         # when a request's deadline is set after its index was made (set_order).
@@ -130,7 +130,7 @@ class MfsPolicy(FlowPolicy):
         self._touched: set[int] = set()
         self._window_seen = math.nan  # the last snapshot load_window accepted
         self._native: NativeCore | None = None  # the native path's C state, made on its first decision
-        self._glue: Any = None  # its admission and completion in C (mfs_glue.c), when built
+        self._glue: Any = None  # its admission and completion in C (glue.c), when built
         # Bumped whenever _rank, _pruned, _explicit_load or _finished_bytes is
         # replaced by another array: the C state binds them again (NativeCore).
         self._arrays_gen = 0
@@ -220,7 +220,7 @@ class MfsPolicy(FlowPolicy):
         (None: none), or NotImplemented when the C path is off (then ``decide``)."""
         glue = self._glue
         if glue is not None and self._tagged is buffers and load_window == self._window_seen and self.native:
-            # (the struct is bound to these buffers: mfs_native.decide_into's steps in C, ~450,000 at paper scale)
+            # (the struct is bound to these buffers: core.decide_into's steps in C, ~450,000 at paper scale)
             return glue.decide(flows, now, kept, progressed, capacity, buffers, snapshot)
         if not (self.native and NATIVE):
             self._tagged = None

@@ -1,7 +1,7 @@
-/* The mfs policy's per-flow Python glue in C: laxflow.policy._mfs_glue.
+/* The mfs policy's per-flow Python glue in C: laxflow.policy.mfs._glue.
  *
- * The native path (mfs_native.py) runs each decision's arithmetic in C
- * (mfs_native.c, through cffi), but admitting a new flow, forgetting a
+ * The native path (core.py) runs each decision's arithmetic in C
+ * (core.c, through cffi), but admitting a new flow, forgetting a
  * finished one and the glue around each decision touch Python objects: the
  * Flow's fields, the RMLQ's slot dict and free list, the policy's batch and
  * request tables and flags.  At paper scale that is ~350,000 flows and
@@ -11,8 +11,8 @@
  * the CPython API:
  *
  *   Glue.decide(flows, now, kept, progressed, capacity, buffers, snapshot)
- *                                                   mfs_native.decide_into
- *   Glue.admit(flows, kept, capacity, allocated)   mfs_native._admit_new
+ *                                                   core.decide_into
+ *   Glue.admit(flows, kept, capacity, allocated)   core._admit_new
  *   Glue.complete(flow)                             MfsPolicy.on_complete
  *   Glue.bound(gen, urgency, capacity, room)       what NativeCore bound
  *
@@ -36,7 +36,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "mfs_native.h"
+#include "core.h"
 
 typedef int (*admit_fn)(struct lxf_mfs *m, int64_t s, double size, double current, int done, int explicit_,
                         int stage, int64_t bneck_link, double bneck_rate, double bneck_weight, int64_t batch,
@@ -61,11 +61,11 @@ typedef struct {
     PyObject *stage_codes;   /* laxflow.policy.flow.STAGE_CODES */
     PyObject *p2d;           /* Stage.P2D */
     PyObject *flow_type;     /* laxflow.policy.flow.Flow (subclasses go to facts_of) */
-    PyObject *nan;           /* mfs_native._NAN: the NaN object the Python admission stores */
-    PyObject *bottleneck;    /* mfs_native.bottleneck(p, f, capacity) */
-    PyObject *facts_of;      /* mfs_native.admission_facts(p, flows, capacity) */
+    PyObject *nan;           /* core._NAN: the NaN object the Python admission stores */
+    PyObject *bottleneck;    /* core.bottleneck(p, f, capacity) */
+    PyObject *facts_of;      /* core.admission_facts(p, flows, capacity) */
     PyObject *core;          /* the policy's NativeCore (its buffers(n) and _after_step's argument) */
-    PyObject *admit_new, *bind, *after_step;  /* mfs_native's Python for the rare steps */
+    PyObject *admit_new, *bind, *after_step;  /* core.py's Python for the rare steps */
     PyObject *urgency;       /* the rmlq.urgency array the struct was last bound with (bound()) */
     PyObject *capacity;      /* and the capacity array */
     long long gen;           /* the policy's _arrays_gen then (-1: bind again) */
@@ -393,7 +393,7 @@ static int read_only(PyObject *a)
     return ro;
 }
 
-/* mfs_native.bottleneck: a new reference to its (link, rate, weight) tuple. */
+/* core.bottleneck: a new reference to its (link, rate, weight) tuple. */
 static PyObject *bottleneck(Glue *g, PyObject *f, PyObject *capacity)
 {
     PyObject *links = PyObject_GetAttr(f, s_links), *weights = NULL, *out = NULL;
@@ -513,7 +513,7 @@ out:
 
 /* Glue.admit(flows, kept, capacity, allocated) -> bool
  *
- * The new flows flows[kept:] into the RMLQ (mfs_native._admit_new): their
+ * The new flows flows[kept:] into the RMLQ (core._admit_new): their
  * slots written into the engine's tag column (the struct's e_tag) in order,
  * then, flow by flow, their batch and request entered, their facts into
  * rmlq.facts and (lxf_mfs_admit) with their progress into the slot arrays.
@@ -629,7 +629,7 @@ static int scratch(Glue *g, Py_ssize_t n, Py_ssize_t n_finished)
     return 0;
 }
 
-/* One flow's progress into the scratch at i (mfs_native._progress). */
+/* One flow's progress into the scratch at i (core._progress). */
 static int progress_at(Glue *g, PyObject *f, Py_ssize_t i)
 {
     PyObject *d;
@@ -648,7 +648,7 @@ static int progress_at(Glue *g, PyObject *f, Py_ssize_t i)
     return 0;
 }
 
-/* mfs_native._progress_of: the progress of the flows the owner named, by slot
+/* core._progress_of: the progress of the flows the owner named, by slot
  * (flows no longer live skipped; new ones were read at admission). */
 static int progress_of(Glue *g, PyObject *named)
 {
@@ -688,7 +688,7 @@ out:
     return rc;
 }
 
-/* mfs_native._progress: every flow's current layer (NaN: none) and compute-ended flag. */
+/* core._progress: every flow's current layer (NaN: none) and compute-ended flag. */
 static int progress(Glue *g, PyObject *flows, Py_ssize_t n)
 {
     for (Py_ssize_t i = 0; i < n; i++)
@@ -793,7 +793,7 @@ static int ranks_hold(Glue *g)
 
 /* Glue.decide(flows, now, kept, progressed, capacity, buffers, snapshot)
  *
- * mfs_native.decide_into for the engine's ``buffers`` tuple the struct is
+ * core.decide_into for the engine's ``buffers`` tuple the struct is
  * bound to (the caller checked p._tagged is buffers, which the Python
  * paths reset: the last decision was this path's): admission,
  * progress, RED order (MfsPolicy._reorder, in Python), binding, the
@@ -1042,22 +1042,22 @@ out:
 }
 
 static PyMethodDef glue_methods[] = {
-    {"admit", (PyCFunction)glue_admit, METH_VARARGS, "The engine's new flows into the RMLQ (mfs_native._admit_new)."},
+    {"admit", (PyCFunction)glue_admit, METH_VARARGS, "The engine's new flows into the RMLQ (core._admit_new)."},
     {"complete", (PyCFunction)glue_complete, METH_O, "MfsPolicy.on_complete, or False: the Python method must run."},
     {"decide", (PyCFunction)(void (*)(void))glue_decide, METH_FASTCALL,
-     "mfs_native.decide_into for the engine buffers the struct is bound to."},
+     "core.decide_into for the engine buffers the struct is bound to."},
     {"bound", (PyCFunction)glue_bound, METH_VARARGS, "The struct was bound to the arrays of _arrays_gen gen."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyTypeObject GlueType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "laxflow.policy._mfs_glue.Glue",
+    .tp_name = "laxflow.policy.mfs._glue.Glue",
     .tp_basicsize = sizeof(Glue),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_traverse = (traverseproc)glue_traverse,
     .tp_clear = (inquiry)glue_clear,
-    .tp_doc = "One mfs policy's decision, admission and completion glue (see mfs_glue.c).",
+    .tp_doc = "One mfs policy's decision, admission and completion glue (see glue.c).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)glue_init,
     .tp_dealloc = (destructor)glue_dealloc,
@@ -1066,12 +1066,12 @@ static PyTypeObject GlueType = {
 
 static struct PyModuleDef glue_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "laxflow.policy._mfs_glue",
-    .m_doc = "The mfs policy's per-flow Python glue in C (see mfs_glue.c).",
+    .m_name = "laxflow.policy.mfs._glue",
+    .m_doc = "The mfs policy's per-flow Python glue in C (see glue.c).",
     .m_size = -1,
 };
 
-PyMODINIT_FUNC PyInit__mfs_glue(void)
+PyMODINIT_FUNC PyInit__glue(void)
 {
     if (intern_names() || PyType_Ready(&GlueType) < 0)
         return NULL;

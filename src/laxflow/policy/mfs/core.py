@@ -5,12 +5,12 @@ facts, the batch and request tables), the period of the explicit-load
 measurement, RED order and pruning (``MfsPolicy._reorder``), and the
 per-flow notes in ``Flow.state``. Of these, admission, completion
 (``MfsPolicy.on_complete``) and the per-decision glue of ``decide_into`` run
-in C through the CPython API when ``laxflow.policy._mfs_glue`` is built
-(``mfs_glue.c``: the same dict, list and set operations on the same
+in C through the CPython API when ``laxflow.policy.mfs._glue`` is built
+(``glue.c``: the same dict, list and set operations on the same
 objects, this module's Python for the rare steps). Everything else per
 live flow (the explicit-load average, entry levels, promotions,
 arbitration keys, dense levels, the period timer) is one call into
-``mfs_native.c``, with the float operations of the reference (the
+``core.c``, with the float operations of the reference (the
 vectorized ``MfsPolicy.decide``) in its order: decisions and policy state
 are bit-identical to it; ``tests/policy`` replays recorded runs through
 both and compares. The admission helpers at the end (bottleneck, static
@@ -34,15 +34,15 @@ from laxflow.policy.base import Decision, Snapshot
 from laxflow.policy.flow import STAGE_CODES, Flow, Stage
 
 if TYPE_CHECKING:
-    from laxflow.policy.mfs import MfsPolicy
+    from laxflow.policy.mfs.policy import MfsPolicy
 
 try:
-    from laxflow.policy._mfs_native import ffi as _ffi, lib as _lib
+    from laxflow.policy.mfs._core import ffi as _ffi, lib as _lib
 except ImportError:  # not built: the Python paths
     _ffi = _lib = None
 
-try:  # the per-flow glue (mfs_glue.c), a CPython extension built with the cffi module
-    from laxflow.policy._mfs_glue import Glue
+try:  # the per-flow glue (glue.c), a CPython extension built with the cffi module
+    from laxflow.policy.mfs._glue import Glue
 except ImportError:  # not built: admission and completion in Python
     Glue = None
 
@@ -50,7 +50,7 @@ NATIVE = _lib is not None
 if NATIVE and (_lib.LXF_MFS_STAGE_COLLECTIVE, _lib.LXF_MFS_STAGE_P2D) != (
     STAGE_CODES[Stage.COLLECTIVE], STAGE_CODES[Stage.P2D]
 ):
-    raise ImportError("laxflow.policy._mfs_native was built with other stage codes than laxflow.policy.flow")
+    raise ImportError("laxflow.policy.mfs._core was built with other stage codes than laxflow.policy.flow")
 
 _NAN = float("nan")
 _F64 = np.dtype(np.float64)
@@ -98,7 +98,7 @@ class NativeCore:
         s.o_timer = self.timer
         s.note_levels = p.flow_notes
         self.dt = -1.0  # the decision's explicit-load interval (s; < 0: none), set by _core
-        # Admission, completion and decide_into's glue in C (mfs_glue.c) when
+        # Admission, completion and decide_into's glue in C (glue.c) when
         # built: the policy's on_complete and decide_into hand over to it
         # (MfsPolicy._glue), and it is told whenever the struct is bound.
         self.glue = None if Glue is None else Glue(

@@ -1,8 +1,8 @@
-/* The mfs policy's decision step (see mfs_native.h): the reference
+/* The mfs policy's decision step (see core.h): the reference
  * MfsPolicy.decide in C, one flow at a time.  Every float operation is the
  * reference's, in its order (NumPy's per-element rules spelled out where NaN
  * or -0.0 could tell them apart). */
-#include "mfs_native.h"
+#include "core.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,19 +1,19 @@
-/* The mfs policy's decision step in C: laxflow/policy/mfs_native.c.
+/* The mfs policy's decision step in C: laxflow/policy/mfs/core.c.
  *
- * One call per decision (MfsPolicy.decide -> mfs_native.decide_native):
+ * One call per decision (MfsPolicy.decide -> core.decide_native):
  * the explicit-load average, entry levels and promotions, arbitration keys,
  * dense levels and the period timer, over every live flow, with the float
  * operations of the reference (the vectorized MfsPolicy.decide) in the
  * same order, so state and decisions are bit-identical to it.  Admission (a new flow's static
- * facts, worked out in Python or in mfs_glue.c and written by
+ * facts, worked out in Python or in glue.c and written by
  * lxf_mfs_admit), RED order and pruning run before the call.
  *
  * Units: bytes, bytes/s, seconds.  Arrays are the policy's own NumPy
  * buffers (Rmlq's slot arrays, the per-batch rank, the per-request pruned
  * flags, the per-link averages), bound in struct lxf_mfs and re-bound by the
  * caller whenever one of them is replaced. */
-#ifndef LAXFLOW_MFS_NATIVE_H
-#define LAXFLOW_MFS_NATIVE_H
+#ifndef LAXFLOW_MFS_CORE_H
+#define LAXFLOW_MFS_CORE_H
 
 #include <stdint.h>
 
@@ -132,7 +132,7 @@ int lxf_mfs_decide_engine(struct lxf_mfs *m, int64_t n, int64_t n_new, const dou
  * LXF_MFS_NO_MEMORY. */
 int lxf_mfs_progress(struct lxf_mfs *m, int64_t k, const int64_t *slot, const double *current, const char *done);
 
-/* A new flow's static facts into slot s (mfs_native._admit_one's array
+/* A new flow's static facts into slot s (core._admit_one's array
  * writes in one call; after its size and request progress (current layer,
  * NaN none; compute ended), as lxf_mfs_progress keeps it, the facts in
  * Rmlq.facts order).  The step reads them, and of them writes only
