@@ -511,3 +511,27 @@ def test_a_message_never_completed_expires_and_stops_holding_the_port():
     result = core.step(60.5)
     assert 1 not in core.messages and core.stats["expired_messages"] == 1
     assert 1 in result.cleared and granted(result) == [2]
+
+
+def test_every_departed_batch_is_forgotten_by_the_policy():
+    # The soak: MfsPolicy's batch and request tables grew by one entry per request the daemon ever saw.
+    # The policy frees them on forget() (tests/policy/test_mfs_forget.py); the daemon must call it.
+    core = create_core(batch_idle=1.0)
+    forgotten: list[str] = []
+    real = core.policy.forget
+    core.policy.forget = lambda batches: (forgotten.extend(batches), real(batches))
+    t = 0.0
+    for i in range(300):
+        core.submit(i + 1, f"mc-{i}", Stage.REUSE, 0, 1e5, t)
+        core.step(t)
+        core.complete(i + 1, t + 0.001)
+        t += 0.01
+        core.step(t)
+    core.register_request("r", deadline=t + 5)
+    core.batch_formed("b", ["r"], t, compute=0.01)
+    core.submit(1000, "r", Stage.P2D, 0, 1e6, t)
+    core.step(t)
+    core.complete(1000, t + 0.01)
+    core.request_done("r", t + 0.01)
+    core.step(t + 2.0)
+    assert sorted(forgotten) == sorted([f"mc-{i}" for i in range(300)] + ["b"])

@@ -525,6 +525,7 @@ class DaemonCore:
 
     def _depart(self, batch: BatchInfo, now: float) -> None:
         self.batches.pop(batch.name, None)
+        self.policy.forget((batch.name,))  # its tables stay as large as the most batches live at once
         self._report_arrival(batch, now)
         self._reports.append(self._report("departure", batch, now))
         for name in batch.requests:
