@@ -53,20 +53,19 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from laxflow.policy.arbitration import engine_levels, queue_of
+from laxflow.policy.arbitration import queue_of
 from laxflow.policy.base import Decision, FlowPolicy, Snapshot
 from laxflow.policy.config import MfsConfig
 from laxflow.policy.dscp import DscpMap
 from laxflow.policy.flow import STAGE_CODES, Flow, Stage
 from laxflow.policy.inter_request import LoadTableBuilder, schedule_table
+from laxflow.policy.mfs import reference
 from laxflow.policy.mfs.core import NATIVE, NativeCore, bottleneck, decide_into, decide_native
-from laxflow.policy.mlu import level_of, mlu, thresholds
+from laxflow.policy.mlu import thresholds
 from laxflow.policy.red import red_order, robust_effective_deadline
-from laxflow.policy.rli import rli
 from laxflow.policy.rmlq import Rmlq
 
 _NAN = float("nan")
-_COLLECTIVE = STAGE_CODES[Stage.COLLECTIVE]
 
 
 class MfsPolicy(FlowPolicy):
@@ -203,15 +202,10 @@ class MfsPolicy(FlowPolicy):
 
         if self._order_stale:
             self._reorder(snap)
-        explicit = self.rmlq.explicit[idx]
-        urgency = self.rmlq.urgency[idx]
-        queue = queue_of(urgency, explicit, self._scavenged(idx), self.config.levels)
-        level = engine_levels(queue, explicit, urgency, self._rank[self.rmlq.batch[idx]], self.config.levels)
-        timer = self.rmlq.next_timer(idx, compute_done & (queue < self.config.levels), now)
+        level, queue, dscp, timer = reference.arbitrate(self.rmlq, idx, self._pruned, self._rank, self.config.levels,
+                                                        self._dscp_codes, compute_done, now)
         self.rmlq.last_rem[idx] = snap.remaining
-        return Decision(
-            level=level, queue=queue, dscp=self._dscp_codes[queue], timers=() if timer is None else (timer,)
-        )
+        return Decision(level=level, queue=queue, dscp=dscp, timers=() if timer is None else (timer,))
 
     def decide_into(self, flows: list[Flow], now: float, kept: int, progressed: bool | list[Flow], capacity: np.ndarray,
                     load_window: float, buffers: tuple, snapshot: Callable[[], Snapshot]) -> Any:
@@ -285,7 +279,8 @@ class MfsPolicy(FlowPolicy):
         """RMLQ level of a live flow (K = scavenger); for tests and the daemon's DSCP."""
         s = self.rmlq.slot[flow]
         idx = np.array([s])
-        return int(queue_of(self.rmlq.urgency[idx], self.rmlq.explicit[idx], self._scavenged(idx), self.config.levels)[0])
+        scavenged = reference.scavenged(self.rmlq, idx, self._pruned)
+        return int(queue_of(self.rmlq.urgency[idx], self.rmlq.explicit[idx], scavenged, self.config.levels)[0])
 
     def rmlq_level(self, flow: Flow) -> int:
         """RMLQ level of a live flow as promotion left it (pruning not applied)."""
@@ -301,12 +296,6 @@ class MfsPolicy(FlowPolicy):
         return self.config.dscp_map.dscp(self.queue_level(flow))
 
     # ------------------------------------------------------------ internals
-
-    def _scavenged(self, idx: np.ndarray) -> np.ndarray:
-        """Which flows (RMLQ slots) the scavenger class takes: a pruned request's
-        own flows. A collective is the batch's, not its tag request's: demoting
-        it would stall the batch's un-pruned requests, so pruning spares it."""
-        return self._pruned[self.rmlq.request[idx]] & (self.rmlq.stage[idx] != _COLLECTIVE)
 
     def _admit(self, new: list[Flow], snap: Snapshot) -> np.ndarray:
         """Slots for newly seen flows, with their static facts filled in."""
@@ -472,19 +461,13 @@ class MfsPolicy(FlowPolicy):
         self._free_requests.append(r)
 
     def _candidates(self, idx: np.ndarray, pos: np.ndarray, snap: Snapshot, current: np.ndarray) -> np.ndarray:
-        """Urgency each flow would have now (MLU level or RLI)."""
-        t = self.rmlq
-        out = rli(t.target[idx], current[pos], t.stage[idx], self.config.levels)
-        exp = t.explicit[idx]
-        if exp.any():
-            e_idx, e_pos = idx[exp], pos[exp]
-            link = t.bneck_link[e_idx]
-            rho = snap.link_load[link] - self._explicit_load[link]
-            m = mlu(snap.remaining[e_pos], t.due[e_idx] - snap.now, t.bneck_rate[e_idx], rho)
-            out[exp] = level_of(m, self._q)
-            for i in e_pos[m > 1.0]:
-                self.infeasible.add(snap.flows[i].id)
-                snap.flows[i].state["infeasible"] = True
+        """Urgency each flow (at snapshot positions ``pos``) would have now
+        (:func:`reference.candidates`); the infeasible ones noted."""
+        out, bad = reference.candidates(self.rmlq, idx, current[pos], snap.remaining[pos], snap.link_load,
+                                        self._explicit_load, snap.now, self._q, self.config.levels)
+        for i in pos[bad]:
+            self.infeasible.add(snap.flows[i].id)
+            snap.flows[i].state["infeasible"] = True
         return out
 
     def _measure_interval(self, snap: Snapshot) -> tuple[float, float] | None:
@@ -524,14 +507,9 @@ class MfsPolicy(FlowPolicy):
             # No explicit bytes moved: utilization 0 on every link, the average only decays.
             self._explicit_load *= math.exp(-(now - last) / self.config.load_window)
             return
-        sent = (t.last_rem[idx[moved]] - snap.remaining[moved]) * t.bneck_weight[idx[moved]]
-        bytes_per_link = np.bincount(t.bneck_link[idx[moved]], weights=sent, minlength=len(snap.capacity)) + self._finished_bytes
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            util = bytes_per_link / (snap.capacity * (now - last))
-        # A utilization is in [0, 1]; a vanishing interval or float dust must not say otherwise.
-        util = np.clip(np.nan_to_num(util, nan=0.0, posinf=1.0), 0.0, 1.0)
-        decay = math.exp(-(now - last) / self.config.load_window)
-        self._explicit_load = util + (self._explicit_load - util) * decay
+        self._explicit_load = reference.explicit_load(self._explicit_load, t, idx, moved, snap.remaining,
+                                                      self._finished_bytes, snap.capacity, now - last,
+                                                      self.config.load_window)
         self._arrays_gen += 1
         self._finished_bytes[:] = 0.0
         self._finished_links.clear()
@@ -659,7 +637,7 @@ class MfsPolicy(FlowPolicy):
         pruned earlier stay pruned (sticky: they are doomed, and moving them
         back and forth would reorder their messages); each run prunes at most
         ``drop_budget`` more. Collectives are left out of every request's load:
-        pruning spares them (see :meth:`_scavenged`), so pruning a request
+        pruning spares them (see :func:`reference.scavenged`), so pruning a request
         cannot take their bytes off a port.
         """
         remaining = {f: r for f, r in zip(snap.flows, snap.remaining)}
