@@ -24,7 +24,8 @@ def _tables(p: MfsPolicy) -> dict[str, int]:
         "request_deadline": len(p._request_deadline), "request_batch": len(p._request_batch),
         "pruned": len(p._pruned), "batch_requests": len(p._batch_requests), "ranked_red": len(p._ranked_red),
         "batch_red": len(p._batch_red), "red_by_requests": len(p._red_by_requests), "live": len(p._live_flows),
-        "slots": len(p.rmlq.urgency), "pending": len(p._forget_pending),
+        "slots": len(p.rmlq.urgency), "pending": len(p._forget_pending), "infeasible": len(p.infeasible),
+        "infeasible_of": len(p._infeasible_of),
     }  # fmt: skip
 
 
@@ -43,6 +44,8 @@ def test_100k_batches_formed_and_forgotten_leave_the_tables_bounded(native, roun
     """100,000 batches (one request, two flows each) come, are decided, complete
     and are forgotten, 100 at a time: every table ends as large as 100 batches
     needed, not 100,000 (without forget they grow by one entry per batch).
+    Every tenth batch's P2D flow is past its deadline (infeasible: its id is
+    kept in ``infeasible`` until its batch is forgotten).
     (20,000 on the reference path, which is slower.)"""
     p = MfsPolicy()
     p.native = native
@@ -55,12 +58,14 @@ def test_100k_batches_formed_and_forgotten_leave_the_tables_bounded(native, roun
             serial += 1
             names.append(b)
             for k, stage in enumerate((Stage.REUSE, Stage.P2D)):
+                late = j % 10 == 0
                 f = Flow.on_path(f"{b}.{k}", 1e6, [j % LINKS], stage=stage, request=f"{b}.r", batch=b,
-                                 deadline=now + 0.01, layer=1)
+                                 deadline=now - 1.0 if late else now + 0.01, layer=1)
                 live.append(f)
                 remaining[f.id] = f.size
         now += 1e-3
         p.decide(_snapshot(now, live, remaining, capacity))
+        assert len(p.infeasible) == 10, "every tenth batch's P2D flow is infeasible"
         now += 1e-3
         for f in live:
             p.on_complete(f, now)
@@ -73,6 +78,7 @@ def test_100k_batches_formed_and_forgotten_leave_the_tables_bounded(native, roun
     for name, size in last.items():
         assert size <= 256, f"{name} holds {size} entries after {serial} forgotten batches"
     assert last["batch_index"] == last["request_index"] == last["live"] == last["pending"] == 0
+    assert last["infeasible"] == last["infeasible_of"] == 0
 
 
 @pytest.mark.parametrize("native", NATIVE_CHOICES)

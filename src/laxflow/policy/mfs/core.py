@@ -383,8 +383,7 @@ def _after_step(p: MfsPolicy, core: NativeCore, flows: list, rc: int, n_finished
             flows[i].state["rmlq_level"] = q
     if counts[1]:
         for i in _ffi.unpack(core.bad, counts[1]):
-            p.infeasible.add(flows[i].id)
-            flows[i].state["infeasible"] = True
+            p.note_infeasible(flows[i])
     t_next = core.timer[0]
     return None if t_next != t_next else t_next
 

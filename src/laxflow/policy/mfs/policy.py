@@ -109,6 +109,7 @@ class MfsPolicy(FlowPolicy):
         self._red_moved = False
         self._external = False
         self.infeasible: set[str] = set()  # ids of explicit flows seen with MLU > 1
+        self._infeasible_of: dict[str, set[str]] = {}  # batch -> its ids in infeasible (freed by forget)
         # Moving average of explicit-deadline traffic per link (see mlu.py: rho).
         self._explicit_load = np.zeros(0)
         self._finished_bytes = np.zeros(0)  # explicit bytes of flows done since the last decision
@@ -414,7 +415,8 @@ class MfsPolicy(FlowPolicy):
         tables as large as the most it had live at once. A batch with live
         flows is freed at a later call, once they have completed. Requests
         the coordinator named (``set_order``) that no flow has joined to a
-        batch and that are not pruned now are freed too. The RED memo by
+        batch and that are not pruned now are freed too, and so are the
+        batch's flow ids in ``infeasible``. The RED memo by
         request indices is cleared when any request is freed (its keys could
         name a reused index). Names never seen are ignored.
         """
@@ -429,6 +431,7 @@ class MfsPolicy(FlowPolicy):
             if b in self._live_flows:  # still has live flows: at a later call
                 continue
             pending.discard(name)
+            self.infeasible.difference_update(self._infeasible_of.pop(name, ()))
             del self._batch_index[name]
             self._batch_names[b] = None
             self._free_batches.append(b)
@@ -443,6 +446,14 @@ class MfsPolicy(FlowPolicy):
             freed_requests = True
         if freed_requests:
             self._red_by_requests.clear()
+
+    def note_infeasible(self, flow: Flow) -> None:
+        """Record that explicit ``flow`` was found with MLU > 1 (in ``infeasible``
+        and ``Flow.state['infeasible']``); called by the decision step, the
+        reference's or the core's. ``forget`` drops a batch's ids again."""
+        self.infeasible.add(flow.id)
+        flow.state["infeasible"] = True
+        self._infeasible_of.setdefault(flow.batch, set()).add(flow.id)
 
     def _free_request(self, r: int) -> None:
         """Request index ``r``'s entries freed, the index handed out again later
@@ -466,8 +477,7 @@ class MfsPolicy(FlowPolicy):
         out, bad = reference.candidates(self.rmlq, idx, current[pos], snap.remaining[pos], snap.link_load,
                                         self._explicit_load, snap.now, self._q, self.config.levels)
         for i in pos[bad]:
-            self.infeasible.add(snap.flows[i].id)
-            snap.flows[i].state["infeasible"] = True
+            self.note_infeasible(snap.flows[i])
         return out
 
     def _measure_interval(self, snap: Snapshot) -> tuple[float, float] | None:
