@@ -1,6 +1,6 @@
 """Stages 1 and 3 of the contention scenario as Mooncake transfers (``testbed run --transport mooncake``).
 
-Roles (``python -m laxflow.testbed.worker mc_<role> CONFIG_JSON`` in a host
+Roles (``python -m laxflow.testbed.mooncake_traffic mc_<role> CONFIG_JSON`` in a host
 namespace, started by :mod:`laxflow.testbed.scenario`):
 
 - ``mc_kvstore`` (h2, stage-1 source): reusable KV (seeded random bytes)
@@ -321,10 +321,10 @@ def start_servers(tb: Any, cfg: Any, mode: str, dscp: dict[int, int], env: Any) 
         dscps |= {dm.dscp(level) for level in range(9)}
     sizes = {"layers": cfg.layers, "reuse_bytes": cfg.reuse_bytes, "kv_bytes": cfg.kv_bytes,
              "requests": cfg.requests + cfg.warmup}
-    kv = tb.popen_in(2, [py, "-m", "laxflow.testbed.worker", "mc_kvstore",
+    kv = tb.popen_in(2, [py, "-m", "laxflow.testbed.mooncake_traffic", "mc_kvstore",
                          json.dumps(dict(sizes, address=tb.address(2), segment_dscps=sorted(dscps)))],
                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=quiet(None))
-    dec = tb.popen_in(3, [py, "-m", "laxflow.testbed.worker", "mc_decode",
+    dec = tb.popen_in(3, [py, "-m", "laxflow.testbed.mooncake_traffic", "mc_decode",
                           json.dumps(dict(sizes, address=tb.address(3)))],
                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=quiet(env(3)))
     servers = [kv, dec]
@@ -353,3 +353,12 @@ def verify_writes(dec: Any, timeout: float = 60.0) -> dict[str, int]:
     dec.stdin.flush()
     line = readline_within(dec, timeout)
     return json.loads(line) if line.strip() else {"verified": 0, "bad": -1}
+
+
+def main() -> None:
+    """``python -m laxflow.testbed.mooncake_traffic ROLE CONFIG_JSON``: one Mooncake role in a host namespace."""
+    ROLES[sys.argv[1]](json.loads(sys.argv[2]))
+
+
+if __name__ == "__main__":
+    main()

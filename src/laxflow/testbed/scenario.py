@@ -333,8 +333,10 @@ def _run_job(tb: Testbed, cfg: ScenarioConfig, mode: str, capture: bool, cp: Con
             renv = mooncake_traffic.quiet(renv)
         if cfg.transport == "mooncake":
             wcfg["address"] = tb.address(rank)
-        role = "mc_prefill" if cfg.transport == "mooncake" else "prefill"
-        ranks.append(tb.popen_in(rank, [py, "-m", "laxflow.testbed.worker", role, json.dumps(wcfg)],
+        # stages 1 and 3 as Mooncake transfers (testbed run --transport mooncake) or plain sockets
+        module, role = (("laxflow.testbed.mooncake_traffic", "mc_prefill") if cfg.transport == "mooncake"
+                        else ("laxflow.testbed.worker", "prefill"))
+        ranks.append(tb.popen_in(rank, [py, "-m", module, role, json.dumps(wcfg)],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=renv))
     cap = None
     try:

@@ -416,11 +416,6 @@ def prefill(cfg: dict[str, Any]) -> None:
 
 def main() -> None:
     role, cfg = sys.argv[1], json.loads(sys.argv[2])
-    if role.startswith("mc_"):  # stages 1 and 3 as Mooncake transfers (testbed run --transport mooncake)
-        from laxflow.testbed.mooncake_traffic import ROLES
-
-        ROLES[role](cfg)
-        return
     {"kvstore": kvstore, "decode": decode, "prefill": prefill}[role](cfg)
 
 
