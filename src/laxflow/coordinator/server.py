@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from laxflow.coordinator.client import Endpoints
 from laxflow.coordinator.core import CoordinatorConfig, CoordinatorCore, Publish, Reply
 from laxflow.coordinator.keys import ServerKeys
-from laxflow.daemon.metrics import DEFAULT_BIND, check_bind, serve_registry
+from laxflow.metrics_http import DEFAULT_BIND, check_bind, serve_registry
 from laxflow.errors import UserError
 from laxflow.protocol import messages as m
 from laxflow.protocol.wire import (MAX_FRAME_BYTES, PROTOCOL_VERSION, SOCKET_MAX_BYTES, DropCounter, DropReason,

@@ -37,7 +37,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from laxflow.daemon.core import CoreConfig
-from laxflow.daemon.metrics import DEFAULT_BIND, check_bind
+from laxflow.metrics_http import DEFAULT_BIND, check_bind
 from laxflow.daemon.ports import PortSpec, _port_entry, discover_ports, line_rate_gbps, load_ports_file
 from laxflow.errors import UserError, read_json_file
 from laxflow.policy.config import MfsConfig

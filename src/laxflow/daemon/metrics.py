@@ -9,11 +9,11 @@ checks every name the dashboard names.
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from laxflow.metrics_http import serve_registry
 
 if TYPE_CHECKING:
     from laxflow.daemon.core import DaemonCore
@@ -21,39 +21,6 @@ if TYPE_CHECKING:
 
 # Submit-to-permit latency buckets, seconds: 10 us .. 100 ms.
 LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 1e-1)
-DEFAULT_BIND = "127.0.0.1"  # /metrics of the daemon and the coordinator: this host only unless configured
-_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
-_HOST_RE = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")  # a host name, no scheme or port
-
-
-def check_bind(value: object, what: str) -> str:
-    """A ``--metrics-bind`` value (an IP address or a host name; ``what`` names the flag and key), else one
-    UserError."""
-    from laxflow.errors import UserError
-
-    if isinstance(value, str):
-        try:
-            ipaddress.ip_address(value)
-            return value
-        except ValueError:
-            if _HOST_RE.match(value):
-                return value
-    raise UserError(f"{what}: expected an IP address or host name to listen on, got {value!r}")
-
-
-def serve_registry(registry: CollectorRegistry, host: str, port: int, what: str) -> int:
-    """Serve ``registry`` on http://host:port/metrics (port 0 picks one); the bound port, or one UserError."""
-    from laxflow.errors import UserError
-
-    try:
-        server, _ = start_http_server(port, addr=host, registry=registry)
-    except (OSError, ValueError) as exc:  # in use, not an address of this host, a name that does not resolve
-        reason = getattr(exc, "strerror", None) or exc
-        raise UserError(f"{what}: cannot serve metrics on {host} port {port} (--metrics-bind, --metrics-port): "
-                        f"{reason}") from None
-    return int(server.server_address[1])
-
-
 class DaemonMetrics:
     """The daemon's series; ``node`` is a label on every one."""
 
