@@ -31,9 +31,9 @@ from pathlib import Path
 
 from laxflow.sim.serving.experiment import PRESETS, RunSpec, rates_at, run_all
 from laxflow.sim.serving.report import ci95
+from laxflow.stage import STAGE_NAMES
 
 BASELINES = ("fs", "sjf", "edf", "karuna")
-STAGES = ("reuse", "collective", "p2d")
 COST = {"mfs": 3, "karuna": 2}  # rough relative run time, to start the slowest runs first
 
 
@@ -75,7 +75,7 @@ def summary(key: str, rows: list[dict], specs: list[RunSpec]) -> dict:
     for p in policies:
         mine = [by_seed[s][p] for s in seeds]
         att, ci = mean_ci([r["slo_attainment"] for r in mine])
-        net = {k: sum(r["network_bytes_by_stage"].get(k, 0.0) for r in mine) for k in STAGES}
+        net = {k: sum(r["network_bytes_by_stage"].get(k, 0.0) for r in mine) for k in STAGE_NAMES}
         total = sum(net.values()) or 1.0
         line["policies"][p] = {
             "slo_attainment": round(att, 3), "slo_attainment_ci95": round(ci, 3),

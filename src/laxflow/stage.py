@@ -24,7 +24,7 @@ from laxflow._stage_codes import lib as _header
 
 
 class Stage(str, Enum):
-    """The three stages of traffic in one prefill (MFS §3)."""
+    """The three stages of traffic in one prefill (MFS §3), in order (``STAGE_NAMES``)."""
 
     REUSE = "reuse"  # stage 1: reusable KV fetched before a layer computes
     COLLECTIVE = "collective"  # stage 2: EP/SP/TP collectives that block compute
@@ -60,3 +60,5 @@ _CODES = _header_codes()
 STAGE_NONE: int = _CODES["NONE"]
 STAGE_CODES: dict[Stage, int] = {stage: _CODES[stage.name] for stage in Stage}
 STAGE_OF_CODE: dict[int, Stage] = {code: stage for stage, code in STAGE_CODES.items()}
+
+STAGE_NAMES: tuple[str, ...] = tuple(s.value for s in Stage)  # ("reuse", "collective", "p2d"): report columns

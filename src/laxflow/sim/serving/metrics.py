@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from laxflow.sim.serving.simulator import SimResult
+from laxflow.stage import STAGE_NAMES
 
 CONTRACT_KEYS = (
     "policy",
@@ -57,8 +58,7 @@ def summarize(result: SimResult, rate: float) -> dict[str, Any]:
     idle_cct = sum(b.idle_cct * len(b.cct) for b in batches)
     reused = sum(s.route.reused_tokens for s in measured)
     remote = sum(s.route.remote_tokens for s in measured)
-    stages = ("reuse", "collective", "p2d")
-    bytes_by_stage = {st: float(sum(s.bytes.get(st, 0.0) for s in measured)) for st in stages}
+    bytes_by_stage = {st: float(sum(s.bytes.get(st, 0.0) for s in measured)) for st in STAGE_NAMES}
     out: dict[str, Any] = {
         "policy": result.policy,
         "rate": rate,

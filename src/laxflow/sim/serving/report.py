@@ -13,9 +13,9 @@ import os
 from typing import Any, Sequence, TextIO
 
 from laxflow.sim.serving.metrics import CONTRACT_KEYS, goodput
+from laxflow.stage import STAGE_NAMES
 
 _POOLED = ("ttft_samples", "slo_samples", "request_rows")  # concatenated over seeds, never in the JSON
-_STAGES = ("reuse", "collective", "p2d")
 
 
 def ci95(values: Sequence[float]) -> float | None:
@@ -75,7 +75,7 @@ def json_view(point: dict[str, Any]) -> dict[str, Any]:
         if k in out or k in _POOLED:
             continue
         if k == "bytes_by_stage":
-            out.update({f"bytes_{st}": float(v.get(st, 0.0)) for st in _STAGES})
+            out.update({f"bytes_{st}": float(v.get(st, 0.0)) for st in STAGE_NAMES})
         else:
             out[k] = v
     return out
