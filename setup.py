@@ -8,7 +8,7 @@
     table and rate allocation; ``laxflow.policy.mfs._core``, the mfs
     policy's decision step;
   * ``laxflow.policy.mfs._glue`` (ext_modules), a CPython extension: the
-    mfs policy's per-flow admission, completion and decide_into glue, which
+    mfs policy's per-flow admission, completion and incremental-decision glue, which
     works on Python objects (see ``src/laxflow/policy/mfs/glue.c``);
   * ``liblaxflow_shim.so`` with ``make -C native``, a plain C library (no
     Python symbols) placed in ``laxflow/_native/`` inside the package, where

@@ -7,12 +7,12 @@ link-load average it reads) from the time MFS's own code takes to decide
 (its C step and the Python around it: admission, batch and request
 tables, request progress, completions).
 
-* :class:`RecordingMfs` is mfs, keeping every decision its C path writes
-  into the engine's buffers (levels, queues, DSCP codepoints) and the timer
-  it returns. Kept in memory: 17 bytes per live flow per decision (about
+* :class:`RecordingMfs` is mfs, keeping every decision its C path makes
+  on the engine's incremental snapshots (levels, queues, DSCP codepoints)
+  and the timer it returns. Kept in memory: 17 bytes per live flow per decision (about
   540 MB for a paper-scale run's 32 million).
-* :class:`ReplayedSchedule` copies those decisions back into the engine's
-  buffers in the same order and does nothing on completions: the same run
+* :class:`ReplayedSchedule` hands those decisions back to the engine in the
+  same order and does nothing on completions: the same run
   (same events, same TTFTs; ``bench/sim.py`` checks), with a policy that
   costs a copy per decision, which it times (``copy_s``) so the caller can
   take it out.
@@ -25,14 +25,14 @@ Each runs on the simulator's one thread, called by the network engine.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from laxflow.policy.base import Decision, FlowPolicy, Snapshot
 from laxflow.policy.fair_sharing import FairSharing
-from laxflow.policy.flow import Flow
 from laxflow.policy.mfs import MfsPolicy
+from laxflow.policy.mfs.core import NATIVE
 from laxflow.sim.network.engine import _ffi
 
 # Bytes of one live flow's recorded decision: level and queue (int64_t), DSCP (uint8_t).
@@ -47,20 +47,16 @@ class RecordingMfs(MfsPolicy):
         self.tape = bytearray()
         self.decisions: list[tuple[int, Any]] = []  # (live flows, timer) per decision, in order
 
-    def decide_into(self, flows: list[Flow], now: float, kept: int, progressed: bool | list[Flow],
-                    capacity: np.ndarray, load_window: float, buffers: tuple,
-                    snapshot: Callable[[], Snapshot]) -> Any:
-        timer = super().decide_into(flows, now, kept, progressed, capacity, load_window, buffers, snapshot)
-        if timer is NotImplemented:
-            raise RuntimeError("mfs is not deciding into the engine here (its C step, laxflow.policy.mfs._core, "
-                               "is not built): there is no decision to record")
-        n = len(flows)
-        level, queue, dscp = buffers[2:5]
-        self.tape += _ffi.buffer(level, 8 * n)
-        self.tape += _ffi.buffer(queue, 8 * n)
-        self.tape += _ffi.buffer(dscp, n)
-        self.decisions.append((n, timer))
-        return timer
+    def decide(self, snap: Snapshot) -> Decision:
+        if not (self.native and NATIVE) or snap.tag is None:
+            raise RuntimeError("mfs is not deciding on the network engine's incremental snapshot in C here (its "
+                               "C step, laxflow.policy.mfs._core, is not built): there is no decision to record")
+        decision = super().decide(snap)
+        self.tape += decision.level.data
+        self.tape += decision.queue.data
+        self.tape += decision.dscp.data
+        self.decisions.append((len(snap.flows), decision.timers[0] if decision.timers else None))
+        return decision
 
 
 class ReplayedSchedule(FlowPolicy):
@@ -76,32 +72,34 @@ class ReplayedSchedule(FlowPolicy):
         self._tape = memoryview(recording.tape)
         self._decisions = recording.decisions
         self.replayed = 0  # decisions handed out so far
-        self.copy_s = 0.0  # seconds spent in decide_into (perf_counter)
+        self.copy_s = 0.0  # seconds spent in decide (perf_counter)
         self._at = 0
+        self._room = 0
+        self._out: tuple = ()
 
     def decide(self, snap: Snapshot) -> Decision:
-        raise RuntimeError("the replayed schedule only decides into the network engine's buffers")
-
-    def decide_into(self, flows: list[Flow], now: float, kept: int, progressed: bool | list[Flow],
-                    capacity: np.ndarray, load_window: float, buffers: tuple,
-                    snapshot: Callable[[], Snapshot]) -> Any:
         t0 = time.perf_counter()
-        k, n = self.replayed, len(flows)
+        k, n = self.replayed, len(snap.flows)
         if k >= len(self._decisions):
             raise RuntimeError(f"replay: decision {k} asked for, the recording holds {len(self._decisions)}")
         recorded, timer = self._decisions[k]
         if recorded != n:
             raise RuntimeError(f"replay: decision {k} is over {n} flows, the recorded one over {recorded} "
                                "(the replay left the recorded run)")
+        if n > self._room:  # (arrays of its own, as mfs hands out: the engine's copies of them as for mfs)
+            self._room = max(n, 2 * self._room)
+            self._out = (np.empty(self._room, np.int64), np.empty(self._room, np.int64),
+                         np.empty(self._room, np.uint8))
         at, tape = self._at, self._tape
-        level, queue, dscp = buffers[2:5]
+        level, queue, dscp = (a[:n] for a in self._out)
         _ffi.memmove(level, tape[at:at + 8 * n], 8 * n)
         _ffi.memmove(queue, tape[at + 8 * n:at + 16 * n], 8 * n)
         _ffi.memmove(dscp, tape[at + 16 * n:at + _PER_FLOW * n], n)
         self._at = at + _PER_FLOW * n
         self.replayed = k + 1
+        decision = Decision(level=level, queue=queue, dscp=dscp, timers=() if timer is None else (timer,))
         self.copy_s += time.perf_counter() - t0
-        return timer
+        return decision
 
     @property
     def complete(self) -> bool:

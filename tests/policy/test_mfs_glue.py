@@ -1,4 +1,4 @@
-"""The mfs policy's admission, completion and ``decide_into`` glue in C
+"""The mfs policy's admission, completion and incremental-decision glue in C
 (``mfs/glue.c``, ``laxflow.policy.mfs._glue``) leaves the policy exactly as
 its Python does: the same slots, facts tuples (values and types), batch and
 request tables in the same order, flags, explicit-load sums, decisions and
@@ -231,15 +231,16 @@ def test_a_serving_run_is_the_same_without_the_glue():
             reqs = build_workload(RunSpec(cfg, mix[1], 0.7 * CAPACITY[mix], "mfs", 60, seed=2))
             sim = ServingSimulator(cfg, reqs, "mfs")
             net, states = sim.network, []
-            decide = net._decide_into
+            decide = net.policy.decide
 
-            def recorded(*args):  # the policy's state every 89th decision too (memos gone by the end)
-                out = decide(*args)
+            def recorded(snap):  # the policy's state every 89th decision too (memos gone by the end)
+                assert snap.tag is not None  # (the incremental snapshot: the glue's path)
+                out = decide(snap)
                 if len(states) < 10_000 and net.events % 89 == 0:
                     states.append(_state(net.policy))
                 return out
 
-            net._decide_into = recorded
+            net.policy.decide = recorded
             res = sim.run()
             results.append(([(s.ttft.hex(), s.batch) for s in res.measured], res.network_events, states,
                             _state(net.policy)))

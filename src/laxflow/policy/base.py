@@ -23,7 +23,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, ClassVar, Iterable, Sequence
+from typing import ClassVar, Iterable, Sequence
 
 import numpy as np
 
@@ -58,6 +58,20 @@ class Snapshot:
     capacity: np.ndarray  # bytes/s per link
     link_load: np.ndarray  # measured utilization per link, in [0, 1]
     load_window: float  # s, time constant of link_load's moving average
+    # What an owner that decides again and again over one live set may add
+    # (the network engine does, for a policy with ``keeps_tags``): the first
+    # ``kept`` flows had the last decision, in the same order (0: none known);
+    # ``progressed``, whose request progress (``Flow.current_layer``,
+    # ``compute_done``) changed since the last decision (True: any flow's; a
+    # list: those flows', as the owner named them; False: none); ``tag``, the
+    # ``Decision.tag`` the owner kept per flow (int64, -1 for a new flow,
+    # read-only; None: the owner keeps none); ``link_load_in_use``,
+    # ``link_load`` unclipped and exact only on the links some live flow uses
+    # (read-only; None: read ``link_load``).
+    kept: int = 0
+    progressed: bool | Sequence[Flow] = True
+    tag: np.ndarray | None = None
+    link_load_in_use: np.ndarray | None = None
 
     def column(self, name: str, dtype: type = float, missing: float = np.nan) -> np.ndarray:
         """A flow attribute as an array (``None`` becomes ``missing``)."""
@@ -117,7 +131,10 @@ class Decision:
     level never has a larger queue). ``cap[i]`` is an optional rate cap in
     bytes/s (``inf`` for none). ``timers`` are absolute times at which the
     policy wants ``decide`` called again even if nothing else happens (e.g.
-    a periodic promotion). Build one with :meth:`FlowPolicy.decision`.
+    a periodic promotion). ``tag[i]`` (int64) is the policy's own number
+    for flow i, which an owner that keeps tags (``Snapshot.tag``) stores and
+    hands back with the flow's next snapshots (None: keep them as they are).
+    Build one with :meth:`FlowPolicy.decision`.
     """
 
     level: np.ndarray
@@ -125,6 +142,7 @@ class Decision:
     dscp: np.ndarray
     cap: np.ndarray | None = None
     timers: tuple[float, ...] = field(default_factory=tuple)
+    tag: np.ndarray | None = None
 
 
 class FlowPolicy(ABC):
@@ -153,6 +171,10 @@ class FlowPolicy(ABC):
     # ``flow_fields``: an owner that reads nothing back from the Flow objects
     # (the serving simulator) spares the policy the writes.
     flow_notes: bool = True
+    # Whether ``decide`` uses the incremental snapshot (``Snapshot.kept``,
+    # ``progressed``, ``tag``, ``link_load_in_use``): the network engine then
+    # fills them in and stores each decision's ``tag``.
+    keeps_tags: ClassVar[bool] = False
     _dscp_map: DscpMap = BASELINE_DSCP_MAP
 
     def __init__(self, dscp: DscpMap | None = None) -> None:
@@ -187,35 +209,6 @@ class FlowPolicy(ABC):
         if queue is None:
             queue = np.minimum(level, len(table) - 2)
         return Decision(level=level, queue=queue, dscp=table[queue], cap=cap, timers=timers)
-
-    def decide_into(self, flows: list[Flow], now: float, kept: int, progressed: bool | list[Flow], capacity: np.ndarray,
-                    load_window: float, buffers: tuple, snapshot: Callable[[], Snapshot]) -> Any:
-        """``decide`` for the network engine, written straight into its C buffers.
-
-        Optional (this default returns NotImplemented, and the engine calls
-        ``decide``). Called by :class:`~laxflow.sim.network.FluidNetwork` at
-        each recompute with its live ``flows`` (at least one, in its order;
-        the first ``kept`` had the last decision, the rest are new),
-        ``progressed`` (whether the owner called ``reschedule`` since the last
-        decision: request progress, ``Flow.current_layer`` and
-        ``compute_done``, changes only with one; True: any flow's may have
-        changed, a list: the flows whose progress changed, as the owner named
-        them; False: none), ``capacity``, its link-load
-        window, and ``buffers``, cffi pointers: its ``remaining`` bytes
-        (``double *``, n, read), its link-load average (``double *``,
-        ``len(capacity)``, read; not clipped; current on the links live flows
-        use, an idle link's as of when it went idle: read others through
-        ``snapshot()``), the ``level``, ``queue``
-        (``int64_t *``, n each) and ``dscp`` (``uint8_t *``, n) to write, as
-        ``decide`` would return them (no caps), and a ``tag`` column
-        (``int64_t *``, n; -1 for a new flow) the policy may use for its own
-        per-flow numbers, kept in step with the flows. ``buffers`` is the same
-        tuple from call to call while none of its pointers changed (a policy
-        may keep what it made of them by the tuple). ``snapshot()`` gives the
-        engine's snapshot of this recompute, for what the policy still reads
-        from one. Returns the timer (None: none).
-        """
-        return NotImplemented
 
     def on_complete(self, flow: Flow, now: float) -> None:
         """Called by the engine when ``flow``'s last byte is delivered."""

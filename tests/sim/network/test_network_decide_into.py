@@ -1,16 +1,18 @@
-"""A policy that writes its decisions into the engine's C buffers
-(``FlowPolicy.decide_into``: mfs on its C path) runs the engine exactly as
-the same policy deciding on snapshots: every finish time, every flow's
-level, queue and DSCP after every recompute, its RMLQ notes, the infeasible
-set, the bytes per stage and the link-load average, bit for bit; and a
-policy that declines (NotImplemented) is asked through ``decide``."""
+"""A policy that decides on the engine's incremental snapshot
+(``FlowPolicy.keeps_tags``: read-only views of the engine's columns,
+``kept``, ``progressed``, the tags it returned; mfs on its C path) runs the
+engine exactly as the same policy deciding on its reference, and as its C
+step on plain snapshots: every finish time, every flow's level, queue and
+DSCP after every recompute, its RMLQ notes, the infeasible set, the bytes
+per stage and the link-load average, bit for bit; and the engine stores
+each decision's tags and hands them back with the flows."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from laxflow.policy import Flow, Stage
+from laxflow.policy import Decision, Flow, FlowPolicy, Stage
 from laxflow.policy.mfs import MfsPolicy
 from laxflow.policy.mfs.core import NATIVE, _ffi
 from laxflow.sim.events import Priority
@@ -24,32 +26,35 @@ STAGES = list(Stage)
 
 
 class Recording(MfsPolicy):
-    """mfs, counting how it was asked; the engine's view of every flow is read after each recompute."""
+    """mfs, counting how it was asked: its C step on the engine's incremental
+    snapshot ("tagged"), its reference on one ("reference"), or its C step on
+    a plain snapshot ("snapshot": ``keeps_tags`` off); the engine's view of
+    every flow is read after each recompute."""
 
-    def __init__(self, native: bool, **options) -> None:
+    def __init__(self, native: bool, tags: bool = True, **options) -> None:
         super().__init__(**options)
         self.native = native
-        self.asked = {"decide": 0, "decide_into": 0}
+        self.keeps_tags = tags
+        self.asked = {"tagged": 0, "reference": 0, "snapshot": 0}
 
     def decide(self, snap):
-        self.asked["decide"] += 1
-        return super().decide(snap)
-
-    def decide_into(self, *args):
-        out = super().decide_into(*args)
-        if out is not NotImplemented:
-            self.asked["decide_into"] += 1
+        route = "snapshot" if snap.tag is None else "tagged" if self.native else "reference"
+        self.asked[route] += 1
+        out = super().decide(snap)
+        assert (out.tag is None) == (snap.tag is None)
         return out
 
 
-def fluid_run(native: bool, toggle: bool = False, named: bool = False, flow_fields: bool = True) -> tuple:
+def fluid_run(native: bool, toggle: bool = False, named: bool = False, flow_fields: bool = True,
+              tags: bool = True) -> tuple:
     """Flows of every stage with deadlines, layers and progress on a small fabric
     (``toggle``: the policy switches between its C and Python paths now and then;
     ``named``: the owner names the flows whose progress it changed;
-    ``flow_fields``: the engine's, so the policy's notes too)."""
+    ``flow_fields``: the engine's, so the policy's notes too; ``tags``: the
+    policy's ``keeps_tags``)."""
     rng = np.random.default_rng(5)
     topo = leaf_spine(32, 4, 1e9, oversubscription=2.0)
-    policy = Recording(native, period=2e-5, load_window=1e-4)
+    policy = Recording(native, tags, period=2e-5, load_window=1e-4)
     net = FluidNetwork(topo, policy, load_window=1e-4, flow_fields=flow_fields)
     flows, seen = [], []
     t = 0.0
@@ -82,12 +87,13 @@ def fluid_run(native: bool, toggle: bool = False, named: bool = False, flow_fiel
             dict(net.bytes_delivered_by_stage), net.link_load.tolist(), net.events, repr(state), policy.asked)
 
 
-def test_decisions_into_the_table_equal_decisions_on_snapshots():
-    native, snapshots = fluid_run(True), fluid_run(False)
-    asked_native, asked_snapshots = native[-1], snapshots[-1]
-    assert asked_native["decide"] == 0 and asked_native["decide_into"] > 500
-    assert asked_snapshots["decide_into"] == 0 and asked_snapshots["decide"] == asked_native["decide_into"]
-    assert native[:-1] == snapshots[:-1]
+def test_incremental_decisions_equal_the_reference_and_decisions_on_snapshots():
+    native, reference, plain = fluid_run(True), fluid_run(False), fluid_run(True, tags=False)
+    asked_native, asked_reference, asked_plain = native[-1], reference[-1], plain[-1]
+    assert asked_native["tagged"] > 500 and asked_native["reference"] == asked_native["snapshot"] == 0
+    assert asked_reference == {"tagged": 0, "reference": asked_native["tagged"], "snapshot": 0}
+    assert asked_plain == {"tagged": 0, "reference": 0, "snapshot": asked_native["tagged"]}
+    assert native[:-1] == reference[:-1] == plain[:-1]
     assert native[3], "the run must see infeasible explicit flows"
     assert any(s.get("rmlq_level", 7) < 3 for s in native[1]), "and promotions"
 
@@ -97,7 +103,7 @@ def test_progress_of_the_flows_the_owner_names_is_progress_of_all():
     (some not arrived yet, some finished), and decides as the snapshot path,
     which reads every flow's."""
     named, snapshots = fluid_run(True, named=True), fluid_run(False, named=True)
-    assert named[-1]["decide_into"] > 500
+    assert named[-1]["tagged"] > 500
     assert named[:-1] == snapshots[:-1] == fluid_run(False)[:-1]
 
 
@@ -106,9 +112,10 @@ def test_the_engine_hands_on_whose_progress_changed():
     seen = []
 
     class Watching(MfsPolicy):
-        def decide_into(self, flows, now, kept, progressed, *args):
+        def decide(self, snap):
+            progressed = snap.progressed
             seen.append(progressed if isinstance(progressed, bool) else [f.id for f in progressed])
-            return super().decide_into(flows, now, kept, progressed, *args)
+            return super().decide(snap)
 
     net = FluidNetwork(topo, Watching())
     flows = [Flow.on_path(f"f{i}", 1e6, topo.path(i, (i + 1) % 8), stage=Stage.REUSE, layer=2, current_layer=0)
@@ -127,34 +134,80 @@ def test_the_engine_hands_on_whose_progress_changed():
     assert all(s is False for s in seen[1:] if s not in (True, ["f0", "f2"]))
 
 
-def test_the_engine_hands_the_same_buffers_until_they_move():
-    """``decide_into``'s buffers are one tuple from call to call while none of
-    its pointers changed (the policy binds them once per tuple), and a new
-    tuple, holding the new pointers, once the flow table's columns or the
-    decision buffers grew."""
+def test_the_engine_hands_views_of_its_columns_and_keeps_the_tags():
+    """The incremental snapshot's ``remaining``, ``tag`` and ``link_load_in_use``
+    are read-only views of the engine's columns (at their addresses, which
+    move when the flow table grows), ``kept`` counts the flows that had the
+    last decision, and each kept flow's tag is the one the last decision gave
+    it (the engine stored ``Decision.tag`` and kept it with the flow through
+    completions); a new flow's is -1."""
     topo = leaf_spine(8, 2, 1e9)
-    seen = []
+    seen, last = [], {}
+
+    def address(cdata) -> int:
+        return int(_ffi.cast("uintptr_t", cdata))
 
     class Watching(MfsPolicy):
-        def decide_into(self, flows, now, kept, progressed, capacity, load_window, buffers, snapshot):
-            at = tuple(int(_ffi.cast("uintptr_t", b)) for b in buffers)
+        def decide(self, snap):
             table = net._table  # the engine's columns as they are now
-            assert (at[0], at[5]) == (int(_ffi.cast("uintptr_t", table.remaining)), int(_ffi.cast("uintptr_t", table.tag)))
-            seen.append((buffers, at + (table.room,)))  # (columns may grow in place: the room says they grew)
-            return super().decide_into(flows, now, kept, progressed, capacity, load_window, buffers, snapshot)
+            at = (snap.remaining.ctypes.data, snap.tag.ctypes.data, snap.link_load_in_use.ctypes.data)
+            assert at == (address(table.remaining), address(table.tag), address(table.load))
+            assert not (snap.remaining.flags.writeable or snap.tag.flags.writeable
+                        or snap.link_load_in_use.flags.writeable)
+            assert len(snap.remaining) == len(snap.tag) == len(snap.flows)
+            kept = snap.kept
+            assert snap.tag[:kept].tolist() == [last[f.id] for f in snap.flows[:kept]]
+            assert set(snap.tag[kept:].tolist()) <= {-1}
+            assert all(f.id not in last for f in snap.flows[kept:])
+            decision = super().decide(snap)
+            last.update(zip((f.id for f in snap.flows), decision.tag.tolist()))
+            seen.append((at, kept, len(snap.flows)))
+            return decision
 
     net = FluidNetwork(topo, Watching())
-    # 20 flows at once, then arrivals ahead of completions: the table's columns
-    # grow at other decisions than the decision buffers (sized by the first).
+    # 20 flows at once, then arrivals ahead of completions: the table's columns grow.
     for i in range(200):
         net.queue.push(max(i - 20, 0) * 1e-6, Priority.ARRIVAL, net.add_flow,
                        Flow.on_path(f"f{i}", 1e6, topo.path(i % 8, (i + 1) % 8), stage=Stage.REUSE, layer=2))
     net.run()
     assert len(seen) > 200
-    pairs = list(zip(seen, seen[1:]))
-    assert all(at_before == at_after for (before, at_before), (after, at_after) in pairs if before is after)
-    assert any(at_before != at_after for (_, at_before), (_, at_after) in pairs), "the buffers must have moved"
-    assert len({id(b) for b, _ in seen}) < 20, "a new tuple only when something moved"
+    assert len({at[:2] for at, _, _ in seen}) > 1, "the columns must have moved"
+    assert any(0 < kept < n for _, kept, n in seen) and any(kept == n for _, kept, n in seen)
+
+
+def test_a_decision_with_bad_tags_is_an_error_naming_the_policy():
+    topo = leaf_spine(8, 2, 1e9)
+
+    class BadTags(FlowPolicy):
+        name = "bad-tags"
+        keeps_tags = True
+
+        def decide(self, snap):
+            n = len(snap.flows)
+            return Decision(level=np.zeros(n, np.int64), queue=np.zeros(n, np.int64),
+                            dscp=np.zeros(n, np.uint8), tag=np.zeros(n + 1, np.int64))
+
+    net = FluidNetwork(topo, BadTags())
+    net.add_flow(Flow.on_path("f", 1e6, topo.path(0, 1)))
+    with pytest.raises(ValueError, match="BadTags: decision.tag must be 1 int64"):
+        net.run()
+
+
+def test_a_policy_without_tags_gets_a_plain_snapshot():
+    topo = leaf_spine(8, 2, 1e9)
+    seen = []
+
+    class Plain(FlowPolicy):
+        name = "plain"
+
+        def decide(self, snap):
+            seen.append((snap.kept, snap.progressed, snap.tag, snap.link_load_in_use))
+            return self.decision(np.zeros(len(snap.flows), np.int64))
+
+    net = FluidNetwork(topo, Plain())
+    net.add_flow(Flow.on_path("f", 1e6, topo.path(0, 1)))
+    net.run()
+    assert seen and all(s == (0, True, None, None) for s in seen)
 
 
 @pytest.mark.parametrize("native", [True, False])
@@ -171,11 +224,11 @@ def test_an_owner_that_reads_no_flow_fields_gets_no_notes_and_the_same_run(nativ
 
 
 def test_switching_paths_mid_run_changes_nothing():
-    """The C path's kept state (slots in the engine's tags, progress per slot,
-    its list of non-zero explicit-load links) is rebuilt after decisions on
-    the Python paths, which change the arrays under it."""
+    """The C path's kept state (progress per slot, its list of non-zero
+    explicit-load links) is rebuilt after decisions on the reference, which
+    changes the arrays under it and gives the engine its slots as tags too."""
     switching, snapshots = fluid_run(True, toggle=True), fluid_run(False)
-    assert switching[-1]["decide"] > 100 and switching[-1]["decide_into"] > 100
+    assert switching[-1]["reference"] > 100 and switching[-1]["tagged"] > 100
     assert switching[:-1] == snapshots[:-1]
 
 

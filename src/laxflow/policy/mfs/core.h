@@ -71,10 +71,12 @@ struct lxf_mfs {
     void *keys;            /* per flow: arbitration keys for the dense levels */
     uint8_t *is_new;       /* per flow */
     int64_t scratch_flows;
-    /* lxf_mfs_decide_engine's arguments and outputs, set by the caller (and
-     * set again whenever the network engine or the caller replaced one): the
-     * engine's per-flow columns (tag: the RMLQ slots; remaining; the level,
-     * queue and DSCP written), its unclipped link-load average, and where
+    /* lxf_mfs_decide_engine's arguments and outputs, set by the caller
+     * (core.decide_tagged, at each incremental decision and whenever it
+     * replaced one): the per-flow columns (tag: the RMLQ slots, the kept
+     * flows' copied from the snapshot, the new ones' written at admission;
+     * the snapshot's remaining; the level, queue and DSCP written), the
+     * snapshot's unclipped link-load average, and where
      * the timer, the noted pairs, the infeasible positions and their counts
      * go (lxf_mfs_decide's out arguments, with room for the flows decided) */
     const int64_t *e_tag;
@@ -116,9 +118,9 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
                    const int64_t *finished, int64_t n_finished, int64_t *level, int64_t *queue, uint8_t *dscp,
                    double *timer, int64_t *noted, int64_t *infeasible, int64_t *counts);
 
-/* lxf_mfs_decide for the network engine (MfsPolicy.decide_into): over its
+/* lxf_mfs_decide for an incremental snapshot (core.decide_tagged): over its
  * n flows, the last n_new of them new (their progress given at
- * lxf_mfs_admit), with the engine's buffers and the outputs bound in m (e_*
+ * lxf_mfs_admit), with the snapshot's columns and the outputs bound in m (e_*
  * and o_*; the link load clipped as the engine's snapshot would give it).
  * The same returns as lxf_mfs_decide but LXF_MFS_NEED_LOAD, which needs no
  * second call here. */

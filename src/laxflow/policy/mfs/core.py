@@ -4,7 +4,8 @@ Python keeps what needs Python objects: admitting new flows (their static
 facts, the batch and request tables), the period of the explicit-load
 measurement, RED order and pruning (``MfsPolicy._reorder``), and the
 per-flow notes in ``Flow.state``. Of these, admission, completion
-(``MfsPolicy.on_complete``) and the per-decision glue of ``decide_into`` run
+(``MfsPolicy.on_complete``) and the per-decision glue of an incremental
+decision (:func:`decide_tagged`) run
 in C through the CPython API when ``laxflow.policy.mfs._glue`` is built
 (``glue.c``: the same dict, list and set operations on the same
 objects, this module's Python for the rare steps). Everything else per
@@ -16,9 +17,9 @@ are bit-identical to it; ``tests/policy`` replays recorded runs through
 both and compares. The admission helpers at the end (bottleneck, static
 facts) serve both.
 
-Called by ``MfsPolicy.decide`` (a snapshot: the node daemon, tests) and by
-``MfsPolicy.decide_into`` (the network engine's own buffers), on the
-caller's one thread. ``NATIVE`` is False when the module was not built (no
+Called by ``MfsPolicy.decide`` on the caller's one thread: a plain
+snapshot (the node daemon, tests: :func:`decide_native`) or an incremental
+one (``Snapshot.tag``, the network engine: :func:`decide_tagged`). ``NATIVE`` is False when the module was not built (no
 C compiler at install): the policy then runs its reference, in NumPy.
 """
 
@@ -71,8 +72,7 @@ class NativeCore:
     """One policy's C state: the struct, the arrays it points into (held, so
     they stay alive), and the out-buffers. Re-binds the arrays whenever the
     policy replaced one (the RMLQ grew, ``MfsPolicy._arrays_gen`` moved, the
-    capacity array is another), and the network engine's buffers whenever
-    it hands ``decide_into`` another tuple of them."""
+    capacity array is another)."""
 
     def __init__(self, p: MfsPolicy) -> None:
         self.struct = _ffi.new("struct lxf_mfs *")
@@ -87,8 +87,12 @@ class NativeCore:
         s.dscp_codes = _ffi.from_buffer("uint8_t[]", self._codes)
         # What the struct is bound to: the RMLQ's urgency array (the slot arrays
         # are replaced together), the capacity array, the policy's _arrays_gen
-        # (-1: bind again), the engine's buffers (decide_into's tuple).
-        self.urgency = self.capacity = self.engine = None
+        # (-1: bind again); the incremental decision's out-arrays (buffers()),
+        # their first n as the Decision hands them out (views, for views_n
+        # flows), and the link-load array the struct reads (load).
+        self.urgency = self.capacity = self.engine = self.out = self.views = self.load = None
+        self.load_held: tuple = ()
+        self.views_n = -1
         self.gen = -1
         self._room = 0
         self.noted = self.bad = None
@@ -98,8 +102,8 @@ class NativeCore:
         s.o_timer = self.timer
         s.note_levels = p.flow_notes
         self.dt = -1.0  # the decision's explicit-load interval (s; < 0: none), set by _core
-        # Admission, completion and decide_into's glue in C (glue.c) when
-        # built: the policy's on_complete and decide_into hand over to it
+        # Admission, completion and the incremental decision's glue in C (glue.c)
+        # when built: the policy's on_complete and decide_tagged hand over to it
         # (MfsPolicy._glue), and it is told whenever the struct is bound.
         self.glue = None if Glue is None else Glue(
             p, self, _address(s), _address(_ffi.addressof(_lib, "lxf_mfs_admit")),
@@ -152,20 +156,23 @@ class NativeCore:
         self.urgency, self.capacity, self.gen = t.urgency, capacity, p._arrays_gen
         self._tell_glue()
 
-    def bind_engine(self, buffers: tuple) -> None:
-        """Point the struct at the network engine's buffers (``decide_into``'s tuple)."""
-        s = self.struct
-        remaining, load, s.e_level, s.e_queue, s.e_dscp, tag = buffers
-        s.e_remaining, s.e_link_load, s.e_tag = remaining, load, tag
-        self.engine = buffers
-
     def buffers(self, n: int) -> None:
-        """Room for ``n`` flows in the out-buffers (noted pairs, infeasible positions)."""
-        self._room = max(n, 2 * self._room)
-        self.noted = _ffi.new("int64_t[]", 2 * self._room)
-        self.bad = _ffi.new("int64_t[]", self._room)
-        self.struct.o_noted = self.noted
-        self.struct.o_infeasible = self.bad
+        """Room for ``n`` flows in the out-buffers (noted pairs, infeasible
+        positions; an incremental decision's level, queue, DSCP and tags)."""
+        room = self._room = max(n, 2 * self._room)
+        s = self.struct
+        self.noted = _ffi.new("int64_t[]", 2 * room)
+        self.bad = _ffi.new("int64_t[]", room)
+        s.o_noted = self.noted
+        s.o_infeasible = self.bad
+        self.out = (np.empty(room, np.int64), np.empty(room, np.int64), np.empty(room, np.uint8),
+                    np.empty(room, np.int64))
+        level, queue, dscp, tag = self.out
+        s.e_level, s.e_queue = _ffi.from_buffer("int64_t[]", level), _ffi.from_buffer("int64_t[]", queue)
+        s.e_dscp, s.e_tag = _ffi.from_buffer("uint8_t[]", dscp), _ffi.from_buffer("int64_t[]", tag)
+        # (the glue's argument: its slot [5] is where admission writes the new flows' tags)
+        self.engine = (_ffi.NULL, _ffi.NULL, s.e_level, s.e_queue, s.e_dscp, s.e_tag)
+        self.views_n = -1
         self._tell_glue()
 
 
@@ -180,7 +187,7 @@ def decide_native(p: MfsPolicy, snap: Snapshot) -> Decision:
     level = np.empty(n, np.int64)
     queue = np.empty(n, np.int64)
     dscp = np.empty(n, np.uint8)
-    p._tagged = None  # the engine's tags are not known to be this path's
+    p._progress_kept = False  # (the incremental path reads every flow's progress again)
     core = _core(p, snap.capacity, n, snap.now, lambda: snap)
     core.struct.note_levels = p.flow_notes
     current, done = _progress(flows)
@@ -194,34 +201,72 @@ def decide_native(p: MfsPolicy, snap: Snapshot) -> Decision:
     return Decision(level=level, queue=queue, dscp=dscp, timers=() if timer is None else (timer,))
 
 
-def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bool | list, capacity: np.ndarray,
-                buffers: tuple, snapshot: Callable[[], Snapshot]) -> float | None:
-    """``MfsPolicy.decide_into``: one decision over the engine's ``flows`` (at
-    least one; the first ``kept`` had the last decision, the rest are new),
-    read from and written into its C ``buffers`` (cffi pointers: ``remaining``
-    and the unclipped link load read; ``level``, ``queue`` int64 and ``dscp``
-    uint8 written, n each; ``tag``: the engine's per-flow int64 column, where
-    this path keeps each flow's RMLQ slot). Request progress is read from the
-    flows only if the owner ``progressed`` them (the engine's reschedule
-    contract: True, every flow; a list, those flows) or they are new. The
-    timer, None: none.
-
-    The struct stays bound to the engine's buffers while the engine hands
-    the same tuple (``p._tagged``), and to the policy's arrays while none
-    was replaced; while it is, ``MfsPolicy.decide_into`` hands the whole
-    decision to ``Glue.decide`` when built (the same steps in C, this
-    function's Python for the rare ones), and this function runs when the
-    glue is not built or the buffers are to be bound."""
+def decide_tagged(p: MfsPolicy, snap: Snapshot) -> Decision:
+    """``MfsPolicy.decide`` for an incremental snapshot (``Snapshot.tag``: the
+    network engine) with at least one flow, in C: the first ``snap.kept``
+    flows' RMLQ slots are their tags, the new flows' slots become theirs in
+    the decision's ``tag``. Request progress is read from the flows only if
+    the owner ``progressed`` them (True, every flow; a list, those flows) or
+    they are new, while the C step's per-slot progress is this path's own
+    (``MfsPolicy._progress_kept``). ``remaining`` and ``link_load_in_use``
+    are read in place (unclipped: clipped in C). The decision's arrays are
+    the policy's, valid until its next decision."""
+    flows, now, kept, capacity = snap.flows, snap.now, snap.kept, snap.capacity
     n = len(flows)
-    if p._tagged is not buffers and _engine_bind(p, flows, kept, capacity, buffers):
-        progressed = True  # (the tags were set here again: read all progress)
+    core = p._native
+    if core is None:
+        core = _bound(p, capacity)
+    if n > core._room:
+        core.buffers(n)
+    s = core.struct
+    remaining = snap.remaining
+    if remaining.dtype != _F64 or not remaining.flags.c_contiguous:
+        remaining = np.ascontiguousarray(remaining, np.float64)
+    held = _ffi.from_buffer("double[]", remaining)
+    s.e_remaining = held
+    load = snap.link_load_in_use
+    if load is None or load is not core.load:
+        core.load = load
+        if load is None:  # (the owner has no view in place: the clipped average, clipped again in C)
+            load = snap.link_load
+        if load.dtype != _F64 or not load.flags.c_contiguous:
+            load = np.ascontiguousarray(load, np.float64)
+        core.load_held = (load, _ffi.from_buffer("double[]", load))
+        s.e_link_load = core.load_held[1]
+    if kept:
+        core.out[3][:kept] = snap.tag[:kept]
+    progressed = snap.progressed
+    if not p._progress_kept:
+        progressed = True
+        s.note_levels = p.flow_notes
+        p._progress_kept = True
+    glue = core.glue
+    if glue is not None:
+        timer = glue.decide(flows, now, kept, progressed, capacity, core.engine, snap)
+    else:
+        timer = _decide_incremental(p, core, flows, now, kept, progressed, capacity, snap)
+    del held
+    if core.views_n != n:
+        core.views = tuple(a[:n] for a in core.out)
+        core.views_n = n
+    level, queue, dscp, tag = core.views
+    return Decision(level=level, queue=queue, dscp=dscp, tag=tag, timers=() if timer is None else (timer,))
+
+
+def _decide_incremental(p: MfsPolicy, core: NativeCore, flows: list, now: float, kept: int,
+                        progressed: bool | list, capacity: np.ndarray, snap: Snapshot) -> float | None:
+    """:func:`decide_tagged`'s steps after binding, when the glue is not built
+    (``Glue.decide`` runs the same steps in C, this Python for the rare ones):
+    admission, progress, RED order, the explicit-load interval, the C step.
+    The timer, None: none."""
+    n = len(flows)
     null = _ffi.NULL
     every = progressed is True
     if kept < n:  # (their progress goes in with their facts)
-        _admit_new(p, flows, kept, buffers[5], capacity)
+        _admit_new(p, flows, kept, core.engine[5], capacity)
     current, done = _progress(flows) if every else (null, null)
     if p._order_stale:  # (reads no level: the scalar path's order, after its promotions; pruning reads snapshot())
-        p._reorder(snapshot)
+        p._reorder(snap)
     core = _bound(p, capacity)  # (after admission and reorder: either may have replaced an array)
     if n > core._room:
         core.buffers(n)
@@ -241,24 +286,6 @@ def decide_into(p: MfsPolicy, flows: list, now: float, kept: int, progressed: bo
         return _after_step(p, core, flows, rc, 0)
     t_next = core.timer[0]
     return None if t_next != t_next else t_next
-
-
-def _engine_bind(p: MfsPolicy, flows: list, kept: int, capacity: np.ndarray, buffers: tuple) -> bool:
-    """The struct bound to the engine's ``buffers`` (a tuple not seen before, or
-    another path decided since); the kept flows' slots written into its tag
-    column when that column is not the one this path last kept them in
-    (returns True then: the caller reads every flow's progress again)."""
-    core = _bound(p, capacity)
-    core.bind_engine(buffers)
-    core.struct.note_levels = p.flow_notes  # (the engine set it before its first decision)
-    tag = buffers[5]
-    moved = p._tagged is None or p._tagged[5] != tag  # (an address: the column moved, or its tags were not set here)
-    if moved:
-        slot = p.rmlq.slot
-        for i, f in enumerate(flows[:kept]):
-            tag[i] = slot[f]
-    p._tagged = buffers
-    return moved
 
 
 def _admit_new(p: MfsPolicy, flows: list, kept: int, tag, capacity: np.ndarray) -> None:

@@ -11,7 +11,7 @@
  * the CPython API:
  *
  *   Glue.decide(flows, now, kept, progressed, capacity, buffers, snapshot)
- *                                                   core.decide_into
+ *                                                   core._decide_incremental
  *   Glue.admit(flows, kept, capacity, allocated)   core._admit_new
  *   Glue.complete(flow)                             MfsPolicy.on_complete
  *   Glue.bound(gen, urgency, capacity, room)       what NativeCore bound
@@ -514,13 +514,13 @@ out:
 /* Glue.admit(flows, kept, capacity, allocated) -> bool
  *
  * The new flows flows[kept:] into the RMLQ (core._admit_new): their
- * slots written into the engine's tag column (the struct's e_tag) in order,
+ * slots written into the decision's tag array (the struct's e_tag) in order,
  * then, flow by flow, their batch and request entered, their facts into
  * rmlq.facts and (lxf_mfs_admit) with their progress into the slot arrays.
  * allocated=False: the slots are taken from the RMLQ's free list, and
  * nothing is done (False) when it holds fewer than the new flows (the
  * caller allocates, which may grow the arrays, binds, and calls again with
- * allocated=True: the slots are then read from the tag column). */
+ * allocated=True: the slots are then read from the tag array). */
 static int admit_flows(Glue *g, PyObject *flows, Py_ssize_t kept, PyObject *capacity, int allocated)
 {
     Py_ssize_t n = PyList_GET_SIZE(flows);
@@ -793,11 +793,11 @@ static int ranks_hold(Glue *g)
 
 /* Glue.decide(flows, now, kept, progressed, capacity, buffers, snapshot)
  *
- * core.decide_into for the engine's ``buffers`` tuple the struct is
- * bound to (the caller checked p._tagged is buffers, which the Python
- * paths reset: the last decision was this path's): admission,
+ * core._decide_incremental for the out-arrays the struct is bound to
+ * (``buffers``: NativeCore.engine; core.decide_tagged bound the snapshot's
+ * columns and copied the kept flows' tags in): admission,
  * progress, RED order (MfsPolicy._reorder, in Python), binding, the
- * explicit-load interval and the C step, in decide_into's order and with
+ * explicit-load interval and the C step, in _decide_incremental's order and with
  * its Python for the rare steps.  The timer (None: none). */
 static PyObject *glue_decide(Glue *g, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -829,7 +829,7 @@ static PyObject *glue_decide(Glue *g, PyObject *const *args, Py_ssize_t nargs)
             PyObject *tag = PyTuple_Check(buffers) && PyTuple_GET_SIZE(buffers) == 6
                                 ? PyTuple_GET_ITEM(buffers, 5) : NULL;
             if (!tag) {
-                PyErr_SetString(PyExc_TypeError, "mfs glue: buffers must be the engine's 6-tuple");
+                PyErr_SetString(PyExc_TypeError, "mfs glue: buffers must be NativeCore.engine, a 6-tuple");
                 return NULL;
             }
             PyObject *r = PyObject_CallFunctionObjArgs(g->admit_new, g->policy, flows, args[2], tag, capacity, NULL);
@@ -1045,7 +1045,7 @@ static PyMethodDef glue_methods[] = {
     {"admit", (PyCFunction)glue_admit, METH_VARARGS, "The engine's new flows into the RMLQ (core._admit_new)."},
     {"complete", (PyCFunction)glue_complete, METH_O, "MfsPolicy.on_complete, or False: the Python method must run."},
     {"decide", (PyCFunction)(void (*)(void))glue_decide, METH_FASTCALL,
-     "core.decide_into for the engine buffers the struct is bound to."},
+     "core._decide_incremental for the out-arrays the struct is bound to."},
     {"bound", (PyCFunction)glue_bound, METH_VARARGS, "The struct was bound to the arrays of _arrays_gen gen."},
     {NULL, NULL, 0, NULL},
 };

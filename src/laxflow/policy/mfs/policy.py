@@ -41,8 +41,8 @@ Decisions run in C (:mod:`laxflow.policy.mfs.core`) when the module is
 built, else on the reference here (vectorized, in NumPy): both give
 bit-identical decisions and state, and the tests hold the C to the reference.
 
-Called by the network engine (``decide_into``, or ``decide`` with the C path
-off, at every event; ``on_complete`` per finished flow), by the node daemon with the same objects, and by the
+Called by the network engine (``decide`` on an incremental snapshot, at
+every event: ``keeps_tags``; ``on_complete`` per finished flow), by the node daemon with the same objects, and by the
 coordinator's glue through ``set_order``. One instance per network.
 """
 
@@ -60,7 +60,7 @@ from laxflow.policy.dscp import DscpMap
 from laxflow.policy.flow import STAGE_CODES, Flow, Stage
 from laxflow.policy.inter_request import LoadTableBuilder, schedule_table
 from laxflow.policy.mfs import reference
-from laxflow.policy.mfs.core import NATIVE, NativeCore, bottleneck, decide_into, decide_native
+from laxflow.policy.mfs.core import NATIVE, NativeCore, bottleneck, decide_native, decide_tagged
 from laxflow.policy.mlu import thresholds
 from laxflow.policy.red import red_order, robust_effective_deadline
 from laxflow.policy.rmlq import Rmlq
@@ -72,6 +72,7 @@ class MfsPolicy(FlowPolicy):
     """RMLQ with MLU/RLI promotion, RED order, pruning into a scavenger class."""
 
     name = "mfs"
+    keeps_tags = True  # its RMLQ slots ride in Snapshot.tag / Decision.tag (the network engine)
     # Every decision in C (core.py) when the module is built; False:
     # the reference below (vectorized). The same decisions and state either way.
     native = NATIVE
@@ -134,7 +135,9 @@ class MfsPolicy(FlowPolicy):
         # Bumped whenever _rank, _pruned, _explicit_load or _finished_bytes is
         # replaced by another array: the C state binds them again (NativeCore).
         self._arrays_gen = 0
-        self._tagged: Any = None  # the engine buffers whose tag column decide_into keeps slots in, while it does
+        # Whether the C step's per-slot request progress is as the last incremental
+        # decision left it (decide_tagged; another path's decision resets it).
+        self._progress_kept = False
 
     # ------------------------------------------------------------ coordinator
 
@@ -169,8 +172,8 @@ class MfsPolicy(FlowPolicy):
             empty = np.zeros(0, np.int64)
             return Decision(level=empty, queue=empty, dscp=np.zeros(0, np.uint8))
         if self.native and NATIVE:
-            return decide_native(self, snap)
-        self._tagged = None  # (the reference keeps no engine tags)
+            return decide_tagged(self, snap) if snap.tag is not None else decide_native(self, snap)
+        self._progress_kept = False  # (the C step's per-slot progress is not this path's)
         if self._native is not None:  # nor the C side's view of the arrays it changes: re-bound at its next decision
             self._native.unbind()
         now = snap.now
@@ -206,23 +209,8 @@ class MfsPolicy(FlowPolicy):
         level, queue, dscp, timer = reference.arbitrate(self.rmlq, idx, self._pruned, self._rank, self.config.levels,
                                                         self._dscp_codes, compute_done, now)
         self.rmlq.last_rem[idx] = snap.remaining
-        return Decision(level=level, queue=queue, dscp=dscp, timers=() if timer is None else (timer,))
-
-    def decide_into(self, flows: list[Flow], now: float, kept: int, progressed: bool | list[Flow], capacity: np.ndarray,
-                    load_window: float, buffers: tuple, snapshot: Callable[[], Snapshot]) -> Any:
-        """The network engine's way in (``FlowPolicy.decide_into``): ``decide`` for
-        ``flows`` (at least one) written into the engine's C buffers; the timer
-        (None: none), or NotImplemented when the C path is off (then ``decide``)."""
-        glue = self._glue
-        if glue is not None and self._tagged is buffers and load_window == self._window_seen and self.native:
-            # (the struct is bound to these buffers: core.decide_into's steps in C, ~450,000 at paper scale)
-            return glue.decide(flows, now, kept, progressed, capacity, buffers, snapshot)
-        if not (self.native and NATIVE):
-            self._tagged = None
-            return NotImplemented
-        if load_window != self._window_seen:
-            self._check_window(load_window)
-        return decide_into(self, flows, now, kept, progressed, capacity, buffers, snapshot)
+        return Decision(level=level, queue=queue, dscp=dscp, timers=() if timer is None else (timer,),
+                        tag=None if snap.tag is None else idx)
 
     def _check_window(self, window: float) -> None:
         """The link-load average the snapshots carry must be over MfsConfig.load_window."""

@@ -18,15 +18,16 @@ Events (all on the shared :class:`~laxflow.sim.events.EventQueue`):
   rates. Levels below the lowest one an event touched keep their rates, which
   is exact (see :func:`~laxflow.sim.network.allocator.allocate`).
 
-The policy is asked through ``decide`` on an :class:`EngineSnapshot`, or,
-when it implements ``FlowPolicy.decide_into`` (mfs with its C step), with
-the engine's own C buffers: it reads the bytes left and the link-load
-average in place and writes levels, queues and DSCP codepoints in place,
-and keeps its own per-flow numbers in the table's ``tag`` column. Such a
-policy reads request progress (``Flow.current_layer``, ``compute_done``)
-only after the owner called :meth:`FluidNetwork.reschedule`, so an owner
-that changes progress must call it (a layer boundary, the end of compute),
-naming the flows it changed when it knows them (then only theirs is read).
+The policy is asked through ``decide`` on an :class:`EngineSnapshot`. For
+a policy with ``FlowPolicy.keeps_tags`` (mfs) the snapshot is incremental:
+``remaining`` and ``link_load_in_use`` are read-only views of the table's
+columns, ``kept`` says how many flows had the last decision, ``progressed``
+whose progress changed, and ``tag`` is the table's ``tag`` column, where
+the engine stores each decision's ``Decision.tag``. Such a policy reads
+request progress (``Flow.current_layer``, ``compute_done``) only after the
+owner called :meth:`FluidNetwork.reschedule`, so an owner that changes
+progress must call it (a layer boundary, the end of compute), naming the
+flows it changed when it knows them (then only theirs is read).
 
 Every per-flow number (bytes left, rate, the last decision, the usage
 vectors as one CSR) lives in a C table (``table_native.c``, built with the
@@ -160,17 +161,14 @@ class FluidNetwork:
         self._timers: set[float] = set()
         self._pos: dict[int, int] | None = None
         self._members: set[int] = set()  # id() of live and pending flows
-        # policy.decide_into, or None when the policy keeps FlowPolicy's (it decides on snapshots only);
-        # its out-buffers (level, queue, DSCP).
-        self._decide_into = None if type(policy).decide_into is FlowPolicy.decide_into else policy.decide_into
-        self._dec_room = 0
-        self._dec: tuple = ()
-        # decide_into's buffers: the same tuple while none of its pointers moved (None: make it again)
-        self._dec_buffers: tuple | None = None
-        self._table_room = table.room  # the table's columns move only when their room grows
-        self._load_ptr = table.load
-        self._snap: EngineSnapshot | None = None  # made for decide_into when asked (_snapshot_now)
-        # Whose progress changed since the last decision (decide_into's "progressed"):
+        # The incremental snapshot (FlowPolicy.keeps_tags): read-only views of the
+        # table's remaining and tag columns (made again when the columns move, as
+        # their room grows) and of its link-load average.
+        self._keeps_tags = bool(policy.keeps_tags)
+        self._table_room = -1
+        self._views: tuple = ()
+        self._load_view = _view(table.load, self.capacity.size, _F64)
+        # Whose progress changed since the last decision (Snapshot.progressed):
         # True, any flow's (reschedule()); a list, those flows' (reschedule(flows)); False, none.
         self._progressed: bool | list[Flow] = True
 
@@ -240,12 +238,12 @@ class FluidNetwork:
 
         Called by the owner after it changed live flows' request progress
         (``current_layer``, ``compute_done``): a policy deciding into the
-        engine (``decide_into``) reads progress again only then, of
+        engine (``keeps_tags``) reads progress again only then, of
         ``flows`` if the owner names them (every flow whose progress it
         changed), else of every live flow.
         """
         progressed = self._progressed
-        if flows is None or self._decide_into is None:  # (a policy deciding on snapshots reads all progress anyway)
+        if flows is None or not self._keeps_tags:  # (a policy deciding on snapshots reads all progress anyway)
             self._progressed = True
         elif progressed is not True:
             if progressed:
@@ -391,27 +389,30 @@ class FluidNetwork:
             _lib.lxf_table_idle(self._table)
             self._completion_gen += 1
             return
-        if self._decide_into is not None and (decided := self._decide_into_table(now, kept, n)) is not None:
-            args, level, cap, queue, dscp, timers = decided
-        else:  # the policy's decide on a snapshot (inline: the path of every policy but a C one)
-            snap = EngineSnapshot.of(self, now)
+        snap = EngineSnapshot.of(self, now)
+        if self._keeps_tags:
+            self._incremental(snap, kept, n)
+        try:
             decision = self.policy.decide(snap)
+        finally:  # (its columns are never read first after decide, even if the policy raised)
             snap.close()
-            level, queue, dscp, cap, timers = decision.level, decision.queue, decision.dscp, decision.cap, \
-                decision.timers
-            known = self._cdata_cache
-            hl, hq = known.get((id(level), _INT64S)), known.get((id(queue), _INT64S))
-            hd = known.get((id(dscp), _UINT8S))
-            if hl is not None and hq is not None and hd is not None and cap is None \
-                    and len(level) == n and len(queue) == n and len(dscp) == n:
-                # Read-only arrays that passed _check before as they are (a
-                # policy's cached decision): their C buffers again.
-                args = (hl[1], _ffi.NULL, hq[1], hd[1])
-            else:
-                level, cap, queue, dscp = self._check(decision, n)
-                cdata = self._cdata
-                args = (cdata(_INT64S, level), _ffi.NULL if cap is None else cdata(_DOUBLES, cap),
-                        cdata(_INT64S, queue), cdata(_UINT8S, dscp))
+        level, queue, dscp, cap, timers = decision.level, decision.queue, decision.dscp, decision.cap, \
+            decision.timers
+        if decision.tag is not None:
+            self._store_tags(decision.tag, n)
+        known = self._cdata_cache
+        hl, hq = known.get((id(level), _INT64S)), known.get((id(queue), _INT64S))
+        hd = known.get((id(dscp), _UINT8S))
+        if hl is not None and hq is not None and hd is not None and cap is None \
+                and len(level) == n and len(queue) == n and len(dscp) == n:
+            # Read-only arrays that passed _check before as they are (a
+            # policy's cached decision): their C buffers again.
+            args = (hl[1], _ffi.NULL, hq[1], hd[1])
+        else:
+            level, cap, queue, dscp = self._check(decision, n)
+            cdata = self._cdata
+            args = (cdata(_INT64S, level), _ffi.NULL if cap is None else cdata(_DOUBLES, cap),
+                    cdata(_INT64S, queue), cdata(_UINT8S, dscp))
         # The table checks the values, stores the decision, says which
         # positions changed (their Flow objects are updated here), recomputes
         # the rates from the lowest level that changed (levels below it keep
@@ -431,7 +432,6 @@ class FluidNetwork:
             self._next[0] = _lib.lxf_table_next(table)
         # The Flow objects' copies of the decision, where they changed (often
         # only levels: a new batch shifts the dense ranks of many flows).
-        # (level, queue and DSCP are arrays, or the C buffers a policy wrote into.)
         if self._flow_fields:
             self._write_flow_fields(n, out, changed_buf, level, cap, queue, dscp)
         for t in timers:
@@ -445,15 +445,11 @@ class FluidNetwork:
         and ``changed_buf``: lxf_table_apply's counts and positions)."""
         flows = self._flows
         if out[0]:
-            array = type(level) is np.ndarray  # (else the C buffer a policy wrote into)
             if 2 * out[0] > n:  # every flow's, without the positions (a new level shifts the dense ranks above it)
-                for flow, value in zip(flows, level.tolist() if array else _ffi.unpack(level, n)):
+                for flow, value in zip(flows, level.tolist()):
                     flow.level = value
-            else:
-                if array:  # a few changed (new flows): their values, not the whole list
-                    level_at = level.item if 4 * out[0] < n else level.tolist().__getitem__
-                else:  # one conversion of the buffer when more than a few moved, not one per index
-                    level_at = _ffi.unpack(level, n).__getitem__ if out[0] > 8 else level.__getitem__
+            else:  # a few changed (new flows): their values, not the whole list
+                level_at = level.item if 4 * out[0] < n else level.tolist().__getitem__
                 for i in _ffi.unpack(changed_buf, out[0]):
                     flows[i].level = level_at(i)
         if out[2]:
@@ -461,9 +457,7 @@ class FluidNetwork:
             for i in _ffi.unpack(changed_buf + n, out[2]):
                 flows[i].cap = cap_l[i]
         if out[3]:
-            if type(queue) is not np.ndarray:  # (the C buffers a policy wrote into: indexed as they are)
-                queue_at, dscp_at = queue.__getitem__, dscp.__getitem__
-            elif 4 * out[3] < n:  # a few changed (new flows): their values, not whole lists
+            if 4 * out[3] < n:  # a few changed (new flows): their values, not whole lists
                 queue_at, dscp_at = queue.item, dscp.item
             else:
                 queue_at, dscp_at = queue.tolist().__getitem__, dscp.tolist().__getitem__
@@ -472,37 +466,27 @@ class FluidNetwork:
                 flow.queue = queue_at(i)
                 flow.dscp = dscp_at(i)
 
-    def _decide_into_table(self, now: float, kept: int, n: int) -> tuple | None:
-        """The policy's ``decide_into`` (its decision written into the engine's C
-        buffers, no snapshot unless it asks for one): (the table's arguments,
-        level, cap, queue, DSCP, timers); None when the policy declined
-        (NotImplemented)."""
-        table, buffers = self._table, self._dec_buffers
-        if n > self._dec_room or buffers is None:
-            if n > self._dec_room:
-                self._dec_room = max(n, 2 * self._dec_room)
-                self._dec = (_ffi.new("int64_t[]", self._dec_room), _ffi.new("int64_t[]", self._dec_room),
-                             _ffi.new("uint8_t[]", self._dec_room))
-            buffers = self._dec_buffers = (table.remaining, self._load_ptr, *self._dec, table.tag)
-        _, _, level, queue, dscp, _ = buffers
-        progressed = self._progressed
+    def _incremental(self, snap: EngineSnapshot, kept: int, n: int) -> None:
+        """The incremental fields of ``snap`` (``FlowPolicy.keeps_tags``): read-only
+        views of the table's columns, ``kept``, whose progress changed."""
+        table = self._table
+        if table.room != self._table_room:  # the columns moved (their room grew): views of them again
+            self._table_room = table.room
+            self._views = (_view(table.remaining, table.room, _F64), _view(table.tag, table.room, _I64))
+        remaining, tag = self._views
+        d = snap.__dict__
+        d["remaining"] = remaining[:n]
+        d["tag"] = tag[:n]
+        d["link_load_in_use"] = self._load_view
+        d["kept"] = kept
+        d["progressed"] = self._progressed
         self._progressed = False
-        try:
-            timer = self._decide_into(self._flows, now, kept, progressed, self.capacity, self.load_window, buffers,
-                                      self._snapshot_now)
-        finally:  # (a snapshot made for this recompute is never handed out again, even if the policy raised)
-            if self._snap is not None:
-                self._snap.close()
-                self._snap = None
-        if timer is NotImplemented:
-            return None
-        return (level, _ffi.NULL, queue, dscp), level, None, queue, dscp, () if timer is None else (timer,)
 
-    def _snapshot_now(self) -> EngineSnapshot:
-        """The snapshot of the recompute under way, made on first call (``decide_into``'s ``snapshot``)."""
-        if self._snap is None:
-            self._snap = EngineSnapshot.of(self, self.queue.now)
-        return self._snap
+    def _store_tags(self, tag: np.ndarray, n: int) -> None:
+        """A decision's ``tag`` into the table's tag column (checked: n int64)."""
+        if type(tag) is not np.ndarray or tag.shape != (n,) or tag.dtype != _I64:
+            raise ValueError(f"policy {type(self.policy).__name__}: decision.tag must be {n} int64 (one per flow)")
+        _ffi.memmove(self._table.tag, tag if tag.flags.c_contiguous else np.ascontiguousarray(tag), 8 * n)
 
     def _cdata(self, ctype: str, a: np.ndarray):
         """The (checked) array's buffer for C; kept for read-only contiguous
@@ -627,9 +611,13 @@ class FluidNetwork:
             self._callbacks.append(callback)
         pending.clear()
         self._pos = None
-        if table.room != self._table_room:  # the columns moved: decide_into's remaining and tag with them
-            self._table_room = table.room
-            self._dec_buffers = None
+
+
+def _view(pointer, n: int, dtype: np.dtype) -> np.ndarray:
+    """A read-only NumPy view of n values of a C column."""
+    out = np.frombuffer(_ffi.buffer(pointer, n * dtype.itemsize), dtype=dtype)
+    out.flags.writeable = False
+    return out
 
 
 def _buffer(ctype: str, a: np.ndarray):
@@ -692,7 +680,11 @@ class EngineSnapshot(Snapshot):
     columns are only valid during that call (the engine's arrays move on
     after it), so reading one that was never read before afterwards raises
     rather than returning later numbers. ``link_load`` raises if the engine
-    does not keep it (the policy said ``reads_link_load = False``).
+    does not keep it (the policy said ``reads_link_load = False``). For a
+    policy with ``keeps_tags``, ``remaining``, ``tag`` and
+    ``link_load_in_use`` are read-only views of the engine's columns
+    instead (no copy; valid during the call only), with ``kept`` and
+    ``progressed`` (see :class:`~laxflow.policy.base.Snapshot`).
     """
 
     @classmethod

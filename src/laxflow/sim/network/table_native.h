@@ -31,7 +31,7 @@ struct lxf_table {
     int64_t nnz_room;
     double *remaining, *rate, *size, *arrival, *bneck, *cap;
     int64_t *level, *queue, *dscp;  /* the last decision (-1 / inf / -1 / 0 before the first) */
-    int64_t *tag;                   /* the policy's own number for the flow (decide_into), -1 until set */
+    int64_t *tag;                   /* the policy's own number for the flow (Decision.tag, handed back as Snapshot.tag), -1 until set */
     int8_t *stage;
     uint8_t *dead;
     int64_t *ptr;                   /* n + 1: CSR of the usage vectors */
