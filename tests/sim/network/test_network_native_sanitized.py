@@ -91,17 +91,17 @@ def test_engine_native_part_under_asan_and_ubsan(tmp_path):
     pkg = tmp_path / "pkg"
     shutil.copytree(PACKAGE, pkg / "laxflow", ignore=shutil.ignore_patterns("_allocate_native*", "_core.*",
                                                                           "_glue.*", "__pycache__"))
-    modules = [  # (module, cdef, header, sources, where it goes)
+    modules = [  # (module, cdef, header, sources, where it goes, include dirs)
         ("laxflow.sim.network._allocate_native", allocate_build.CDEF, "table_native.h",
-         [NETWORK / "allocate_native.c", NETWORK / "table_native.c"], NETWORK),
+         [NETWORK / "allocate_native.c", NETWORK / "table_native.c"], NETWORK, [NETWORK]),
         ("laxflow.policy.mfs._core", core_build.CDEF, "core.h", [POLICY / "core.c"],
-         POLICY),
+         POLICY, core_build.INCLUDE_DIRS),
     ]  # fmt: skip
-    for name, cdef, header, sources, where in modules:
+    for name, cdef, header, sources, where, includes in modules:
         ffi = FFI()
         ffi.cdef(cdef)
         ffi.set_source(name, f'#include <stdint.h>\n#include "{header}"\n', sources=[str(x) for x in sources],
-                       include_dirs=[str(where)], extra_compile_args=SANITIZE, extra_link_args=["-fsanitize=address,undefined"])
+                       include_dirs=[str(x) for x in includes], extra_compile_args=SANITIZE, extra_link_args=["-fsanitize=address,undefined"])
         built = ffi.compile(tmpdir=str(tmp_path / "build" / name))
         shutil.copy(built, pkg / where.relative_to(PACKAGE.parent))
     glue = pkg / POLICY.relative_to(PACKAGE.parent) / f"_glue{sysconfig.get_config_var('EXT_SUFFIX')}"

@@ -3,6 +3,7 @@
  * reference's, in its order (NumPy's per-element rules spelled out where NaN
  * or -0.0 could tell them apart). */
 #include "core.h"
+#include "laxflow_shm.h" /* the one stage table: LXF_STAGE_* (laxflow.stage reads the same header) */
 
 #include <math.h>
 #include <stdlib.h>
@@ -126,9 +127,9 @@ static int64_t candidate(const struct lxf_mfs *m, int64_t s, double current, dou
 {
     int64_t k = m->levels;
     if (!m->explicit_[s]) {
-        if (m->stage[s] == LXF_MFS_STAGE_COLLECTIVE)
+        if (m->stage[s] == LXF_STAGE_COLLECTIVE)
             return 0;
-        if (m->stage[s] == LXF_MFS_STAGE_P2D)
+        if (m->stage[s] == LXF_STAGE_P2D)
             return k - 1;
         double diff = m->target[s] - current;
         if (isnan(diff))
@@ -433,7 +434,7 @@ int lxf_mfs_decide(struct lxf_mfs *m, int64_t n, const int64_t *slot, const int6
         int64_t u = m->urgency[s];
         struct key *key = &keys[i];
         key->pos = i;
-        if (m->pruned[m->request[s]] && m->stage[s] != LXF_MFS_STAGE_COLLECTIVE) {
+        if (m->pruned[m->request[s]] && m->stage[s] != LXF_STAGE_COLLECTIVE) {
             key->q = k; /* the scavenger is one level */
             key->e = key->u = key->r = 0;
         } else if (m->explicit_[s]) {

@@ -20,15 +20,12 @@
 #define LXF_MFS_NEED_LOAD 1 /* an explicit flow's MLU is due: call again with link_load */
 #define LXF_MFS_NO_MEMORY -1
 #define LXF_MFS_BAD_INDEX -2 /* a slot, position or link out of range: nothing changed */
-/* laxflow.policy.flow.STAGE_CODES (checked on import) */
-#define LXF_MFS_STAGE_COLLECTIVE 2
-#define LXF_MFS_STAGE_P2D 3
 
 struct lxf_mfs {
     /* RMLQ slot arrays (laxflow.policy.rmlq.Rmlq), indexed by slot */
     int64_t *urgency;      /* MLU level or RLI, 0 most urgent */
     uint8_t *explicit_;    /* numpy bool */
-    int8_t *stage;         /* STAGE_CODES */
+    int8_t *stage;         /* LXF_STAGE_* of native/laxflow_shm.h (laxflow.stage) */
     double *target;        /* target layer, NaN if none */
     double *due;           /* due time (s), NaN if none */
     int64_t *bneck_link;

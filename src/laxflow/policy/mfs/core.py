@@ -47,14 +47,11 @@ try:  # the per-flow glue (glue.c), a CPython extension built with the cffi modu
 except ImportError:  # not built: admission and completion in Python
     Glue = None
 
-NATIVE = _lib is not None
-if NATIVE and (_lib.LXF_MFS_STAGE_COLLECTIVE, _lib.LXF_MFS_STAGE_P2D) != (
-    STAGE_CODES[Stage.COLLECTIVE], STAGE_CODES[Stage.P2D]
-):
-    raise ImportError("laxflow.policy.mfs._core was built with other stage codes than laxflow.policy.flow")
+NATIVE = _lib is not None  # (its stage codes are laxflow_shm.h's LXF_STAGE_*, as laxflow.stage's)
 
 _NAN = float("nan")
 _F64 = np.dtype(np.float64)
+_I64 = np.dtype(np.int64)
 # Positions in lxf_mfs_decide's argument list that _step reads back.
 _ARG_LINK_LOAD, _ARG_N_FINISHED = 10, 15
 _current = attrgetter("current_layer")
@@ -88,11 +85,9 @@ class NativeCore:
         # What the struct is bound to: the RMLQ's urgency array (the slot arrays
         # are replaced together), the capacity array, the policy's _arrays_gen
         # (-1: bind again); the incremental decision's out-arrays (buffers()),
-        # their first n as the Decision hands them out (views, for views_n
-        # flows), and the link-load array the struct reads (load).
-        self.urgency = self.capacity = self.engine = self.out = self.views = self.load = None
-        self.load_held: tuple = ()
-        self.views_n = -1
+        # and the Decision over their first n (views, by n).
+        self.urgency = self.capacity = self.engine = self.out = None
+        self.views: dict[int, Decision] = {}
         self.gen = -1
         self._room = 0
         self.noted = self.bad = None
@@ -172,7 +167,7 @@ class NativeCore:
         s.e_dscp, s.e_tag = _ffi.from_buffer("uint8_t[]", dscp), _ffi.from_buffer("int64_t[]", tag)
         # (the glue's argument: its slot [5] is where admission writes the new flows' tags)
         self.engine = (_ffi.NULL, _ffi.NULL, s.e_level, s.e_queue, s.e_dscp, s.e_tag)
-        self.views_n = -1
+        self.views = {}
         self._tell_glue()
 
 
@@ -209,61 +204,60 @@ def decide_tagged(p: MfsPolicy, snap: Snapshot) -> Decision:
     the owner ``progressed`` them (True, every flow; a list, those flows) or
     they are new, while the C step's per-slot progress is this path's own
     (``MfsPolicy._progress_kept``). ``remaining`` and ``link_load_in_use``
-    are read in place (unclipped: clipped in C). The decision's arrays are
-    the policy's, valid until its next decision."""
-    flows, now, kept, capacity = snap.flows, snap.now, snap.kept, snap.capacity
+    are read in place (unclipped: clipped in C). The decision and its arrays
+    are the policy's, valid until its next decision."""
+    flows, capacity = snap.flows, snap.capacity
     n = len(flows)
     core = p._native
-    if core is None:
-        core = _bound(p, capacity)
-    if n > core._room:
-        core.buffers(n)
-    s = core.struct
-    remaining = snap.remaining
-    if remaining.dtype != _F64 or not remaining.flags.c_contiguous:
-        remaining = np.ascontiguousarray(remaining, np.float64)
-    held = _ffi.from_buffer("double[]", remaining)
-    s.e_remaining = held
-    load = snap.link_load_in_use
-    if load is None or load is not core.load:
-        core.load = load
-        if load is None:  # (the owner has no view in place: the clipped average, clipped again in C)
-            load = snap.link_load
-        if load.dtype != _F64 or not load.flags.c_contiguous:
-            load = np.ascontiguousarray(load, np.float64)
-        core.load_held = (load, _ffi.from_buffer("double[]", load))
-        s.e_link_load = core.load_held[1]
-    if kept:
-        core.out[3][:kept] = snap.tag[:kept]
+    if core is None or n > core._room:
+        if core is None:
+            core = _bound(p, capacity)
+        core.buffers(max(n, 1))
+    remaining, tag, load = snap.remaining, snap.tag, snap.link_load_in_use
+    if load is None:  # (the owner has no view in place: the clipped average, clipped again in C)
+        load = snap.link_load
+    if remaining.dtype is not _F64 or tag.dtype is not _I64 or load.dtype is not _F64:  # (C-contiguous: checked in C)
+        remaining, load = np.ascontiguousarray(remaining, np.float64), np.ascontiguousarray(load, np.float64)
+        tag = np.ascontiguousarray(tag, np.int64)
     progressed = snap.progressed
     if not p._progress_kept:
         progressed = True
-        s.note_levels = p.flow_notes
+        core.struct.note_levels = p.flow_notes
         p._progress_kept = True
     glue = core.glue
     if glue is not None:
-        timer = glue.decide(flows, now, kept, progressed, capacity, core.engine, snap)
+        timer = glue.decide(flows, snap.now, snap.kept, progressed, capacity, (remaining, tag, load), snap)
     else:
-        timer = _decide_incremental(p, core, flows, now, kept, progressed, capacity, snap)
-    del held
-    if core.views_n != n:
-        core.views = tuple(a[:n] for a in core.out)
-        core.views_n = n
-    level, queue, dscp, tag = core.views
-    return Decision(level=level, queue=queue, dscp=dscp, tag=tag, timers=() if timer is None else (timer,))
+        timer = _decide_incremental(p, core, flows, snap.now, snap.kept, progressed, capacity,
+                                    (remaining, tag, load), snap)
+    decision = core.views.get(n)  # (one Decision per n over the out-arrays: handed out again, its timers set)
+    if decision is None:
+        if len(core.views) >= 4096:
+            core.views.clear()
+        out = core.out
+        decision = core.views[n] = Decision(level=out[0][:n], queue=out[1][:n], dscp=out[2][:n], tag=out[3][:n])
+    decision.timers = () if timer is None else (timer,)
+    return decision
 
 
 def _decide_incremental(p: MfsPolicy, core: NativeCore, flows: list, now: float, kept: int,
-                        progressed: bool | list, capacity: np.ndarray, snap: Snapshot) -> float | None:
-    """:func:`decide_tagged`'s steps after binding, when the glue is not built
-    (``Glue.decide`` runs the same steps in C, this Python for the rare ones):
-    admission, progress, RED order, the explicit-load interval, the C step.
-    The timer, None: none."""
+                        progressed: bool | list, capacity: np.ndarray, columns: tuple,
+                        snap: Snapshot) -> float | None:
+    """:func:`decide_tagged`'s steps when the glue is not built (``Glue.decide``
+    runs the same steps in C, this Python for the rare ones): the snapshot's
+    ``columns`` (remaining, tag, link_load) bound, the kept flows' tags
+    copied, admission, progress, RED order, the explicit-load interval, the
+    C step. The timer, None: none."""
     n = len(flows)
+    remaining, tag, load = (np.ascontiguousarray(c) for c in columns)
+    held = _ffi.from_buffer("double[]", remaining), _ffi.from_buffer("double[]", load)
+    s = core.struct
+    s.e_remaining, s.e_link_load = held
+    core.out[3][:kept] = tag[:kept]
     null = _ffi.NULL
     every = progressed is True
     if kept < n:  # (their progress goes in with their facts)
-        _admit_new(p, flows, kept, core.engine[5], capacity)
+        _admit_new(p, flows, kept, capacity)
     current, done = _progress(flows) if every else (null, null)
     if p._order_stale:  # (reads no level: the scalar path's order, after its promotions; pruning reads snapshot())
         p._reorder(snap)
@@ -288,10 +282,10 @@ def _decide_incremental(p: MfsPolicy, core: NativeCore, flows: list, now: float,
     return None if t_next != t_next else t_next
 
 
-def _admit_new(p: MfsPolicy, flows: list, kept: int, tag, capacity: np.ndarray) -> None:
-    """The engine's new flows (positions ``kept`` on) into the RMLQ: their
-    slots in ``tag`` (in snapshot order first, then the facts, as the other
-    paths), their static facts and request progress into the slot arrays
+def _admit_new(p: MfsPolicy, flows: list, kept: int, capacity: np.ndarray) -> None:
+    """The snapshot's new flows (positions ``kept`` on) into the RMLQ: their
+    slots in the decision's tag array (``NativeCore.engine[5]``; in snapshot
+    order first, then the facts, as the other paths), their static facts and request progress into the slot arrays
     (``lxf_mfs_admit``), the facts into ``rmlq.facts``, their batch and
     request entered. In C (``Glue.admit``) when built: the same steps."""
     t = p.rmlq
@@ -304,7 +298,7 @@ def _admit_new(p: MfsPolicy, flows: list, kept: int, tag, capacity: np.ndarray) 
             return
     new = flows[kept:]
     slots = list(map(t.allocate, new))
-    tag[kept : kept + len(slots)] = slots
+    core.engine[5][kept : kept + len(slots)] = slots
     struct = _bound(p, capacity).struct  # (the facts go into the slot arrays as they are now)
     if glue is not None:
         glue.admit(flows, kept, capacity, True)

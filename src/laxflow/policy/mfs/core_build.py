@@ -23,6 +23,8 @@ native_build = importlib.util.module_from_spec(_helpers)
 _helpers.loader.exec_module(native_build)
 _rel = native_build.rel
 CDEF = native_build.cdef_of(HERE / "core.h")
+# core.c's headers: core.h, and native/laxflow_shm.h for the one stage table (LXF_STAGE_*).
+INCLUDE_DIRS = [HERE, HERE.parents[3] / "native"]
 
 
 ffibuilder = FFI()
@@ -31,7 +33,7 @@ ffibuilder.set_source(
     "laxflow.policy.mfs._core",
     '#include <stdint.h>\n#include "core.h"\n',
     sources=[_rel(HERE / "core.c")],
-    include_dirs=[_rel(HERE)],
+    include_dirs=[_rel(d) for d in INCLUDE_DIRS],
     libraries=["m"],
     extra_compile_args=native_build.NUMERIC_FLAGS,
 )

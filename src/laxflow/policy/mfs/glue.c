@@ -10,7 +10,7 @@
  * does the same dict, list and set operations, in the same order, through
  * the CPython API:
  *
- *   Glue.decide(flows, now, kept, progressed, capacity, buffers, snapshot)
+ *   Glue.decide(flows, now, kept, progressed, capacity, columns, snapshot)
  *                                                   core._decide_incremental
  *   Glue.admit(flows, kept, capacity, allocated)   core._admit_new
  *   Glue.complete(flow)                             MfsPolicy.on_complete
@@ -791,20 +791,16 @@ static int ranks_hold(Glue *g)
     return rc;
 }
 
-/* Glue.decide(flows, now, kept, progressed, capacity, buffers, snapshot)
+/* decide_step: the body of Glue.decide (below), after its binding:
  *
  * core._decide_incremental for the out-arrays the struct is bound to
- * (``buffers``: NativeCore.engine; core.decide_tagged bound the snapshot's
- * columns and copied the kept flows' tags in): admission,
+ * (glue_decide bound the snapshot's columns and copied the kept flows'
+ * tags in): admission,
  * progress, RED order (MfsPolicy._reorder, in Python), binding, the
  * explicit-load interval and the C step, in _decide_incremental's order and with
  * its Python for the rare steps.  The timer (None: none). */
-static PyObject *glue_decide(Glue *g, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *decide_step(Glue *g, PyObject *const *args)
 {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "mfs glue: decide takes 7 arguments");
-        return NULL;
-    }
     PyObject *flows = args[0], *now_o = args[1], *progressed = args[3], *capacity = args[4], *snapshot = args[6];
     if (!PyList_Check(flows)) {
         PyErr_SetString(PyExc_TypeError, "mfs glue: flows must be a list");
@@ -825,14 +821,7 @@ static PyObject *glue_decide(Glue *g, PyObject *const *args, Py_ssize_t nargs)
         if (rc < 0)
             return NULL;
         if (!rc) {
-            PyObject *buffers = args[5];
-            PyObject *tag = PyTuple_Check(buffers) && PyTuple_GET_SIZE(buffers) == 6
-                                ? PyTuple_GET_ITEM(buffers, 5) : NULL;
-            if (!tag) {
-                PyErr_SetString(PyExc_TypeError, "mfs glue: buffers must be NativeCore.engine, a 6-tuple");
-                return NULL;
-            }
-            PyObject *r = PyObject_CallFunctionObjArgs(g->admit_new, g->policy, flows, args[2], tag, capacity, NULL);
+            PyObject *r = PyObject_CallFunctionObjArgs(g->admit_new, g->policy, flows, args[2], capacity, NULL);
             if (!r)
                 return NULL;
             Py_DECREF(r);
@@ -931,6 +920,68 @@ static PyObject *glue_decide(Glue *g, PyObject *const *args, Py_ssize_t nargs)
     if (t_next != t_next)
         Py_RETURN_NONE;
     return PyFloat_FromDouble(t_next);
+}
+
+/* Glue.decide(flows, now, kept, progressed, capacity, columns, snapshot)
+ *
+ * columns: (remaining, tag, link_load), the snapshot's arrays (float64,
+ * int64, float64; C-contiguous), read in place while the call runs: the
+ * struct reads remaining[n] and link_load[len(capacity)] there, and the
+ * first ``kept`` tags (the kept flows' RMLQ slots) are copied into its tag
+ * array (e_tag, room for the flows: NativeCore.buffers) before admission
+ * writes the new flows'; then decide_step. */
+static PyObject *glue_decide(Glue *g, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "mfs glue: decide takes 7 arguments");
+        return NULL;
+    }
+    PyObject *cols = args[5];
+    if (!PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "mfs glue: flows must be a list");
+        return NULL;
+    }
+    if (!PyTuple_Check(cols) || PyTuple_GET_SIZE(cols) != 3) {
+        PyErr_SetString(PyExc_TypeError, "mfs glue: columns must be (remaining, tag, link_load)");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(args[0]), kept = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t links = PyObject_Length(args[4]);
+    if ((kept == -1 && PyErr_Occurred()) || links < 0)
+        return NULL;
+    if (kept < 0 || kept > n) {
+        PyErr_SetString(PyExc_ValueError, "mfs glue: kept out of range");
+        return NULL;
+    }
+    if (!g->m->e_tag || n > g->room) {
+        PyErr_SetString(PyExc_RuntimeError, "mfs glue: the struct has no room for the decision (NativeCore.buffers)");
+        return NULL;
+    }
+    Py_buffer b[3];
+    const Py_ssize_t count[3] = {n, n, links};
+    int got = 0;
+    PyObject *r = NULL;
+    for (; got < 3; got++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(cols, got), &b[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT))
+            goto out;
+        const char *f = b[got].format ? b[got].format : "B";
+        int ok = b[got].itemsize == 8 && (got == 1 ? (f[0] == 'l' || f[0] == 'q') : f[0] == 'd') && !f[1]
+                 && b[got].len >= 8 * count[got];
+        if (!ok) {
+            PyBuffer_Release(&b[got]);
+            PyErr_Format(PyExc_TypeError, "mfs glue: columns[%d] must be %zd %s", got, count[got],
+                         got == 1 ? "int64" : "float64");
+            goto out;
+        }
+    }
+    g->m->e_remaining = (const double *)b[0].buf;
+    memcpy((int64_t *)g->m->e_tag, b[1].buf, (size_t)kept * sizeof(int64_t));
+    g->m->e_link_load = (const double *)b[2].buf;
+    r = decide_step(g, args);
+out:
+    while (got > 0)
+        PyBuffer_Release(&b[--got]);
+    return r;
 }
 
 /* Glue.complete(flow) -> bool: MfsPolicy.on_complete, or False (nothing

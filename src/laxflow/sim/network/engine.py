@@ -168,6 +168,9 @@ class FluidNetwork:
         self._table_room = -1
         self._views: tuple = ()
         self._load_view = _view(table.load, self.capacity.size, _F64)
+        # C buffers of the decisions such a policy handed out, by id (each entry
+        # holds the Decision and its arrays): one it hands out again is not checked again.
+        self._decisions: dict[int, tuple] = {}
         # Whose progress changed since the last decision (Snapshot.progressed):
         # True, any flow's (reschedule()); a list, those flows' (reschedule(flows)); False, none.
         self._progressed: bool | list[Flow] = True
@@ -389,21 +392,37 @@ class FluidNetwork:
             _lib.lxf_table_idle(self._table)
             self._completion_gen += 1
             return
-        snap = EngineSnapshot.of(self, now)
         if self._keeps_tags:
-            self._incremental(snap, kept, n)
-        try:
-            decision = self.policy.decide(snap)
-        finally:  # (its columns are never read first after decide, even if the policy raised)
-            snap.close()
+            decision = self._decide_incremental(now, kept, n)
+        else:
+            snap = EngineSnapshot.of(self, now)
+            try:
+                decision = self.policy.decide(snap)
+            finally:  # (its columns are never read first after decide, even if the policy raised)
+                snap.close()
+            if decision.tag is not None:
+                self._store_tags(decision.tag, n)
         level, queue, dscp, cap, timers = decision.level, decision.queue, decision.dscp, decision.cap, \
             decision.timers
-        if decision.tag is not None:
-            self._store_tags(decision.tag, n)
         known = self._cdata_cache
-        hl, hq = known.get((id(level), _INT64S)), known.get((id(queue), _INT64S))
-        hd = known.get((id(dscp), _UINT8S))
-        if hl is not None and hq is not None and hd is not None and cap is None \
+        hit = self._decisions.get(id(decision)) if self._keeps_tags else None
+        if hit is not None and hit[0] is decision and hit[1] is level and hit[2] is queue and hit[3] is dscp \
+                and cap is None and len(level) == n:
+            args = hit[4]  # (a Decision handed out again with the same arrays: their C buffers again)
+        elif self._keeps_tags and cap is None and type(level) is type(queue) is type(dscp) is np.ndarray \
+                and level.dtype is _I64 and queue.dtype is _I64 and dscp.dtype is _U8 \
+                and level.shape == queue.shape == dscp.shape == (n,) and level.flags.c_contiguous \
+                and queue.flags.c_contiguous and dscp.flags.c_contiguous:
+            # (arrays of the table's types and shape, as a policy deciding on the
+            # incremental snapshot hands them: _check's checks, without its work)
+            args = (_ffi.from_buffer(_INT64S, level), _ffi.NULL, _ffi.from_buffer(_INT64S, queue),
+                    _ffi.from_buffer(_UINT8S, dscp))
+            if len(self._decisions) >= 4096:
+                self._decisions.clear()
+            self._decisions[id(decision)] = (decision, level, queue, dscp, args)  # (held: its id is not reused)
+        elif (hl := known.get((id(level), _INT64S))) is not None and \
+                (hq := known.get((id(queue), _INT64S))) is not None and \
+                (hd := known.get((id(dscp), _UINT8S))) is not None and cap is None \
                 and len(level) == n and len(queue) == n and len(dscp) == n:
             # Read-only arrays that passed _check before as they are (a
             # policy's cached decision): their C buffers again.
@@ -466,21 +485,31 @@ class FluidNetwork:
                 flow.queue = queue_at(i)
                 flow.dscp = dscp_at(i)
 
-    def _incremental(self, snap: EngineSnapshot, kept: int, n: int) -> None:
-        """The incremental fields of ``snap`` (``FlowPolicy.keeps_tags``): read-only
-        views of the table's columns, ``kept``, whose progress changed."""
+    def _decide_incremental(self, now: float, kept: int, n: int) -> Decision:
+        """The policy's decision on the incremental snapshot (``FlowPolicy.keeps_tags``):
+        read-only views of the table's columns, the engine's list of flows,
+        ``kept``, whose progress changed; its ``tag`` stored in the table."""
         table = self._table
         if table.room != self._table_room:  # the columns moved (their room grew): views of them again
             self._table_room = table.room
             self._views = (_view(table.remaining, table.room, _F64), _view(table.tag, table.room, _I64))
         remaining, tag = self._views
-        d = snap.__dict__
-        d["remaining"] = remaining[:n]
-        d["tag"] = tag[:n]
-        d["link_load_in_use"] = self._load_view
-        d["kept"] = kept
-        d["progressed"] = self._progressed
+        snap = EngineSnapshot.__new__(EngineSnapshot)
+        snap.__dict__.update(now=now, flows=self._flows, capacity=self.capacity, load_window=self.load_window,
+                             _net=self, remaining=remaining[:n], tag=tag[:n], link_load_in_use=self._load_view,
+                             kept=kept, progressed=self._progressed)
         self._progressed = False
+        try:
+            decision = self.policy.decide(snap)
+        finally:  # (its columns are never read first after decide, even if the policy raised)
+            snap.close()
+        tag = decision.tag
+        if tag is not None:
+            if type(tag) is np.ndarray and tag.dtype is _I64 and tag.shape == (n,) and tag.flags.c_contiguous:
+                _ffi.memmove(table.tag, tag, 8 * n)
+            else:
+                self._store_tags(tag, n)
+        return decision
 
     def _store_tags(self, tag: np.ndarray, n: int) -> None:
         """A decision's ``tag`` into the table's tag column (checked: n int64)."""
@@ -683,7 +712,8 @@ class EngineSnapshot(Snapshot):
     does not keep it (the policy said ``reads_link_load = False``). For a
     policy with ``keeps_tags``, ``remaining``, ``tag`` and
     ``link_load_in_use`` are read-only views of the engine's columns
-    instead (no copy; valid during the call only), with ``kept`` and
+    instead, and ``flows`` the engine's own list (no copies; valid during
+    the call only), with ``kept`` and
     ``progressed`` (see :class:`~laxflow.policy.base.Snapshot`).
     """
 
