@@ -164,6 +164,8 @@ class MfsPolicy(FlowPolicy):
     # ------------------------------------------------------------ engine API
 
     def decide(self, snap: Snapshot) -> Decision:
+        if snap.tag is not None and self.native and NATIVE and snap.load_window == self._window_seen and snap.flows:
+            return decide_tagged(self, snap)  # (the network engine's every decision: its C path first)
         flows = snap.flows
         n = len(flows)
         if snap.load_window != self._window_seen:

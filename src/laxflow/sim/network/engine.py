@@ -392,8 +392,19 @@ class FluidNetwork:
             _lib.lxf_table_idle(self._table)
             self._completion_gen += 1
             return
+        args = None
         if self._keeps_tags:
             decision = self._decide_incremental(now, kept, n)
+            hit = self._decisions.get(id(decision))
+            if hit is not None and hit[0] is decision and hit[1] is decision.level and hit[2] is decision.queue \
+                    and hit[3] is decision.dscp and hit[4] is decision.tag and decision.cap is None \
+                    and len(hit[1]) == n:
+                # (a Decision handed out again with the same arrays: their C buffers again)
+                args = hit[5]
+                if hit[6] is not None:
+                    _ffi.memmove(self._table.tag, hit[6], 8 * n)
+            else:
+                args = self._first_sight(decision, n)
         else:
             snap = EngineSnapshot.of(self, now)
             try:
@@ -404,34 +415,20 @@ class FluidNetwork:
                 self._store_tags(decision.tag, n)
         level, queue, dscp, cap, timers = decision.level, decision.queue, decision.dscp, decision.cap, \
             decision.timers
-        known = self._cdata_cache
-        hit = self._decisions.get(id(decision)) if self._keeps_tags else None
-        if hit is not None and hit[0] is decision and hit[1] is level and hit[2] is queue and hit[3] is dscp \
-                and cap is None and len(level) == n:
-            args = hit[4]  # (a Decision handed out again with the same arrays: their C buffers again)
-        elif self._keeps_tags and cap is None and type(level) is type(queue) is type(dscp) is np.ndarray \
-                and level.dtype is _I64 and queue.dtype is _I64 and dscp.dtype is _U8 \
-                and level.shape == queue.shape == dscp.shape == (n,) and level.flags.c_contiguous \
-                and queue.flags.c_contiguous and dscp.flags.c_contiguous:
-            # (arrays of the table's types and shape, as a policy deciding on the
-            # incremental snapshot hands them: _check's checks, without its work)
-            args = (_ffi.from_buffer(_INT64S, level), _ffi.NULL, _ffi.from_buffer(_INT64S, queue),
-                    _ffi.from_buffer(_UINT8S, dscp))
-            if len(self._decisions) >= 4096:
-                self._decisions.clear()
-            self._decisions[id(decision)] = (decision, level, queue, dscp, args)  # (held: its id is not reused)
-        elif (hl := known.get((id(level), _INT64S))) is not None and \
-                (hq := known.get((id(queue), _INT64S))) is not None and \
-                (hd := known.get((id(dscp), _UINT8S))) is not None and cap is None \
-                and len(level) == n and len(queue) == n and len(dscp) == n:
-            # Read-only arrays that passed _check before as they are (a
-            # policy's cached decision): their C buffers again.
-            args = (hl[1], _ffi.NULL, hq[1], hd[1])
-        else:
-            level, cap, queue, dscp = self._check(decision, n)
-            cdata = self._cdata
-            args = (cdata(_INT64S, level), _ffi.NULL if cap is None else cdata(_DOUBLES, cap),
-                    cdata(_INT64S, queue), cdata(_UINT8S, dscp))
+        if args is None:
+            known = self._cdata_cache
+            hl, hq = known.get((id(level), _INT64S)), known.get((id(queue), _INT64S))
+            hd = known.get((id(dscp), _UINT8S))
+            if hl is not None and hq is not None and hd is not None and cap is None \
+                    and len(level) == n and len(queue) == n and len(dscp) == n:
+                # Read-only arrays that passed _check before as they are (a
+                # policy's cached decision): their C buffers again.
+                args = (hl[1], _ffi.NULL, hq[1], hd[1])
+            else:
+                level, cap, queue, dscp = self._check(decision, n)
+                cdata = self._cdata
+                args = (cdata(_INT64S, level), _ffi.NULL if cap is None else cdata(_DOUBLES, cap),
+                        cdata(_INT64S, queue), cdata(_UINT8S, dscp))
         # The table checks the values, stores the decision, says which
         # positions changed (their Flow objects are updated here), recomputes
         # the rates from the lowest level that changed (levels below it keep
@@ -495,21 +492,40 @@ class FluidNetwork:
             self._views = (_view(table.remaining, table.room, _F64), _view(table.tag, table.room, _I64))
         remaining, tag = self._views
         snap = EngineSnapshot.__new__(EngineSnapshot)
-        snap.__dict__.update(now=now, flows=self._flows, capacity=self.capacity, load_window=self.load_window,
-                             _net=self, remaining=remaining[:n], tag=tag[:n], link_load_in_use=self._load_view,
-                             kept=kept, progressed=self._progressed)
+        d = snap.__dict__
+        d.update(now=now, flows=self._flows, capacity=self.capacity, load_window=self.load_window, _net=self,
+                 remaining=remaining[:n], tag=tag[:n], link_load_in_use=self._load_view, kept=kept,
+                 progressed=self._progressed)
         self._progressed = False
         try:
-            decision = self.policy.decide(snap)
-        finally:  # (its columns are never read first after decide, even if the policy raised)
-            snap.close()
+            return self.policy.decide(snap)
+        finally:  # (its columns are never read first after decide, even if the policy raised: snap.close())
+            d["_net"] = None
+
+    def _first_sight(self, decision: Decision, n: int) -> tuple | None:
+        """A decision on the incremental snapshot not seen before: its ``tag``
+        stored, and, when its arrays are of the table's types and shape (as
+        such a policy hands them: _check's checks without its work), the
+        table's arguments for them, kept by the Decision's id (the entry
+        holds it) so that the same Decision handed out again with the same
+        arrays is not checked again; else None (the general path)."""
         tag = decision.tag
         if tag is not None:
-            if type(tag) is np.ndarray and tag.dtype is _I64 and tag.shape == (n,) and tag.flags.c_contiguous:
-                _ffi.memmove(table.tag, tag, 8 * n)
-            else:
-                self._store_tags(tag, n)
-        return decision
+            self._store_tags(tag, n)
+        level, queue, dscp = decision.level, decision.queue, decision.dscp
+        if decision.cap is None and type(level) is type(queue) is type(dscp) is np.ndarray \
+                and level.dtype is _I64 and queue.dtype is _I64 and dscp.dtype is _U8 \
+                and level.shape == queue.shape == dscp.shape == (n,) and level.flags.c_contiguous \
+                and queue.flags.c_contiguous and dscp.flags.c_contiguous \
+                and (tag is None or tag.flags.c_contiguous):
+            args = (_ffi.from_buffer(_INT64S, level), _ffi.NULL, _ffi.from_buffer(_INT64S, queue),
+                    _ffi.from_buffer(_UINT8S, dscp))
+            if len(self._decisions) >= 4096:
+                self._decisions.clear()
+            self._decisions[id(decision)] = (decision, level, queue, dscp, tag, args,
+                                             None if tag is None else _ffi.from_buffer(_INT64S, tag))
+            return args
+        return None
 
     def _store_tags(self, tag: np.ndarray, n: int) -> None:
         """A decision's ``tag`` into the table's tag column (checked: n int64)."""
