@@ -455,18 +455,25 @@ def test_a_saturated_port_counting_whole_super_packets_shows_no_spare_capacity(b
     assert (core.stats["spare_permits"] > 0) == misfires
 
 
-def test_requests_seen_only_through_shim_events_are_forgotten_with_their_batch():
-    # The soak: a Mooncake job tags its transfers with a new request key every few dozen transfers and
-    # never says the request is done. Each key left a request record behind when its batch departed idle:
-    # the daemon's memory grew with every request it ever saw.
-    core = create_core(batch_idle=1.0)
+def shim_only_requests(core: DaemonCore, n: int) -> float:
+    """``n`` requests seen only through one shim message each, 10 ms apart (as a Mooncake job tags its
+    transfers, never reporting a request done); returns the time after the last."""
     t = 0.0
-    for i in range(2000):
+    for i in range(n):
         core.submit(i + 1, f"mc-{i}", Stage.REUSE, 0, 1e5, t)
         core.step(t)
         core.complete(i + 1, t + 0.001)
         t += 0.01
         core.step(t)
+    return t
+
+
+def test_requests_seen_only_through_shim_events_are_forgotten_with_their_batch():
+    # The soak: a Mooncake job tags its transfers with a new request key every few dozen transfers and
+    # never says the request is done. Each key left a request record behind when its batch departed idle:
+    # the daemon's memory grew with every request it ever saw.
+    core = create_core(batch_idle=1.0)
+    t = shim_only_requests(core, 2000)
     core.step(t + 2.0)
     assert core.batches == {} and core.requests == {}, f"{len(core.requests)} request records left"
 
@@ -520,13 +527,7 @@ def test_every_departed_batch_is_forgotten_by_the_policy():
     forgotten: list[str] = []
     real = core.policy.forget
     core.policy.forget = lambda batches: (forgotten.extend(batches), real(batches))
-    t = 0.0
-    for i in range(300):
-        core.submit(i + 1, f"mc-{i}", Stage.REUSE, 0, 1e5, t)
-        core.step(t)
-        core.complete(i + 1, t + 0.001)
-        t += 0.01
-        core.step(t)
+    t = shim_only_requests(core, 300)
     core.register_request("r", deadline=t + 5)
     core.batch_formed("b", ["r"], t, compute=0.01)
     core.submit(1000, "r", Stage.P2D, 0, 1e6, t)
