@@ -515,8 +515,7 @@ class DaemonCore:
         drop it -- and its sticky pruned requests -- while it was still live."""
         if not batch.announced:
             return True
-        deadlines = [d for d in (self.requests[r].deadline for r in batch.requests if r in self.requests) if d is not None]
-        return not deadlines or now - max(deadlines) >= self.config.batch_idle
+        return all(self._deadline_passed(self.requests[r], now) for r in batch.requests if r in self.requests)
 
     def _report_arrival(self, batch: BatchInfo, now: float) -> None:
         if not batch.reported:
