@@ -34,7 +34,7 @@ ffibuilder.set_source(
     "laxflow.sim.network._allocate_native",
     '#include <stdint.h>\n#include "table_native.h"\n',
     sources=[_rel(HERE / "allocate_native.c"), _rel(HERE / "table_native.c")],
-    include_dirs=[_rel(HERE)],
+    include_dirs=[_rel(HERE), _rel(HERE.parents[3] / "native")],  # (native/laxflow_shm.h: the stage codes)
     extra_compile_args=native_build.NUMERIC_FLAGS,
 )
 

@@ -18,9 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "laxflow_shm.h" /* the one stage table: LXF_STAGE_* */
 #include "table_native.h"
 
-#define NUM_CODES 4   /* stage codes 0..3 (laxflow.policy.flow.STAGE_CODES) */
+#define NUM_CODES (LXF_STAGE_P2D + 1) /* stage codes 0..LXF_STAGE_P2D */
+_Static_assert(sizeof(((struct lxf_table *)0)->delivered) == NUM_CODES * sizeof(double),
+               "table_native.h's delivered[] must have one entry per LXF_STAGE_* code");
 
 static int grow(void **p, int64_t *room, int64_t need, size_t elem)
 {
@@ -187,7 +190,7 @@ void lxf_table_advance(struct lxf_table *t, double dt, double now)
     t->clock = now;
     int64_t n = t->n;
     if (n) {
-        double by_stage[NUM_CODES] = {0.0, 0.0, 0.0, 0.0};
+        double by_stage[NUM_CODES] = {0.0};
         double *remaining = t->remaining, *rate = t->rate;
         for (int64_t i = 0; i < n; i++) {
             double left = remaining[i], sent = rate[i] * dt;
@@ -231,7 +234,7 @@ int64_t lxf_table_complete(struct lxf_table *t, double now, double rel_eps, doub
     }
     if (!k)
         return 0;
-    double by_stage[NUM_CODES] = {0.0, 0.0, 0.0, 0.0};
+    double by_stage[NUM_CODES] = {0.0};
     int64_t lo = INT64_MAX;
     for (int64_t j = 0; j < k; j++) {
         int64_t i = out[j];

@@ -42,7 +42,7 @@ struct lxf_table {
     int64_t *used, *used_pos;       /* the links with refs > 0 (nused, any order), each one's place there */
     int64_t nused;
     double *acc;                    /* num_links, scratch of lxf_table_util */
-    double delivered[4];            /* bytes delivered per stage code */
+    double delivered[4];            /* bytes delivered per stage code (LXF_STAGE_*: checked in table_native.c) */
     int64_t num_links;
     double *capacity;
     double load_window;
