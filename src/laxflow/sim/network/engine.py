@@ -174,6 +174,7 @@ class FluidNetwork:
         # Whose progress changed since the last decision (Snapshot.progressed):
         # True, any flow's (reschedule()); a list, those flows' (reschedule(flows)); False, none.
         self._progressed: bool | list[Flow] = True
+        self._snap: EngineSnapshot | None = None  # the incremental snapshot (_decide_incremental)
 
     # -- owner API --------------------------------------------------------------
 
@@ -491,16 +492,22 @@ class FluidNetwork:
             self._table_room = table.room
             self._views = (_view(table.remaining, table.room, _F64), _view(table.tag, table.room, _I64))
         remaining, tag = self._views
-        snap = EngineSnapshot.__new__(EngineSnapshot)
+        snap = self._snap
+        if snap is None:  # (one per engine: each decision sets its fields; they are valid during decide only)
+            snap = self._snap = EngineSnapshot.__new__(EngineSnapshot)
+            snap.__dict__.update(capacity=self.capacity, load_window=self.load_window,
+                                 link_load_in_use=self._load_view)
         d = snap.__dict__
-        d.update(now=now, flows=self._flows, capacity=self.capacity, load_window=self.load_window, _net=self,
-                 remaining=remaining[:n], tag=tag[:n], link_load_in_use=self._load_view, kept=kept,
-                 progressed=self._progressed)
+        d["now"], d["flows"], d["_net"], d["kept"], d["progressed"] = now, self._flows, self, kept, self._progressed
+        d["remaining"], d["tag"] = remaining[:n], tag[:n]
         self._progressed = False
         try:
             return self.policy.decide(snap)
         finally:  # (its columns are never read first after decide, even if the policy raised: snap.close())
             d["_net"] = None
+            if len(d) > len(_INCREMENTAL_FIELDS):  # columns it read and kept: read again at the next decision
+                for name in [name for name in d if name not in _INCREMENTAL_FIELDS]:
+                    del d[name]
 
     def _first_sight(self, decision: Decision, n: int) -> tuple | None:
         """A decision on the incremental snapshot not seen before: its ``tag``
@@ -695,6 +702,12 @@ def _merge_links(flow: Flow, num_links: int) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"flow {flow.id!r}: usage vector has no positive weight")
         links, weights = links[keep], weights[keep]
     return links.astype(np.int64, copy=False), weights.astype(np.float64, copy=False)
+
+
+# The fields _decide_incremental sets on its one snapshot; any other key in its
+# __dict__ is a column read (and kept) during one decision.
+_INCREMENTAL_FIELDS = frozenset(("capacity", "load_window", "link_load_in_use", "now", "flows", "_net", "kept",
+                                 "progressed", "remaining", "tag"))
 
 
 class _Column:
