@@ -5,11 +5,10 @@
     access to the shared-memory layout of ``native/laxflow_shm.h``;
     ``laxflow._stage_codes``, that header's stage codes;
     ``laxflow.sim.network._allocate_native``, the network engine's flow
-    table and rate allocation; ``laxflow.policy.mfs._core``, the mfs
-    policy's decision step;
-  * ``laxflow.policy.mfs._glue`` (ext_modules), a CPython extension: the
-    mfs policy's per-flow admission, completion and incremental-decision glue, which
-    works on Python objects (see ``src/laxflow/policy/mfs/glue.c``);
+    table and rate allocation;
+  * ``laxflow.policy.mfs._core`` (ext_modules), a CPython extension: the
+    mfs policy's state and decision step, which works on the flows, the
+    snapshots and their arrays (see ``src/laxflow/policy/mfs/core.c``);
   * ``liblaxflow_shim.so`` with ``make -C native``, a plain C library (no
     Python symbols) placed in ``laxflow/_native/`` inside the package, where
     ``laxflow shim-path`` finds it.
@@ -55,23 +54,24 @@ class BuildExtWithShim(build_ext):
         return [*super().get_outputs(), str(self._shim_dir() / SHIM_NAME)]
 
 
-# The mfs policy's admission and completion glue: a CPython extension (it
-# works on Python objects, which cffi does not reach); see mfs/glue.c.
-MFS_GLUE = Extension(
-    "laxflow.policy.mfs._glue",
-    sources=["src/laxflow/policy/mfs/glue.c"],
-    include_dirs=["src/laxflow/policy/mfs"],
+# The mfs policy's state and decision step: a CPython extension (it works on
+# Python objects, which cffi does not reach); see mfs/core.c. -ffp-contract=off
+# keeps the compiler from fusing a multiply and an add, which would round
+# differently from the NumPy reference.
+MFS_CORE = Extension(
+    "laxflow.policy.mfs._core",
+    sources=["src/laxflow/policy/mfs/core.c"],
+    include_dirs=["native"],
     extra_compile_args=["-std=gnu11", "-O2", "-ffp-contract=off", "-fno-fast-math",
                         "-Werror=implicit-function-declaration"],
 )
 
 setup(
     cmdclass={"build_ext": BuildExtWithShim},
-    ext_modules=[MFS_GLUE],
+    ext_modules=[MFS_CORE],
     cffi_modules=[
         "src/laxflow/protocol/shm_build.py:ffibuilder",
         "src/laxflow/stage_build.py:ffibuilder",
         "src/laxflow/sim/network/allocate_build.py:ffibuilder",
-        "src/laxflow/policy/mfs/core_build.py:ffibuilder",
     ],
 )

@@ -1,5 +1,5 @@
 """The network engine's C part (``allocate_native.c``, ``table_native.c``)
-and the mfs policy's (``mfs/core.c``, and its CPython glue ``mfs/glue.c``) built under AddressSanitizer +
+and the mfs policy's (``mfs/core.c``, a CPython extension) built under AddressSanitizer +
 UndefinedBehaviorSanitizer and driven through whole runs: a fluid run with
 three levels, caps, timers and up to dozens of live flows arriving and
 finishing, and small serving runs under FS and MFS (which keeps the
@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from laxflow.policy.mfs import core_build
 from laxflow.sim.network import allocate_build
 
 NETWORK = Path(allocate_build.__file__).resolve().parent  # src/laxflow/sim/network
@@ -33,7 +32,7 @@ from laxflow.policy import Decision, Flow, FlowPolicy, Stage
 from laxflow.sim.events import Priority
 from laxflow.sim.network import FluidNetwork, leaf_spine
 from laxflow.sim.network import _allocate_native
-from laxflow.policy.mfs import _core, _glue
+from laxflow.policy.mfs import _core
 from laxflow.sim.serving.config import ClusterConfig, ServingConfig
 from laxflow.sim.serving.experiment import CAPACITY, RunSpec, build_workload
 from laxflow.sim.serving.simulator import ServingSimulator
@@ -72,7 +71,6 @@ for policy in ("fs", "mfs"):
     h.update(str(res.network_events).encode())
 print(_allocate_native.__file__)
 print(_core.__file__)
-print(_glue.__file__)
 print(h.hexdigest())
 '''
 
@@ -90,12 +88,10 @@ def test_engine_native_part_under_asan_and_ubsan(tmp_path):
     asan, ubsan = _runtime("libasan.so"), _runtime("libubsan.so")
     pkg = tmp_path / "pkg"
     shutil.copytree(PACKAGE, pkg / "laxflow", ignore=shutil.ignore_patterns("_allocate_native*", "_core.*",
-                                                                          "_glue.*", "__pycache__"))
+                                                                          "__pycache__"))
     modules = [  # (module, cdef, header, sources, where it goes, include dirs)
         ("laxflow.sim.network._allocate_native", allocate_build.CDEF, "table_native.h",
-         [NETWORK / "allocate_native.c", NETWORK / "table_native.c"], NETWORK, [NETWORK]),
-        ("laxflow.policy.mfs._core", core_build.CDEF, "core.h", [POLICY / "core.c"],
-         POLICY, core_build.INCLUDE_DIRS),
+         [NETWORK / "allocate_native.c", NETWORK / "table_native.c"], NETWORK, [NETWORK, PACKAGE.parents[1] / "native"]),
     ]  # fmt: skip
     for name, cdef, header, sources, where, includes in modules:
         ffi = FFI()
@@ -104,9 +100,10 @@ def test_engine_native_part_under_asan_and_ubsan(tmp_path):
                        include_dirs=[str(x) for x in includes], extra_compile_args=SANITIZE, extra_link_args=["-fsanitize=address,undefined"])
         built = ffi.compile(tmpdir=str(tmp_path / "build" / name))
         shutil.copy(built, pkg / where.relative_to(PACKAGE.parent))
-    glue = pkg / POLICY.relative_to(PACKAGE.parent) / f"_glue{sysconfig.get_config_var('EXT_SUFFIX')}"
-    subprocess.run(["gcc", "-shared", "-fPIC", *SANITIZE, f"-I{sysconfig.get_paths()['include']}", f"-I{POLICY}",
-                    str(POLICY / "glue.c"), "-o", str(glue), "-fsanitize=address,undefined"], check=True)
+    core = pkg / POLICY.relative_to(PACKAGE.parent) / f"_core{sysconfig.get_config_var('EXT_SUFFIX')}"
+    subprocess.run(["gcc", "-shared", "-fPIC", *SANITIZE, f"-I{sysconfig.get_paths()['include']}",
+                    f"-I{PACKAGE.parents[1] / 'native'}", str(POLICY / "core.c"), "-o", str(core),
+                    "-fsanitize=address,undefined"], check=True)
 
     plain = subprocess.run([sys.executable, "-c", DRIVER], capture_output=True, text=True, timeout=600)
     assert plain.returncode == 0, plain.stderr[-3000:]
