@@ -7,7 +7,7 @@ link-load average it reads) from the time MFS's own code takes to decide
 (its C step and the Python around it: admission, batch and request
 tables, request progress, completions).
 
-* :class:`RecordingMfs` is mfs, keeping every decision its C path makes
+* :class:`RecordingMfs` is mfs, keeping every decision its C core makes
   on the engine's incremental snapshots (levels, queues, DSCP codepoints)
   and the timer it returns. Kept in memory: 17 bytes per live flow per decision (about
   540 MB for a paper-scale run's 32 million).
@@ -32,7 +32,6 @@ import numpy as np
 from laxflow.policy.base import Decision, FlowPolicy, Snapshot
 from laxflow.policy.fair_sharing import FairSharing
 from laxflow.policy.mfs import MfsPolicy
-from laxflow.policy.mfs.core import NATIVE
 from laxflow.sim.network.engine import _ffi
 
 # Bytes of one live flow's recorded decision: level and queue (int64_t), DSCP (uint8_t).
@@ -48,9 +47,9 @@ class RecordingMfs(MfsPolicy):
         self.decisions: list[tuple[int, Any]] = []  # (live flows, timer) per decision, in order
 
     def decide(self, snap: Snapshot) -> Decision:
-        if not (self.native and NATIVE) or snap.tag is None:
+        if not self.native or snap.tag is None:
             raise RuntimeError("mfs is not deciding on the network engine's incremental snapshot in C here (its "
-                               "C step, laxflow.policy.mfs._core, is not built): there is no decision to record")
+                               "C core, laxflow.policy.mfs._core, is not built): there is no decision to record")
         decision = super().decide(snap)
         self.tape += decision.level.data
         self.tape += decision.queue.data

@@ -22,10 +22,10 @@ simulations), so figures from different machines compare:
 ``paper_scale_s / calib_s`` (target <= 45). ``mfs_paper_scale_s`` is the
 paper-scale run under ``mfs`` (same workload), and ``mfs_over_fs`` its ratio
 to the ``--policy`` run (target <= 1.5 with the default ``fs``); ``--no-mfs``
-skips it. ``detail.mfs_path`` says whether mfs decided in C (``native``, the
-module built at install) or on its Python paths, and ``detail.mfs_glue``
-whether its admission, completion and per-decision glue ran in C too
-(``laxflow.policy.mfs._glue``, built at install).
+skips it. ``detail.mfs_path`` says whether mfs decided in its C core
+(``native``, ``laxflow.policy.mfs._core``, built at install) or on its
+reference (``python``); ``detail.mfs_glue`` is kept for older readers and
+says the same as a bool (admission and completion are the core's now).
 
 ``--split`` (with ``fs``) adds three paper-scale runs that tell apart what
 ``mfs_over_fs`` is made of (``bench/_schedule_replay.py``): fs with the
@@ -56,9 +56,8 @@ import time
 
 from _schedule_replay import FsKeepingLinkLoad, RecordingMfs, ReplayedSchedule  # bench/ is on the path
 
-from laxflow.policy.mfs import core as mfs_native
 from laxflow.policy.base import FlowPolicy
-from laxflow.policy.mfs import MfsPolicy
+from laxflow.policy.mfs.policy import NATIVE
 from laxflow.sim.serving.config import ClusterConfig, ServingConfig
 from laxflow.sim.serving.experiment import CAPACITY, RunSpec, build_workload
 from laxflow.sim.serving.simulator import ServingSimulator
@@ -176,9 +175,8 @@ def main() -> None:
         **({"split": parts} if parts else {}),
         "detail": {"policy": args.policy, "rate": args.rate, "load": load, "model": args.model, "workload": args.workload,
                    "runs": {str(s): r for s, r in runs.items()}, "mfs_run": mfs,
-                   # which decision path mfs ran: its C step (built at install) or the Python paths
-                   "mfs_path": "native" if MfsPolicy.native and mfs_native.NATIVE else "python",
-                   "mfs_glue": MfsPolicy.native and mfs_native.NATIVE and mfs_native.Glue is not None},
+                   # which state mfs ran on: its C core (built at install) or the reference
+                   "mfs_path": "native" if NATIVE else "python", "mfs_glue": NATIVE},
     }
     print(json.dumps(out))
 

@@ -220,8 +220,8 @@ def test_every_flow_finishes_and_levels_only_climb(work, external):
         check()
 
     def check() -> None:
-        for f in net.live:
-            if f in policy.rmlq.slot:
+        for f, owner in zip(net.live, policy.state.owners(net.live)):
+            if owner is not None:
                 level = policy.rmlq_level(f)
                 assert level <= seen.get(f.id, 99) and f.state["rmlq_level"] == level
                 seen[f.id] = level
@@ -233,7 +233,7 @@ def test_every_flow_finishes_and_levels_only_climb(work, external):
     assert all(f.finish is not None for f in flows)
     if external:
         assert policy.pruned_requests == pruned
-    assert len(policy.rmlq) == 0  # every slot released
+    assert policy.state.owners(flows) == [None] * len(flows)  # every slot released
 
 
 def test_a_lower_candidate_never_demotes():
@@ -332,18 +332,12 @@ def test_pruned_requests_bytes_stay_out_of_later_standalone_runs():
     assert d.queue.tolist() == [policy.config.levels, d.queue[1]] and d.queue[1] < policy.config.levels
 
 
-@pytest.mark.parametrize(
-    "options",
-    [{"native": True}, {"native": False}],
-    ids=["native", "reference"],
-)
-def test_a_batch_that_returns_takes_its_red_rank_back(options):
+@pytest.mark.parametrize("native", [True, False], ids=["native", "reference"])
+def test_a_batch_that_returns_takes_its_red_rank_back(native):
     """A batch whose flows all finished, then sends again, ranks by its RED at
     once: it must not keep the rank it had before the others were re-ranked
     (and tie with the batch that took it)."""
-    p = MfsPolicy()
-    for attr, value in options.items():
-        setattr(p, attr, value)
+    p = MfsPolicy(native=native)
     a1, b, c = (flow(n, Stage.COLLECTIVE, request=n, deadline=d) for n, d in (("a", 1.0), ("b", 2.0), ("c", 3.0)))
     d = p.decide(snap([a1, b, c]))
     assert list(d.level) == [0, 1, 2]
@@ -370,7 +364,7 @@ def test_a_departure_ranks_the_rest_as_a_full_reorder_would():
             p.on_complete(fs[gone], now)
             live = [f for f in live if f.id != gone]
             if force and fs[gone].batch not in {f.batch for f in live}:
-                p._order_stale = True  # as before: every departure reorders
+                p._reorder(None)  # as before: every departure reorders (fully: no pruning to need a snapshot)
             now += 0.1
         out.append([int(x) for x in p.decide(snap(live, now=now)).level])
         return out

@@ -11,22 +11,17 @@ from laxflow.policy import Flow, Stage
 from laxflow.policy.base import FlowPolicy, Snapshot
 from laxflow.policy.fair_sharing import FairSharing
 from laxflow.policy.mfs import MfsPolicy
+from laxflow.policy.mfs.policy import NATIVE
 
 LINKS = 6
-NATIVE_CHOICES = [True, False]
+CORE = pytest.mark.skipif(not NATIVE, reason="laxflow.policy.mfs._core is not built")
+NATIVE_CHOICES = [pytest.param(True, marks=CORE), False]
 
 
 def _tables(p: MfsPolicy) -> dict[str, int]:
-    """Size of every per-batch and per-request table and memo of the policy."""
-    return {
-        "batch_index": len(p._batch_index), "batch_names": len(p._batch_names), "rank": len(p._rank),
-        "request_index": len(p._request_index), "request_names": len(p._request_names),
-        "request_deadline": len(p._request_deadline), "request_batch": len(p._request_batch),
-        "pruned": len(p._pruned), "batch_requests": len(p._batch_requests), "ranked_red": len(p._ranked_red),
-        "batch_red": len(p._batch_red), "red_by_requests": len(p._red_by_requests), "live": len(p._live_flows),
-        "slots": len(p.rmlq.urgency), "pending": len(p._forget_pending), "infeasible": len(p.infeasible),
-        "infeasible_of": len(p._infeasible_of),
-    }  # fmt: skip
+    """Size of every per-batch and per-request table and memo of the policy (its state's ``sizes``)."""
+    return {**p.state.sizes(), "gone": len(p.state.gone_batches()), "infeasible": len(p.infeasible),
+            "infeasible_of": len(p._infeasible_of)}
 
 
 def _snapshot(now: float, live: list[Flow], remaining: dict[str, float], capacity: np.ndarray) -> Snapshot:
@@ -39,7 +34,7 @@ def test_the_base_policy_forgets_nothing():
     assert FlowPolicy.forget is FairSharing.forget
 
 
-@pytest.mark.parametrize("native, rounds", [(True, 1000), (False, 200)])
+@pytest.mark.parametrize("native, rounds", [pytest.param(True, 1000, marks=CORE), (False, 200)])
 def test_100k_batches_formed_and_forgotten_leave_the_tables_bounded(native, rounds):
     """100,000 batches (one request, two flows each) come, are decided, complete
     and are forgotten, 100 at a time: every table ends as large as 100 batches
@@ -47,8 +42,7 @@ def test_100k_batches_formed_and_forgotten_leave_the_tables_bounded(native, roun
     Every tenth batch's P2D flow is past its deadline (infeasible: its id is
     kept in ``infeasible`` until its batch is forgotten).
     (20,000 on the reference path, which is slower.)"""
-    p = MfsPolicy()
-    p.native = native
+    p = MfsPolicy(native=native)
     capacity = np.full(LINKS, 1e10)
     now, serial, sizes = 0.0, 0, []
     for rnd in range(rounds):
@@ -70,6 +64,7 @@ def test_100k_batches_formed_and_forgotten_leave_the_tables_bounded(native, roun
         for f in live:
             p.on_complete(f, now)
         p.forget(names)
+        assert all(p.state.batch_index(b) is None for b in names)  # freed, none left pending
         if rnd in (10, rounds - 1):
             sizes.append(_tables(p))
     assert serial == 100 * rounds
@@ -77,7 +72,7 @@ def test_100k_batches_formed_and_forgotten_leave_the_tables_bounded(native, roun
     assert last == first, f"the tables grew between round 10 and round {rounds}"
     for name, size in last.items():
         assert size <= 256, f"{name} holds {size} entries after {serial} forgotten batches"
-    assert last["batch_index"] == last["request_index"] == last["live"] == last["pending"] == 0
+    assert last["live_batches"] == 0 and p.pruned_requests == set()
     assert last["infeasible"] == last["infeasible_of"] == 0
 
 
@@ -89,8 +84,7 @@ def test_forgetting_changes_no_decision(native, drop_budget):
     other of none: every decision is the same, and the forgetting one's
     tables stay small while the other's grow."""
     rng = np.random.default_rng(5)
-    keep, drop = MfsPolicy(drop_budget=drop_budget), MfsPolicy(drop_budget=drop_budget)
-    keep.native = drop.native = native
+    keep, drop = MfsPolicy(drop_budget=drop_budget, native=native), MfsPolicy(drop_budget=drop_budget, native=native)
     capacity = rng.uniform(5e9, 25e9, LINKS)
     now, serial, batch_no = 0.0, 0, 0
     live: list[Flow] = []
@@ -139,8 +133,8 @@ def test_forgetting_changes_no_decision(native, drop_budget):
     assert drop.pruned_requests <= keep.pruned_requests
     if drop_budget:
         assert keep.pruned_requests, "the run must exercise pruning"
-    assert len(keep._batch_index) > 600  # (the batches some decision saw)
-    assert len(drop._batch_index) < 60 and len(drop._batch_names) < 80  # the live ones, and a few waiting
+    assert keep.state.sizes()["batches"] > 600  # (the batches some decision saw)
+    assert drop.state.sizes()["batches"] < 80  # the live ones, and a few waiting
 
 
 def test_a_live_batch_is_freed_once_its_flows_are_done():
@@ -148,15 +142,16 @@ def test_a_live_batch_is_freed_once_its_flows_are_done():
     f = Flow.on_path("f", 1e6, [0], stage=Stage.REUSE, request="r", batch="b", deadline=1.0, layer=1)
     snap = _snapshot(0.0, [f], {"f": 1e6}, np.full(LINKS, 1e10))
     p.decide(snap)
-    p.forget(["b", "never-seen"])
-    assert "b" in p._batch_index and "r" in p._request_index and p._forget_pending == {"b"}
+    assert p.state.forget(["b", "never-seen"]) == []
+    assert p.state.batch_index("b") == 0 and p.state.owners([f]) == [(0, 0, "r", 1.0, False)]
     p.on_complete(f, 0.1)
-    p.forget([])
-    assert not p._batch_index and not p._request_index and not p._forget_pending
+    assert p.state.forget([]) == ["b"]  # (pending since the first call)
+    assert p.state.batch_index("b") is None and p.state.forget([]) == []
     # A batch of the same name coming back is a new batch, on the freed indices.
     g = Flow.on_path("g", 1e6, [0], stage=Stage.REUSE, request="r", batch="b", deadline=2.0, layer=1)
     p.decide(_snapshot(0.2, [g], {"g": 1e6}, np.full(LINKS, 1e10)))
-    assert p._batch_index == {"b": 0} and p._request_index == {"r": 0} and p._request_deadline[0] == 2.0
+    assert p.state.batch_index("b") == 0 and p.state.owners([g]) == [(0, 0, "r", 2.0, False)]
+    assert p.state.sizes()["batches"] == p.state.sizes()["requests"] == 1
 
 
 def test_requests_only_the_coordinator_named_are_freed_unless_pruned():
@@ -164,4 +159,6 @@ def test_requests_only_the_coordinator_named_are_freed_unless_pruned():
     p.set_order({"b0": 0}, pruned=["x", "y"])
     p.set_order({"b0": 0}, pruned=["y"])  # x is no longer pruned: nothing keeps it
     p.forget([])
-    assert set(p._request_index) == {"y"} and p.pruned_requests == {"y"}
+    assert p.pruned_requests == {"y"} and p.state.sizes()["requests"] == 2
+    p.set_order({"b0": 0}, pruned=["y", "z"])  # z takes x's freed entry
+    assert p.pruned_requests == {"y", "z"} and p.state.sizes()["requests"] == 2

@@ -1,11 +1,14 @@
-"""The MFS C core (``laxflow.policy.mfs.core``) decides exactly as the reference (the
-vectorized ``MfsPolicy.decide``, run with ``native`` False).
+"""The MFS C core (``MfsPolicy(native=True)``, ``laxflow.policy.mfs._core.Core``)
+decides exactly as the reference (``native=False``,
+:class:`~laxflow.policy.mfs.reference.Reference`).
 
 A long random run (flows arriving and finishing, requests crossing layers
 and ending compute, time crossing period ticks or standing still, pruning
 standalone or by a coordinator, now and then a snapshot in another order)
 drives two policies with the same calls: one in C, one on the reference.
-Every decision and the final policy state must be identical.
+Every decision and the final policy state must be identical; and so must
+fluid runs in the network engine (its incremental snapshots) that take
+every way through admission and completion.
 """
 
 from __future__ import annotations
@@ -17,25 +20,25 @@ import pytest
 
 from laxflow.policy import Flow, Snapshot, Stage
 from laxflow.policy.mfs import MfsPolicy
-from laxflow.policy.mfs.core import NATIVE
+from laxflow.policy.mfs.policy import NATIVE
 from laxflow.policy.red import robust_effective_deadline
+from laxflow.sim.events import Priority
+from laxflow.sim.network import FluidNetwork, leaf_spine
 from laxflow.sim.network.trace import decision_row
+from test_mfs_regression import assert_same_state
 
 LINKS = 24
+pytestmark = pytest.mark.skipif(not NATIVE, reason="laxflow.policy.mfs._core is not built: nothing to compare")
 
 
 def _native(**options):
-    if not NATIVE:
-        pytest.skip("laxflow.policy.mfs._core is not built")
-    p = MfsPolicy(**options)
-    p.native = True
+    p = MfsPolicy(**options, native=True)
+    assert p.native
     return p
 
 
 def _reference(**options):
-    p = MfsPolicy(**options)
-    p.native = False
-    return p
+    return MfsPolicy(**options, native=False)
 
 
 class _Run:
@@ -136,38 +139,21 @@ def test_native_equals_the_reference_over_a_long_run(seed, options, coordinator)
         got, want = decision_row(core.decide(snap)), decision_row(ref.decide(snap))
         assert got == want, f"step {step}: {len(snap.flows)} flows"
         _assert_red_memo(core)
-        if step % 250 == 0:
-            _assert_facts(core)
-            _assert_facts(ref)
         decisions += 1
         big += len(snap.flows) > 48
     assert decisions > 2000 and big > 200  # long, and many decisions over many flows
     if options.get("drop_budget"):
         assert core.pruned_requests == ref.pruned_requests and ref.pruned_requests
-    for attr in ("_explicit_load", "_finished_bytes", "_rank", "_pruned", "_last_t"):
-        assert np.array_equal(getattr(core, attr), getattr(ref, attr)), attr
-    for attr in core.rmlq._ARRAYS:
-        assert np.array_equal(getattr(core.rmlq, attr), getattr(ref.rmlq, attr), equal_nan=True), attr
+    assert_same_state(ref, core, run.live)
     assert core.infeasible == ref.infeasible
 
 
-def _assert_facts(p: MfsPolicy) -> None:
-    """Every live slot's ``Rmlq.facts`` tuple holds exactly its arrays' values."""
-    t = p.rmlq
-    names = ("explicit", "stage", "bneck_link", "bneck_rate", "bneck_weight", "batch", "request", "target", "due")
-    assert t.slot
-    for s in t.slot.values():
-        want = tuple(getattr(t, name)[s].item() for name in names)
-        got = t.facts[s]
-        assert all(type(a) is type(b) for a, b in zip(got, want)), (got, want)
-        assert np.array_equal(np.array(got, float), np.array(want, float), equal_nan=True), (got, want)
-
-
 def _assert_red_memo(p: MfsPolicy) -> None:
-    """Every RED the policy kept for a batch is that of the batch's live deadlines now."""
-    for b, red in p._batch_red.items():
-        deadlines = p._deadlines(b)  # (a KeyError: a memo for a batch that is not live)
-        assert red == (robust_effective_deadline(deadlines).red if deadlines else math.inf), b
+    """Every live batch's RED is that of its live deadlines now."""
+    for red, name, b in p.state.live_batches():
+        deadlines = p.state.deadlines(b)
+        want = robust_effective_deadline(deadlines).red if deadlines else math.inf
+        assert red == want or (red != red and want != want), name
 
 
 @pytest.mark.parametrize("seed, options", [(9, {}), (10, {"drop_budget": 2}), (11, {"coordinator": True})])
@@ -213,4 +199,80 @@ def test_native_reads_a_snapshot_link_load_as_it_is():
         assert decision_row(native.decide(snap)) == decision_row(scalar.decide(snap))
         steps += 1
     assert steps > 1000
-    assert np.array_equal(native.rmlq.urgency, scalar.rmlq.urgency) and native.infeasible == scalar.infeasible
+    assert_same_state(scalar, native, run.live)
+    assert native.infeasible == scalar.infeasible
+
+
+class LateFlow(Flow):
+    """A Flow subclass with its own due time (admission must ask the subclass)."""
+
+    @property
+    def due(self) -> float | None:
+        return None if self.deadline is None else self.deadline - 2 * self.downstream
+
+
+def _shapes(topo, count: int, frozen: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    out = []
+    for i in range(count):
+        links = np.asarray(topo.path(i % 32, (i * 7 + 3) % 32), np.int64)
+        weights = np.full(len(links), 1.0 + (i % 3) * 0.5)
+        links.flags.writeable = weights.flags.writeable = not frozen
+        out.append((links, weights))
+    return out
+
+
+def _fluid_run(native: bool, external: bool = False, drop_budget: int = 0) -> tuple:
+    """A fluid run of 600 flows (shapes shared and read-only or not, a Flow
+    subclass, bursts that outgrow the free slots, batches leaving and coming
+    back, progress named or not; ``external``: a coordinator's order arrives
+    mid-run): finish times, notes, the policy's state mid-run and at the end."""
+    rng = np.random.default_rng(11)
+    topo = leaf_spine(32, 4, 1e9, oversubscription=2.0)
+    policy = MfsPolicy(period=2e-5, load_window=1e-4, drop_budget=drop_budget, native=native)
+    net = FluidNetwork(topo, policy, load_window=1e-4)
+    frozen, loose = _shapes(topo, 12, True), _shapes(topo, 5, False)
+    flows = []
+    t = 0.0
+    for i in range(600):
+        burst = i % 100 < 30  # 30 flows at one instant: more than the free slots
+        t += 0.0 if burst and i % 100 else float(rng.exponential(3e-6))
+        links, weights = (frozen if i % 5 else loose)[i % (12 if i % 5 else 5)]
+        kind = LateFlow if i % 11 == 0 else Flow
+        deadline = None if i % 7 == 0 else t + float(rng.uniform(2e-5, 4e-4))
+        flow = kind.trusted(
+            f"f{i}", float(rng.exponential(3e4) + 100), links, weights, arrival=t, stage=list(Stage)[i % 3],
+            request=f"r{i // 4}", batch=f"b{i // 12}", deadline=deadline, downstream=float(rng.uniform(0, 2e-5)),
+            layer=int(rng.integers(0, 6)), current_layer=int(rng.integers(0, 3)) if i % 9 else None,
+        )  # fmt: skip
+        flows.append(flow)
+        net.queue.push(t, Priority.ARRIVAL, net.add_flow, flow)
+    for k in range(40):  # requests cross layers and end their compute while their flows are live
+        def progress(k=k):
+            for f in flows[k * 12 : k * 12 + 12]:
+                f.current_layer = (f.current_layer or 0) + 1
+                f.compute_done = k % 3 == 0
+            net.reschedule(flows[k * 12 : k * 12 + 12] if k % 2 else None)
+        net.queue.push(k * 3e-5, Priority.ARRIVAL, progress)
+    if external:
+        net.queue.push(4e-4, Priority.ARRIVAL, policy.set_order, {f"b{j}": 50 - j for j in range(0, 50, 2)},
+                       [f"r{j}" for j in range(0, 150, 9)])
+    states = []  # the policy's state mid-run too
+
+    def state():
+        live = list(net.live)
+        s = policy.state
+        states.append(repr((s.live_batches(), sorted(s.gone_batches()), sorted(s.pruned_names()), s.owners(live),
+                            [(s.queue_level(f), s.rmlq_level(f)) for f in live], sorted(policy.infeasible))))
+
+    for k in range(60):
+        net.queue.push(k * 2.3e-5, Priority.TIMER, state)
+    net.run()
+    state()
+    return [f.finish.hex() for f in flows], [dict(f.state) for f in flows], states, net.events
+
+
+@pytest.mark.parametrize("options", [{}, {"external": True}, {"drop_budget": 2}], ids=["plain", "external", "pruning"])
+def test_a_fluid_run_is_the_same_on_either_state(options):
+    core, ref = _fluid_run(True, **options), _fluid_run(False, **options)
+    assert core == ref
+    assert any("infeasible" in s for s in ref[1]) and sum("rmlq_level" in s for s in ref[1]) > 500

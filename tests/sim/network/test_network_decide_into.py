@@ -1,11 +1,11 @@
 """A policy that decides on the engine's incremental snapshot
 (``FlowPolicy.keeps_tags``: read-only views of the engine's columns,
-``kept``, ``progressed``, the tags it returned; mfs on its C path) runs the
-engine exactly as the same policy deciding on its reference, and as its C
-step on plain snapshots: every finish time, every flow's level, queue and
-DSCP after every recompute, its RMLQ notes, the infeasible set, the bytes
-per stage and the link-load average, bit for bit; and the engine stores
-each decision's tags and hands them back with the flows."""
+``kept``, ``progressed``, the tags it returned; mfs in its C core) runs the
+engine exactly as the same policy on its reference, and as either on plain
+snapshots: every finish time, every flow's level, queue and DSCP after
+every recompute, its RMLQ notes, the infeasible set, the bytes per stage
+and the link-load average, bit for bit; and the engine stores each
+decision's tags and hands them back with the flows."""
 
 from __future__ import annotations
 
@@ -14,26 +14,26 @@ import pytest
 
 from laxflow.policy import Decision, Flow, FlowPolicy, Stage
 from laxflow.policy.mfs import MfsPolicy
-from laxflow.policy.mfs.core import NATIVE, _ffi
+from laxflow.policy.mfs.policy import NATIVE
 from laxflow.sim.events import Priority
 from laxflow.sim.network import FluidNetwork, leaf_spine
+from laxflow.sim.network.engine import _ffi
 from laxflow.sim.serving.config import ClusterConfig, ServingConfig
 from laxflow.sim.serving.experiment import CAPACITY, RunSpec, build_workload
 from laxflow.sim.serving.simulator import ServingSimulator
 
-pytestmark = pytest.mark.skipif(not NATIVE, reason="laxflow.policy.mfs._core is not built")
+native_only = pytest.mark.skipif(not NATIVE, reason="laxflow.policy.mfs._core is not built")
 STAGES = list(Stage)
 
 
 class Recording(MfsPolicy):
-    """mfs, counting how it was asked: its C step on the engine's incremental
-    snapshot ("tagged"), its reference on one ("reference"), or its C step on
-    a plain snapshot ("snapshot": ``keeps_tags`` off); the engine's view of
-    every flow is read after each recompute."""
+    """mfs, counting how it was asked: on the engine's incremental snapshot in
+    its C core ("tagged") or on its reference ("reference"), or on a plain
+    snapshot ("snapshot": ``keeps_tags`` off); the engine's view of every
+    flow is read after each recompute."""
 
     def __init__(self, native: bool, tags: bool = True, **options) -> None:
-        super().__init__(**options)
-        self.native = native
+        super().__init__(native=native, **options)
         self.keeps_tags = tags
         self.asked = {"tagged": 0, "reference": 0, "snapshot": 0}
 
@@ -45,11 +45,9 @@ class Recording(MfsPolicy):
         return out
 
 
-def fluid_run(native: bool, toggle: bool = False, named: bool = False, flow_fields: bool = True,
-              tags: bool = True) -> tuple:
+def fluid_run(native: bool, named: bool = False, flow_fields: bool = True, tags: bool = True) -> tuple:
     """Flows of every stage with deadlines, layers and progress on a small fabric
-    (``toggle``: the policy switches between its C and Python paths now and then;
-    ``named``: the owner names the flows whose progress it changed;
+    (``named``: the owner names the flows whose progress it changed;
     ``flow_fields``: the engine's, so the policy's notes too; ``tags``: the
     policy's ``keeps_tags``)."""
     rng = np.random.default_rng(5)
@@ -78,15 +76,14 @@ def fluid_run(native: bool, toggle: bool = False, named: bool = False, flow_fiel
             net.reschedule(flows[k * 8: k * 8 + 8] if named else None)
             seen.append([(f.level, f.queue, f.dscp) for f in net.live])
         net.queue.push(float(k) * 2e-5, Priority.ARRIVAL, progress)
-        if toggle:  # between progress events: the next decisions see no reschedule
-            net.queue.push(float(k) * 2e-5 + 7e-6, Priority.ARRIVAL, lambda: setattr(policy, "native", not policy.native))
     net.run()
-    state = [getattr(policy, a).tolist() for a in ("_explicit_load", "_finished_bytes", "_rank", "_pruned")]
-    state += [getattr(policy.rmlq, a).tolist() for a in policy.rmlq._ARRAYS]
+    s = policy.state
+    state = (s.live_batches(), sorted(s.gone_batches()), sorted(s.pruned_names()), s.owners(flows))
     return ([f.finish.hex() for f in flows], [dict(f.state) for f in flows], seen, sorted(policy.infeasible),
             dict(net.bytes_delivered_by_stage), net.link_load.tolist(), net.events, repr(state), policy.asked)
 
 
+@native_only
 def test_incremental_decisions_equal_the_reference_and_decisions_on_snapshots():
     native, reference, plain = fluid_run(True), fluid_run(False), fluid_run(True, tags=False)
     asked_native, asked_reference, asked_plain = native[-1], reference[-1], plain[-1]
@@ -98,9 +95,10 @@ def test_incremental_decisions_equal_the_reference_and_decisions_on_snapshots():
     assert any(s.get("rmlq_level", 7) < 3 for s in native[1]), "and promotions"
 
 
+@native_only
 def test_progress_of_the_flows_the_owner_names_is_progress_of_all():
-    """``reschedule(flows)``: the C path reads the progress of those flows only
-    (some not arrived yet, some finished), and decides as the snapshot path,
+    """``reschedule(flows)``: the C core reads the progress of those flows only
+    (some not arrived yet, some finished), and decides as the reference,
     which reads every flow's."""
     named, snapshots = fluid_run(True, named=True), fluid_run(False, named=True)
     assert named[-1]["tagged"] > 500
@@ -210,7 +208,7 @@ def test_a_policy_without_tags_gets_a_plain_snapshot():
     assert seen and all(s == (0, True, None, None) for s in seen)
 
 
-@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("native", [pytest.param(True, marks=native_only), False])
 def test_an_owner_that_reads_no_flow_fields_gets_no_notes_and_the_same_run(native):
     """With ``flow_fields=False`` the engine tells the policy nobody reads
     ``Flow.state`` (``FlowPolicy.flow_notes``): MFS writes no ``rmlq_level``
@@ -223,32 +221,35 @@ def test_an_owner_that_reads_no_flow_fields_gets_no_notes_and_the_same_run(nativ
     assert [{k: v for k, v in st.items() if k != "rmlq_level"} for st in noted[1]] == quiet[1]
 
 
-def test_switching_paths_mid_run_changes_nothing():
-    """The C path's kept state (progress per slot, its list of non-zero
-    explicit-load links) is rebuilt after decisions on the reference, which
-    changes the arrays under it and gives the engine its slots as tags too."""
-    switching, snapshots = fluid_run(True, toggle=True), fluid_run(False)
-    assert switching[-1]["reference"] > 100 and switching[-1]["tagged"] > 100
-    assert switching[:-1] == snapshots[:-1]
+@native_only
+def test_the_reference_on_plain_snapshots_is_the_core_on_incremental_ones():
+    """The route is fixed at construction: each over the same run, the
+    reference deciding on plain snapshots (every column copied, no tags) runs
+    it as the C core on the engine's incremental ones."""
+    core, plain = fluid_run(True), fluid_run(False, tags=False)
+    assert plain[-1] == {"tagged": 0, "reference": 0, "snapshot": core[-1]["tagged"]}
+    assert core[:-1] == plain[:-1]
 
 
+@native_only
 def test_a_serving_run_is_the_same_on_either_path():
     mix = ("mixtral-8x22b", "qwen-conv")
     results = []
     for native in (True, False):
         cfg = ServingConfig(model=mix[0], cluster=ClusterConfig(servers=16), warmup=20)
         reqs = build_workload(RunSpec(cfg, mix[1], 0.7 * CAPACITY[mix], "mfs", 60, seed=1))
-        sim = ServingSimulator(cfg, reqs, "mfs")
-        sim.network.policy.native = native
+        sim = ServingSimulator(cfg, reqs, MfsPolicy(native=native))
+        assert sim.network.policy.native is native
         res = sim.run()
         results.append(([(s.ttft.hex(), s.batch) for s in res.measured], res.network_events))
     assert results[0] == results[1]
 
 
+@native_only
 def test_a_slot_out_of_range_is_an_error_not_a_write_out_of_bounds():
-    """The C step checks the indices it is handed (here a corrupted tag) before it writes anything."""
+    """The C core checks the indices it is handed (here a corrupted tag) before it writes anything."""
     topo = leaf_spine(8, 2, 1e9)
-    policy = MfsPolicy()
+    policy = MfsPolicy(native=True)
     net = FluidNetwork(topo, policy)
     flows = [Flow.on_path(f"f{i}", 1e6, topo.path(i, (i + 1) % 8), stage=Stage.REUSE, layer=2, current_layer=0)
              for i in range(3)]
@@ -257,5 +258,5 @@ def test_a_slot_out_of_range_is_an_error_not_a_write_out_of_bounds():
     net.queue.run(until=0.0)  # the first decision: slots in the tag column
     net._table.tag[1] = 10**9
     net.add_flow(Flow.on_path("late", 1e6, topo.path(4, 5), stage=Stage.REUSE))
-    with pytest.raises(RuntimeError, match="out of range"):
+    with pytest.raises(RuntimeError, match="is no live RMLQ slot of this policy"):
         net.queue.run(until=0.0)

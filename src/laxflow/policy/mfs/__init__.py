@@ -2,14 +2,14 @@
 
 The family, top down:
 
-* :mod:`.policy` -- :class:`MfsPolicy`: batch and request tables, RED order
-  and pruning (``set_order``, Algorithm 1), completion, ``forget``; and the
-  reference decision step, vectorized in NumPy (run when the C core is not
-  built, and the oracle the tests hold the core to);
-* :mod:`.core` -- the C core's binding (``_core``, built from ``core.c`` /
-  ``core.h`` by ``core_build.py``) and the CPython glue (``_glue``, from
-  ``glue.c``) that admits and completes flows in C;
-* the paper's rules it is built from, shared with the coordinator:
+* :mod:`.policy` -- :class:`MfsPolicy`, shared by both routes: the
+  coordinator's order, RED ranking and Algorithm 1's pruning, the
+  infeasible set and the notes on the flows;
+* its state and decision step, one of two, chosen at construction:
+  ``Core`` in the C extension ``_core`` (built from ``core.c``) when built,
+  else :class:`.reference.Reference` (Python and NumPy: the oracle the
+  tests hold the core to);
+* the paper's rules they are built from, shared with the coordinator:
   :mod:`laxflow.policy.rmlq`, :mod:`~laxflow.policy.mlu`,
   :mod:`~laxflow.policy.rli`, :mod:`~laxflow.policy.red`,
   :mod:`~laxflow.policy.arbitration`, :mod:`~laxflow.policy.inter_request`.
