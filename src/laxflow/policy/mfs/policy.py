@@ -51,12 +51,13 @@ every event: ``keeps_tags``; ``on_complete`` per finished flow), by the node
 daemon with the same objects, and by the coordinator's glue through
 ``set_order``. One instance per network, on its owner's one thread.
 """
+
 from __future__ import annotations
 
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
-from laxflow.policy.base import FlowPolicy, Snapshot, Decision
+from laxflow.policy.base import Decision, FlowPolicy, Snapshot
 from laxflow.policy.config import MfsConfig
 from laxflow.policy.dscp import DscpMap
 from laxflow.policy.flow import Flow, Stage
