@@ -31,8 +31,6 @@ import numpy as np
 from laxflow.policy.flow import Flow
 
 _NO_LAYER = -math.inf  # "no current layer known": any real layer is an advance
-# The order of a slot's tuple in Rmlq.facts.
-_FACTS = ("explicit", "stage", "bneck_link", "bneck_rate", "bneck_weight", "batch", "request", "target", "due")
 
 
 class Rmlq:
@@ -58,12 +56,6 @@ class Rmlq:
         self.request = np.zeros(cap, np.int64)  # index into the policy's request table
         self.layer_at = np.zeros(cap)  # current_layer when urgency was last set
         self.tick_at = np.zeros(cap, np.int64)  # period tick when urgency was last set
-        # Per slot, the static facts above as Python values (set at admission
-        # with the arrays, never changed after): the C core's admission and
-        # completion glue read a flow's facts from one tuple instead of one
-        # NumPy scalar each. (explicit, stage, bneck_link, bneck_rate, bneck_weight, batch,
-        # request, target, due); see :meth:`set_facts`.
-        self.facts: list[tuple | None] = []
 
     _ARRAYS = (
         "urgency", "explicit", "stage", "target", "due", "bneck_link", "bneck_rate",
@@ -84,7 +76,6 @@ class Rmlq:
         else:
             s = self._size
             self._size += 1
-            self.facts.append(None)
             if s >= len(self.urgency):
                 for name in self._ARRAYS:
                     old = getattr(self, name)
@@ -93,14 +84,6 @@ class Rmlq:
                     setattr(self, name, new)
         self.slot[flow] = s
         return s
-
-    def set_facts(self, slots: list[int]) -> None:
-        """Copy the static facts of ``slots`` from the arrays into :attr:`facts`
-        (after the admitting path wrote them: the very values the arrays hold)."""
-        idx = np.array(slots, np.int64)
-        columns = [getattr(self, name)[idx].tolist() for name in _FACTS]
-        for s, facts in zip(slots, zip(*columns)):
-            self.facts[s] = facts
 
     def release(self, flow: Flow) -> int | None:
         """Forget a finished flow (called from the policy's ``on_complete``); its

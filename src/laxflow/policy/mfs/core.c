@@ -86,7 +86,6 @@ typedef struct {
     double *load, *finished, *sent;
     uint8_t *is_finished, *has_sent, *in_nonzero;
     int64_t *finished_list, *touched_links, *nonzero;
-    int nonzero_valid;
     double last_t;
     int has_last_t;
     /* per decision */
@@ -126,54 +125,43 @@ static int reserve(void **p, int64_t *room, int64_t need, size_t elem)
     return 0;
 }
 
-/* Scratch and out-buffers of a decision over n flows. */
+/* Scratch of a decision over n flows (one block: nothing in it outlives a decision). */
 static int reserve_flows(Core *c, int64_t n)
 {
     if (n <= c->room_flows)
         return 0;
     int64_t room = n > 2 * c->room_flows ? n : 2 * c->room_flows;
-    void *p[5] = {realloc(c->pos_slot, 8 * room), realloc(c->noted, 16 * room), realloc(c->bad, 8 * room),
-                  realloc(c->is_new, room), realloc(c->keys, sizeof(Key) * room)};
-    c->pos_slot = p[0] ? p[0] : c->pos_slot;
-    c->noted = p[1] ? p[1] : c->noted;
-    c->bad = p[2] ? p[2] : c->bad;
-    c->is_new = p[3] ? p[3] : c->is_new;
-    c->keys = p[4] ? p[4] : c->keys;
-    if (!p[0] || !p[1] || !p[2] || !p[3] || !p[4]) {
+    char *block = malloc((size_t)room * (sizeof(Key) + 8 * 4 + 1));
+    if (!block) {
         PyErr_NoMemory();
         return -1;
     }
+    free(c->keys);
+    c->keys = (Key *)block;
+    c->pos_slot = (int64_t *)(block + sizeof(Key) * room);
+    c->noted = c->pos_slot + room; /* (pairs) */
+    c->bad = c->noted + 2 * room;
+    c->is_new = (uint8_t *)(c->bad + room);
     c->room_flows = room;
     return 0;
 }
 
-/* Per-link arrays for `links` links: the averages start over at 0 (the network changed). */
+/* Per-link arrays for `links` links (one block): the averages start over at 0 (the network changed). */
 static int fit_links(Core *c, int64_t links)
 {
     size_t n = (size_t)(links ? links : 1);
-    double *d[3] = {calloc(n, 8), calloc(n, 8), calloc(n, 8)};
-    uint8_t *u[3] = {calloc(n, 1), calloc(n, 1), calloc(n, 1)};
-    int64_t *i[3] = {calloc(n, 8), calloc(n, 8), calloc(n, 8)};
-    int bad = 0;
-    for (int k = 0; k < 3; k++)
-        bad |= !d[k] || !u[k] || !i[k];
-    if (bad) {
-        for (int k = 0; k < 3; k++) {
-            free(d[k]);
-            free(u[k]);
-            free(i[k]);
-        }
+    char *block = calloc(n, 6 * 8 + 3);
+    if (!block) {
         PyErr_NoMemory();
         return -1;
     }
-    free(c->load), free(c->finished), free(c->sent), free(c->is_finished), free(c->has_sent), free(c->in_nonzero);
-    free(c->finished_list), free(c->touched_links), free(c->nonzero);
-    c->load = d[0], c->finished = d[1], c->sent = d[2];
-    c->is_finished = u[0], c->has_sent = u[1], c->in_nonzero = u[2];
-    c->finished_list = i[0], c->touched_links = i[1], c->nonzero = i[2];
+    free(c->load);
+    c->load = (double *)block, c->finished = c->load + n, c->sent = c->finished + n;
+    c->finished_list = (int64_t *)(c->sent + n), c->touched_links = c->finished_list + n;
+    c->nonzero = c->touched_links + n;
+    c->is_finished = (uint8_t *)(c->nonzero + n), c->has_sent = c->is_finished + n, c->in_nonzero = c->has_sent + n;
     c->links = links;
     c->n_finished = c->n_nonzero = 0;
-    c->nonzero_valid = 1;
     return 0;
 }
 
@@ -658,15 +646,8 @@ static void measure(Core *c, int64_t n, const double *remaining, double dt)
             util = 1.0;
         sent[link] = util + (load[link] - util) * decay;
     }
-    /* load *= decay on every link: 0.0 (or -0.0) stays as it is, so only the listed links; one that
-     * reaches 0.0 leaves the list. */
-    if (!c->nonzero_valid) {
-        c->n_nonzero = 0;
-        for (int64_t l = 0; l < c->links; l++)
-            if ((c->in_nonzero[l] = load[l] != 0.0))
-                c->nonzero[c->n_nonzero++] = l;
-        c->nonzero_valid = 1;
-    }
+    /* load *= decay on every link: 0.0 (or -0.0) stays as it is, so only the listed links (those whose
+     * average is not 0.0); one that reaches 0.0 leaves the list. */
     for (int64_t j = 0; j < c->n_nonzero;) {
         int64_t l = c->nonzero[j];
         load[l] *= decay;
@@ -1570,9 +1551,7 @@ static void core_dealloc(Core *c)
     for (int64_t r = 0; r < c->n_requests; r++)
         Py_XDECREF(c->requests[r].name);
     void *blocks[] = {c->thresholds, c->dscp, c->slots, c->free_slots, c->batches, c->free_batches, c->touched,
-                      c->requests, c->free_requests, c->load, c->finished, c->sent, c->is_finished, c->has_sent,
-                      c->in_nonzero, c->finished_list, c->touched_links, c->nonzero, c->pos_slot, c->noted, c->bad,
-                      c->is_new, c->keys};
+                      c->requests, c->free_requests, c->load, c->keys};
     for (size_t j = 0; j < sizeof blocks / sizeof *blocks; j++)
         free(blocks[j]);
     Py_TYPE(c)->tp_free((PyObject *)c);
