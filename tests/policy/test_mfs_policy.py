@@ -111,6 +111,13 @@ def test_bad_calls_are_errors(native):
                           load_window=0.5))
     with pytest.raises(TypeError):
         p.state.decide()
+    far = Flow.on_path("far", 1.0, [0, 5], stage=Stage.REUSE)
+    with pytest.raises(ValueError, match="flow 'far' uses link 5, but the network has 2 links"):
+        p.decide(Snapshot(now=0.0, flows=[far], remaining=np.ones(1), capacity=np.ones(2), link_load=np.zeros(2),
+                          load_window=p.config.load_window))
+    with pytest.raises(ValueError, match="Snapshot.remaining has 2 values for 1 flows"):
+        p.decide(Snapshot(now=0.0, flows=[f], remaining=np.ones(2), capacity=np.ones(1), link_load=np.zeros(1),
+                          load_window=p.config.load_window))
     with pytest.raises(IndexError):
         p.state.set_ranks([(10**9, 0)], None)
     with pytest.raises((KeyError, IndexError)):

@@ -65,6 +65,11 @@ class Rmlq:
     def __len__(self) -> int:
         return len(self.slot)
 
+    @property
+    def allocated(self) -> int:
+        """Slots handed out so far, free ones included (the most flows live at once)."""
+        return self._size
+
     def tick(self, now: float) -> int:
         """Index of the period tick containing ``now`` (robust to float dust)."""
         return int(math.floor(now / self.period + 1e-9))

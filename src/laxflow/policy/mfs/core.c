@@ -968,6 +968,11 @@ static PyObject *core_decide(Core *c, PyObject *snap)
     if (get_buffer(rem_o, 'd', n, &rem_b, &rem_t, "Snapshot.remaining"))
         goto out;
     have_rem = 1;
+    if (rem_b.len / 8 != n) {
+        PyErr_Format(PyExc_ValueError, "mfs: Snapshot.remaining has %zd values for %lld flows", rem_b.len / 8,
+                     (long long)n);
+        goto out;
+    }
     if (links != c->links && fit_links(c, links))
         goto out;
     c->capacity = cap_b.buf;

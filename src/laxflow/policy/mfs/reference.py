@@ -104,6 +104,8 @@ class Reference:
         if n == 0:
             empty = np.zeros(0, np.int64)
             return self._decision(level=empty, queue=empty, dscp=np.zeros(0, np.uint8))
+        if len(snap.remaining) != n:
+            raise ValueError(f"mfs: Snapshot.remaining has {len(snap.remaining)} values for {n} flows")
         now, t = snap.now, self._t
         slot = t.slot
         idx = np.fromiter([slot.get(f, -1) for f in flows], np.int64, n)
@@ -484,7 +486,7 @@ class Reference:
 
     def sizes(self) -> dict[str, int]:
         """Table sizes, free entries included (for tests)."""
-        return {"slots": len(self._t.urgency), "batches": len(self._batch_names),
+        return {"slots": self._t.allocated, "batches": len(self._batch_names),
                 "requests": len(self._request_names), "live_batches": len(self._live_flows),
                 "red_memo": len(self._red_by_requests)}
 
@@ -493,6 +495,9 @@ def bottleneck(f: Flow, capacity: np.ndarray) -> tuple[int, float, float]:
     """A flow's bottleneck alone: (first link attaining the min of capacity /
     weight, that min, the flow's weight there)."""
     links, weights = f.links.tolist(), f.weights.tolist()
+    for link in links:
+        if not 0 <= link < len(capacity):
+            raise ValueError(f"mfs: flow {f.id!r} uses link {link}, but the network has {len(capacity)} links")
     per_link = [_ratio(c, w) for c, w in zip(capacity[f.links].tolist(), weights)]
     best = min(per_link)
     first = per_link.index(best)
