@@ -5,6 +5,9 @@ then on driven only by events on the shared queue (compute segments ending,
 flows completing). It sees the simulator only through a narrow
 :class:`BatchContext` (queue, network, model, cluster, two callbacks), and
 tells it when its compute ends and when a request's last P2D byte lands.
+Every transfer it issues becomes flows through the run's
+:class:`~laxflow.sim.serving.instances.fabric.Fabric` (``BatchContext.fabric``:
+shapes once per batch, flows per layer, bytes delivered per stage).
 
 A batch is one step of the unit: every attention-DP rank's own batch
 together (the MoE all-to-alls synchronize the ranks layer by layer).
@@ -37,16 +40,17 @@ for a collective the rest of its layer and the layers after it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Sequence
-
-import numpy as np
+from typing import Callable, Sequence
 
 from laxflow.policy.flow import Flow, Stage
 from laxflow.sim.events import EventQueue, Priority
 from laxflow.sim.network import FluidNetwork
-from laxflow.sim.serving.cluster import Cluster, Pattern, Unit
+from laxflow.sim.serving.cluster import Cluster, Unit
+from laxflow.sim.serving.instances.fabric import Fabric, Shape
 from laxflow.sim.serving.plan import LayerPlan, ModelRunner
 from laxflow.sim.serving.request_state import RequestState
+
+__all__ = ["BatchContext", "BatchRun", "Shape"]  # Shape: its home is instances/fabric.py now (re-exported)
 
 
 @dataclass
@@ -60,22 +64,15 @@ class BatchContext:
     reuse_lookahead: int | None
     compute_done: Callable[["BatchRun"], None]  # the batch's last layer computed: free the unit
     request_done: Callable[[RequestState, float], None]  # a request's last P2D byte landed at this time
-    # Bytes each stage's flows delivered over the network (true bytes, not the engine's per-pair units).
-    delivered: dict[str, float] = field(default_factory=lambda: {"reuse": 0.0, "collective": 0.0, "p2d": 0.0})
+    fabric: Fabric = field(init=False)  # the run's transfers as flows (over cluster and network)
 
+    def __post_init__(self) -> None:
+        self.fabric = Fabric(self.queue, self.network, self.cluster, self.cluster.config.nvswitch_bytes_per_s)
 
-class Shape(NamedTuple):
-    """One transfer of a batch with its payload applied to its pattern: what every flow issued for it
-    shares, computed once per batch (a transfer repeats layer after layer) by :meth:`BatchRun._shape`."""
-
-    stage: Stage
-    net: float  # bytes over the network, true bytes (0: no network part)
-    size: float  # the flow's size, in the engine's per-pair units
-    links: np.ndarray  # the pattern's read-only usage arrays (the engine caches their merge by id)
-    weights: np.ndarray
-    intra: float  # s of the busiest GPU's NVSwitch part
-    intra_event: bool  # whether the NVSwitch part gets its own event (it may land after the network part)
-    key: str  # the stage's key in BatchContext.delivered (its value, read once: an enum property per flow is not free)
+    @property
+    def delivered(self) -> dict[str, float]:
+        """Bytes each stage's flows delivered over the network (true bytes, not the engine's per-pair units)."""
+        return self.fabric.delivered
 
 
 class BatchRun:
@@ -100,14 +97,17 @@ class BatchRun:
         self.cct: list[float] = []  # s per layer, stage-2 collectives (dispatch + combine, ...)
         # s per layer, the same collectives alone on an idle fabric (analytic, from bytes and idle
         # bottleneck rates at batch start): CCT / idle_cct is the contention a policy could remove.
-        self._nvswitch = sim.cluster.config.nvswitch_bytes_per_s  # bytes/s per GPU (read per transfer)
-        self.idle_cct = plan.idle_cct(self._nvswitch)
+        self._fabric = sim.fabric
+        # Fabric.issue bound once (called per flow): (fid, shape, layer, deadline, downstream, request, batch,
+        # current_layer, compute_done, live flows, then, arg) -> parts that will call then(arg).
+        self._issue = sim.fabric.issue
+        self.idle_cct = plan.idle_cct(sim.fabric.nvswitch)
         self._pending_reuse = [0] * self.num_layers
         self._reuse_issued = 0  # layers whose reuse groups are issued
         self._reuse_groups: list[tuple[str, Shape]] = []  # per holder (its name): one layer's fetch
         # Per collective segment (by index in plan.segments): its shape, its bytes charged to each request,
         # and the compute left in the layer after it.
-        self._collectives = {k: (self._shape(Stage.COLLECTIVE, seg.per_gpu_bytes, seg.pattern),
+        self._collectives = {k: (self._fabric.shape(Stage.COLLECTIVE, seg.per_gpu_bytes, seg.pattern),
                                  seg.network_bytes / len(self.states), plan.compute_after(k))
                              for k, seg in enumerate(plan.segments) if seg.kind != "compute"}
         self._p2d: list[tuple[RequestState, float, Shape]] | None = None  # per request: p2d bytes, shape of a layer
@@ -149,7 +149,7 @@ class BatchRun:
             payload = sum(tokens for _, _, tokens in by_holder[h])
             for s, _, tokens in by_holder[h]:
                 s.add_bytes("reuse", pattern.net_bytes * tokens / payload * self.num_layers)
-            self._reuse_groups.append((holder.name, self._shape(Stage.REUSE, 1.0, pattern)))
+            self._reuse_groups.append((holder.name, self._fabric.shape(Stage.REUSE, 1.0, pattern)))
         ahead = self.sim.reuse_lookahead
         self._issue_reuse_until(self.num_layers if ahead is None else min(self.num_layers, ahead))
         self._begin_layer(0)
@@ -160,8 +160,9 @@ class BatchRun:
             self._reuse_issued += 1
             downstream = (self.num_layers - j) * self.plan.compute
             for holder, shape in self._reuse_groups:
-                done = self._transfer(f"{self.tag}.L{j}.reuse.{holder}", shape, j, self.deadline, downstream,
-                                      self.urgent_request, self._reuse_done, j)
+                done = self._issue(f"{self.tag}.L{j}.reuse.{holder}", shape, j, self.deadline, downstream,
+                                   self.urgent_request, self.tag, self.layer, self.compute_end is not None,
+                                   self.flows, self._reuse_done, j)
                 self._pending_reuse[j] += done
 
     # -- layers ---------------------------------------------------------------------
@@ -201,9 +202,10 @@ class BatchRun:
             shape, per_request, after = self._collectives[k]
             downstream = after + (self.num_layers - 1 - self.layer) * self.plan.compute
             self._coll_start = queue.now
-            self._coll_pending = self._transfer(
+            self._coll_pending = self._issue(
                 f"{self.tag}.L{self.layer}.{seg.name}", shape, self.layer, self.deadline, downstream,
-                self.urgent_request, self._collective_part_done, k,
+                self.urgent_request, self.tag, self.layer, self.compute_end is not None, self.flows,
+                self._collective_part_done, k,
             )
             for s in self.states:
                 s.add_bytes("collective", per_request)
@@ -269,9 +271,11 @@ class BatchRun:
         self.cct.append(self._layer_cct)
         if self._p2d is None:
             self._p2d = self._p2d_shapes()
+        done = self.compute_end is not None
         for s, nbytes, shape in self._p2d:
             s.add_bytes("p2d", nbytes)
-            s.p2d_pending += self._transfer(f"{s.id}.L{j}.p2d", shape, j, s.deadline, 0.0, s.id, self._p2d_done, s)
+            s.p2d_pending += self._issue(f"{s.id}.L{j}.p2d", shape, j, s.deadline, 0.0, s.id, self.tag, j, done,
+                                         self.flows, self._p2d_done, s)
         if j + 1 < self.num_layers:
             if self.check is not None:
                 self._work = (j + 1) * self.plan.compute  # exact at a layer end (no float drift)
@@ -299,51 +303,14 @@ class BatchRun:
 
     # -- flows ------------------------------------------------------------------------
 
-    def _shape(self, stage: Stage, payload: float, pattern: Pattern) -> Shape:
-        """``payload`` of ``pattern`` as issued by :meth:`_transfer` (the same float operations, done once)."""
-        net = payload * pattern.net_bytes
-        intra = payload * pattern.intra_bytes / self._nvswitch
-        # The network part cannot land sooner than at its idle bottleneck rate,
-        # so an NVSwitch part no longer than that never decides: skip its event.
-        intra_event = intra > 0 and (net <= 0 or intra > net / pattern.bottleneck)
-        size = net / pattern.pairs if net > 0 else 0.0
-        return Shape(stage, net, size, pattern.links, pattern.weights, intra, intra_event, stage.value)
-
     def _p2d_shapes(self) -> list[tuple[RequestState, float, Shape]]:
         """Per request: the network bytes of one layer's KV to its decode unit, and that transfer's shape."""
-        runner, cluster = self.sim.runner, self.sim.cluster
+        runner, cluster, move = self.sim.runner, self.sim.cluster, self._fabric.move
         kv = runner.kv_transfer_bytes_per_token_per_layer
         out = []
         for s in self.states:
-            nbytes = s.input_tokens * kv
             decode = cluster.decode_units[s.route.decode]
-            pattern = cluster.transfer(runner.kv_gpus(self.unit, s.rank), runner.kv_gpus(decode, s.rank))
-            out.append((s, nbytes * pattern.net_bytes, self._shape(Stage.P2D, nbytes, pattern)))
+            shape = move(Stage.P2D, s.input_tokens * kv, runner.kv_gpus(self.unit, s.rank),
+                         runner.kv_gpus(decode, s.rank))
+            out.append((s, shape.net, shape))
         return out
-
-    def _transfer(self, fid: str, shape: Shape, layer: int, deadline: float, downstream: float, request: str,
-                  then, arg) -> int:
-        """Issue a transfer's network flow and NVSwitch part; returns how many parts call ``then(arg)``."""
-        parts = 0
-        net = shape.net
-        if net > 0:
-            # In per-pair units (cluster.py: every point-to-point flow of the group is one flow at each link).
-            # The shape's arrays are the pattern's validated int64/float64 ones: no checks needed.
-            flow = Flow.trusted(
-                fid, shape.size, shape.links, shape.weights, stage=shape.stage, request=request, batch=self.tag,
-                deadline=deadline, downstream=downstream, layer=layer, current_layer=self.layer,
-                compute_done=self.compute_end is not None,
-            )
-            self.flows[id(flow)] = flow
-
-            def landed(f: Flow, then=then, arg=arg, net=net, key=shape.key) -> None:
-                self.flows.pop(id(f), None)
-                self.sim.delivered[key] += net
-                then(arg)
-
-            self.sim.network.add_flow(flow, landed)
-            parts += 1
-        if shape.intra_event:
-            self.sim.queue.push(self.sim.queue.now + shape.intra, Priority.COMPUTE, then, arg)
-            parts += 1
-        return parts

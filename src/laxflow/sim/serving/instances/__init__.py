@@ -11,7 +11,9 @@ Modules: ``config`` (InstanceSimConfig), ``profile`` (step time from the
 compute model, BatchSample profile), ``instance`` (Seq, Instance: one step),
 ``decode`` (decode-instance batch former), ``dispatch`` (the Dispatcher plug
 point; RouterDispatcher), ``engine`` (InstanceEngine: the event loop and the
-pool manager's API), ``metrics``, ``run`` (a RunSpec on this engine).
+pool manager's API), ``fabric`` (transfers as flows on the run's network,
+shared with the unit-level ``batch.py``), ``metrics``, ``run`` (a RunSpec on
+this engine).
 """
 
 from laxflow.sim.serving.instances.config import InstanceSimConfig

@@ -1,0 +1,115 @@
+"""Transfers as flows: every byte a serving engine moves between GPUs, on the run's flow-level network.
+
+One :class:`Fabric` per run, built by its engine (the unit-level
+:class:`~laxflow.sim.serving.batch.BatchContext`, the iteration-level
+:class:`~.engine.InstanceEngine`) over a :class:`~laxflow.sim.serving.cluster.Cluster`
+(topology plus which server each GPU sits on) and the run's
+:class:`~laxflow.sim.network.FluidNetwork`; everything runs on the engine's
+one thread and :class:`~laxflow.sim.events.EventQueue`.
+
+A transfer is (stage, bytes, source GPUs, destination GPUs, deadline, layer,
+downstream). Its bytes between GPUs of different servers are one flow group
+on the network (per-pair units, see ``cluster.py``), under the run's flow
+policy; its bytes between GPUs of one server ride NVSwitch, which is not
+shared: a time at ``nvswitch_bytes_per_s`` for the busiest GPU, its own event
+only when it can land after the network part. The work is split in two so the
+hot path stays cheap (hundreds of thousands of flows at paper scale):
+
+* :meth:`Fabric.shape` / :meth:`Fabric.move`, once per transfer shape (a
+  batch's collective repeats every layer, a request's per-layer KV is the
+  same every layer): a :class:`Shape` holding the float results every flow of
+  that shape shares;
+* :meth:`Fabric.issue`, once per flow: the flow on the network (and the
+  NVSwitch event), the bytes counted per stage in :attr:`Fabric.delivered`
+  when the network part lands.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Sequence
+
+import numpy as np
+
+from laxflow.policy.flow import Flow, Stage
+from laxflow.sim.events import EventQueue, Priority
+from laxflow.sim.network import FluidNetwork
+from laxflow.sim.serving.cluster import Cluster, Pattern
+
+
+class Shape(NamedTuple):
+    """One transfer with its payload applied to its pattern: what every flow issued for it shares,
+    computed once (a transfer repeats layer after layer) by :meth:`Fabric.shape`."""
+
+    stage: Stage
+    net: float  # bytes over the network, true bytes (0: no network part)
+    size: float  # the flow's size, in the engine's per-pair units
+    links: np.ndarray  # the pattern's read-only usage arrays (the engine caches their merge by id)
+    weights: np.ndarray
+    intra: float  # s of the busiest GPU's NVSwitch part
+    intra_event: bool  # whether the NVSwitch part gets its own event (it may land after the network part)
+    key: str  # the stage's key in Fabric.delivered (its value, read once: an enum property per flow is not free)
+
+
+class Fabric:
+    """The run's transfers: shapes from the cluster's patterns, flows on its network, bytes per stage."""
+
+    def __init__(self, queue: EventQueue, network: FluidNetwork, cluster: Cluster,
+                 nvswitch_bytes_per_s: float) -> None:
+        self.queue = queue
+        self.network = network
+        self.cluster = cluster
+        self.nvswitch = nvswitch_bytes_per_s  # bytes/s per GPU
+        # Bytes each stage's flows delivered over the network (true bytes, not the engine's per-pair units).
+        self.delivered: dict[str, float] = {"reuse": 0.0, "collective": 0.0, "p2d": 0.0}
+
+    # -- shapes (once per transfer shape) -----------------------------------------------
+
+    def shape(self, stage: Stage, payload: float, pattern: Pattern) -> Shape:
+        """``payload`` of ``pattern`` as issued by :meth:`issue` (the same float operations, done once)."""
+        net = payload * pattern.net_bytes
+        intra = payload * pattern.intra_bytes / self.nvswitch
+        # The network part cannot land sooner than at its idle bottleneck rate,
+        # so an NVSwitch part no longer than that never decides: skip its event.
+        intra_event = intra > 0 and (net <= 0 or intra > net / pattern.bottleneck)
+        size = net / pattern.pairs if net > 0 else 0.0
+        return Shape(stage, net, size, pattern.links, pattern.weights, intra, intra_event, stage.value)
+
+    def move(self, stage: Stage, nbytes: float, src: Sequence[int], dst: Sequence[int]) -> Shape:
+        """``nbytes`` sharded evenly over GPUs ``src``, GPU k to GPU ``dst[k mod |dst|]`` (a KV move)."""
+        return self.shape(stage, nbytes, self.cluster.transfer(src, dst))
+
+    # -- flows (once per flow) ---------------------------------------------------------
+
+    def issue(self, fid: str, shape: Shape, layer: int | None, deadline: float | None, downstream: float,
+              request: str, batch: str, current_layer: int | None, compute_done: bool, live: dict[int, Flow],
+              then: Callable[[Any], None], arg: Any) -> int:
+        """Issue one transfer of ``shape`` now; returns how many parts will call ``then(arg)`` (0: none).
+
+        ``live`` holds the network flow by ``id(flow)`` until its last byte lands
+        (its owner updates ``current_layer`` / ``compute_done`` there and names
+        them to ``network.reschedule``). Positional only on purpose: the hot path.
+        """
+        parts = 0
+        net = shape.net
+        if net > 0:
+            # In per-pair units (cluster.py: every point-to-point flow of the group is one flow at each link).
+            # The shape's arrays are the pattern's validated int64/float64 ones: no checks needed.
+            flow = Flow.trusted(
+                fid, shape.size, shape.links, shape.weights, stage=shape.stage, request=request, batch=batch,
+                deadline=deadline, downstream=downstream, layer=layer, current_layer=current_layer,
+                compute_done=compute_done,
+            )
+            live[id(flow)] = flow
+            delivered = self.delivered
+
+            def landed(f: Flow, then=then, arg=arg, net=net, key=shape.key) -> None:
+                live.pop(id(f), None)
+                delivered[key] += net
+                then(arg)
+
+            self.network.add_flow(flow, landed)
+            parts += 1
+        if shape.intra_event:
+            self.queue.push(self.queue.now + shape.intra, Priority.COMPUTE, then, arg)
+            parts += 1
+        return parts
