@@ -65,6 +65,8 @@ FLAGS: tuple[Flag, ...] = (
          "integrations.pools)."),
     Flag("instances", "--instances", "str", "Instance engine: N PD-colocated instances, or P:D prefill:decode "
          "instances (disaggregated); the rate is then requests/s per instance (default 1)."),
+    Flag("network", "--network", "str", "Instance engine: fabric (every transfer is a flow on the network under "
+         "the flow policy; default) or ideal (transfers cost nothing and land at once)."),
     Flag("dispatch", "--dispatch", "str", "Prefill-unit routing: load (prefix overlap + queued tokens; default) "
          "or ttft (network-inclusive TTFT estimate, as the hooks' dispatch_advice)."),
     Flag("requests", "--requests", "int", "Measured requests per run (default 1024; at most 1,000,000 with "

@@ -1,16 +1,18 @@
-"""instances/fabric.py on a hand-checked 2-server cluster: a transfer's network part, NVSwitch part, bytes per stage."""
+"""instances/fabric.py on hand-checked clusters: a transfer's network and NVSwitch parts, bytes per stage, the
+instance engine's placement and --network ideal."""
 
 from __future__ import annotations
 
 import pytest
 
+from laxflow.errors import UserError
 from laxflow.policy.flow import Stage
 from laxflow.policy.registry import create_policy
 from laxflow.sim.events import EventQueue
 from laxflow.sim.network import FluidNetwork
 from laxflow.sim.serving.cluster import Cluster
 from laxflow.sim.serving.config import ClusterConfig
-from laxflow.sim.serving.instances.fabric import Fabric
+from laxflow.sim.serving.instances.fabric import Fabric, IdealFabric, create_fabric, instance_ports
 
 NIC = 100.0  # Gbit/s per NIC
 NVS = 800.0  # Gbit/s per GPU over NVSwitch
@@ -70,3 +72,35 @@ def test_a_move_within_one_gpu_costs_nothing_and_calls_nothing():
     fabric = _fabric()
     parts, landed = _run(fabric, "x", fabric.move(Stage.P2D, 1e9, (0,), (0,)), {})
     assert parts == 0 and landed == []
+
+
+def test_instance_ports_give_each_instance_one_server_and_one_port():
+    cluster, gpus = instance_ports(["i0", "i1", "i2"], 25e9)
+    assert gpus == {"i0": (0,), "i1": (1,), "i2": (2,)} and cluster.config is None
+    assert [cluster.server_of(g) for g in range(3)] == [0, 1, 2] and cluster.prefill_units == []
+    queue = EventQueue()
+    fabric = Fabric(queue, FluidNetwork(cluster.topology, create_policy("fs"), queue, flow_fields=False), cluster, 1e12)
+    shape = fabric.move(Stage.P2D, 5e9, gpus["i2"], gpus["i0"])
+    assert (shape.net, shape.size, shape.intra_event) == (5e9, 5e9, False)  # one flow: the whole KV, port to port
+    assert sorted(cluster.topology.link_ids[i] for i in shape.links) == ["nic0.in", "nic2.out"]
+    _, landed = _run(fabric, "r0.kv", shape, {})
+    assert landed == [pytest.approx(5e9 / 25e9)]
+
+
+def test_ideal_fabric_lands_every_transfer_at_once_and_still_counts_its_bytes():
+    config = ClusterConfig(servers=2, gpus_per_server=2, nic_gbps=NIC, nvswitch_gbps=NVS, topology="big-switch")
+    cluster = Cluster(config, prefill_unit_gpus=2)
+    queue = EventQueue()
+    queue.push(1.5, 0, lambda: None)
+    queue.run()  # now = 1.5
+    fabric = create_fabric("ideal", queue, FluidNetwork(cluster.topology, create_policy("fs"), queue), cluster,
+                           config.nvswitch_bytes_per_s)
+    assert isinstance(fabric, IdealFabric)
+    for src, dst in (((0, 1), (2, 3)), ((0,), (1,))):  # across the network; over NVSwitch
+        live: dict = {}
+        parts, landed = _run(fabric, "x", fabric.move(Stage.P2D, 1e9, src, dst), live)
+        assert parts == 1 and landed == [1.5] and live == {}
+    assert fabric.delivered["p2d"] == pytest.approx(1e9) and fabric.network.events == 0
+    assert _run(fabric, "x", fabric.move(Stage.P2D, 1e9, (0,), (0,)), {}) == (0, [])
+    with pytest.raises(UserError, match=r"--network: unknown 'free' \(expected one of fabric, ideal\)"):
+        create_fabric("free", queue, fabric.network, cluster, 1.0)

@@ -132,6 +132,28 @@ def test_disaggregated_kv_crosses_the_network_before_decode():
     assert res.instances["i1"]["steps"] == 2 and res.instances["i0"]["steps"] == 4  # 2000 tokens in 512 chunks
 
 
+def test_ideal_network_lands_the_kv_at_once_and_counts_its_bytes():
+    runs = {net: InstanceEngine(_cfg(instances=2, prefill_instances=1, network=net), [_req(0, 0.0, 2000, 3)])
+            for net in ("fabric", "ideal")}
+    res = {net: eng.run() for net, eng in runs.items()}
+    kv = 2000 * StepTimer(DEP).kv_bytes_per_token()
+    fab, ideal = res["fabric"].seqs[0], res["ideal"].seqs[0]
+    assert ideal.token_times[0] == fab.token_times[0]  # the prefill is the same
+    port = get_deployment(DEP).nic_gbps * 1e9 / 8
+    assert ideal.token_times[1] == pytest.approx(fab.token_times[1] - kv / port, rel=1e-9)  # no transfer time
+    assert res["ideal"].network_events == 0 < res["fabric"].network_events
+    for net in ("fabric", "ideal"):
+        assert runs[net].fabric.delivered == {"reuse": 0.0, "collective": 0.0, "p2d": kv}
+        assert res[net].p2d_bytes == kv and runs[net].p2d_flows == {}
+
+
+def test_ideal_network_changes_nothing_on_colocated_instances():
+    reqs = [_req(i, 0.01 * i, 300 + 50 * i, 4) for i in range(12)]
+    times = {net: [s.token_times for s in InstanceEngine(_cfg(instances=2, network=net), reqs).run().seqs]
+             for net in ("fabric", "ideal")}
+    assert times["fabric"] == times["ideal"]
+
+
 def test_dplb_spreads_and_pab_avoids_the_loaded_instance():
     reqs = [_req(0, 0.0, 4000, 5), _req(1, 0.0, 100, 5)]
     eng = InstanceEngine(_cfg(instances=2), reqs)
@@ -177,6 +199,8 @@ def test_bad_config_is_one_user_error():
         _cfg(router="nope")
     with pytest.raises(UserError, match="--instances"):
         _cfg(instances=2, prefill_instances=2)
+    with pytest.raises(UserError, match="--network: unknown 'free' \\(expected one of fabric, ideal\\)"):
+        _cfg(network="free")
     with pytest.raises(UserError, match="--prefill fairbatching: .*max_token_budget"):
         InstanceEngine(_cfg(scheduler="fairbatching", scheduler_options={"max_token_budget": 0}),
                        [_req(0, 0.0, 10, 2)])

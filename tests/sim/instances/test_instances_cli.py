@@ -47,6 +47,36 @@ def test_bad_engine_flags_are_one_line(laxflow_cli):
     assert code != 0 and "has no TPOT SLO" in err
 
 
+def test_network_choice_from_the_line_and_the_config_file(laxflow_cli, tmp_path):
+    runs = {}
+    for net in ("fabric", "ideal"):
+        code, out, err = laxflow_cli(*ARGS, "--prefill", "sarathi", "--instances", "1:1", "--network", net,
+                                     "--json", "-")
+        assert code == 0, err
+        data = json.loads(out)
+        assert data["config"]["network"] == net
+        (runs[net],) = data["results"]
+    assert runs["ideal"]["tpot_mean"] < runs["fabric"]["tpot_mean"]  # no KV transfer before the first decode step
+    assert runs["ideal"]["ttft_mean"] == runs["fabric"]["ttft_mean"]  # the first token leaves the prefill instance
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('network = "ideal"\ninstances = "1:1"\n')
+    code, out, err = laxflow_cli(*ARGS, "--config", str(cfg), "--json", "-")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["config"]["network"] == "ideal" and data["results"][0]["tpot_mean"] == runs["ideal"]["tpot_mean"]
+
+
+def test_bad_network_is_one_line(laxflow_cli):
+    for extra, expect in (
+        (["--instances", "1:1", "--network", "free"], "--network: unknown 'free' (expected one of fabric, ideal)"),
+        (["--network", "ideal", "--workload", "qwen-conv"], "--network ideal: only the instance engine"),
+    ):
+        args = [*ARGS, *extra] if "--workload" not in extra else ["sim", "serve", "--quiet", *extra]
+        code, _, err = laxflow_cli(*args)
+        assert code != 0 and expect in err, (extra, err)
+        assert len(err.strip().splitlines()) == 1
+
+
 def test_config_file_takes_engine_keys(laxflow_cli, tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('prefill = ["sjf"]\nrouter = "minload"\ninstances = "2"\n')

@@ -76,6 +76,7 @@ class Cluster:
         config.validate()
         self.config = config
         g = config.gpus_per_server
+        self.gpus_per_server = g
         self.num_gpus = config.servers * g
         cap = config.nic_bytes_per_s
         if config.topology == "fat-tree":
@@ -104,12 +105,29 @@ class Cluster:
         ]
         self._patterns: dict[tuple, Pattern] = {}
 
+    @classmethod
+    def on_topology(cls, topology: Topology, gpus_per_server: int) -> "Cluster":
+        """GPU (= NIC) ``g`` of ``topology`` on server ``g // gpus_per_server``, and nothing placed.
+
+        For an engine that places its own replicas and asks only transfer
+        patterns (the iteration-level engine: ``instances/fabric.py``'s
+        ``instance_ports``); no ``ClusterConfig`` (``config`` is None) and no units.
+        """
+        self = cls.__new__(cls)
+        self.config = None  # type: ignore[assignment]
+        self.gpus_per_server = gpus_per_server
+        self.num_gpus = topology.num_nics
+        self.topology = topology
+        self.prefill_units, self.decode_units = [], []
+        self._patterns = {}
+        return self
+
     @property
     def prefill_gpus(self) -> int:
         return sum(len(u.gpus) for u in self.prefill_units)
 
     def server_of(self, gpu: int) -> int:
-        return gpu // self.config.gpus_per_server
+        return gpu // self.gpus_per_server
 
     # -- patterns ------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from laxflow.errors import UserError
 # Every policy runs with these; none is tuned to a workload or preset.
 DEFAULT_DEPLOYMENT = "llama3-8b-tp1-a800"  # FairBatching's LLaMA3.1-8B on one A800 (its Table 1)
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV
+NETWORKS = ("fabric", "ideal")  # --network: transfers are flows (instances/fabric.py; default) or cost nothing
 
 
 @dataclass
@@ -43,6 +44,7 @@ class InstanceSimConfig:
     w_p: float | None = None  # TDG first-token weight; None: the ONE rule (mean input / mean output, w_d = 1)
     scheduler_options: dict[str, Any] = field(default_factory=dict)
     router_options: dict[str, Any] = field(default_factory=dict)
+    network: str = "fabric"  # --network: fabric (transfers are flows, instances/fabric.py) or ideal (free, instant)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -70,6 +72,8 @@ class InstanceSimConfig:
             raise UserError("--prefill fairbatching-pab: admission by the prefill admission budget needs "
                             "PD-colocated instances (--instances N, no --pools), since the budget reserves the "
                             "instance's own decode steps")
+        if self.network not in NETWORKS:
+            raise UserError(f"--network: unknown {self.network!r} (expected one of {', '.join(NETWORKS)})")
         if self.router not in router_names():
             raise UserError(f"--router: unknown {self.router!r} (expected one of {', '.join(router_names())})")
         for name in ("ttft_slo", "tpot_slo", "gpu_memory_utilization"):

@@ -16,11 +16,13 @@ the dispatcher hears ``after_step`` and the instance's report (the router's
 view between reports, as in the papers -- then the next step starts. An instance whose
 scheduler defers every sequence waits ``IDLE_POLL`` seconds and asks again
 (an engine's busy loop). On a prefill-role instance a sequence whose prompt
-completed leaves for ``decode_target``: its KV (the prompt's tokens) crosses
-the network as one P2D flow (``laxflow.sim.network``, a non-blocking switch,
-one port per instance at the deployment's NIC bandwidth times its GPUs, the
-run's flow policy) and joins the decode instance when the last byte lands;
-the prefill instance holds that KV until then.
+completed leaves for ``decode_target``: its KV (the prompt's tokens) is one
+P2D transfer through the run's :class:`~.fabric.Fabric` (``config.network``
+``fabric``: one flow on ``laxflow.sim.network`` under the run's flow policy,
+placed by :func:`~.fabric.instance_ports`: a non-blocking switch, one port
+per instance at the deployment's NIC bandwidth times its GPUs; ``ideal``: it
+costs nothing and lands at once) and joins the decode instance when the last
+byte lands; the prefill instance holds that KV until then.
 
 Pool managers (Arrow) plug in as a dispatcher: ``engine.instances`` (id ->
 :class:`~.instance.Instance`, with ``role``, ``seqs``, ``kv_free()``,
@@ -49,6 +51,7 @@ from laxflow.sim.events import EventQueue, Priority
 from laxflow.sim.serving.instances.config import InstanceSimConfig
 from laxflow.sim.serving.instances.decode import DecodeAll
 from laxflow.sim.serving.instances.dispatch import Dispatcher, RouterDispatcher
+from laxflow.sim.serving.instances.fabric import create_fabric, instance_ports
 from laxflow.sim.serving.instances.instance import ROLES, Instance, Seq
 from laxflow.sim.serving.instances.profile import StepTimer, profile_samples
 from laxflow.sim.workload.request import Request
@@ -162,14 +165,16 @@ class InstanceEngine:
     def _network(self, flow_policy: Any) -> None:
         from laxflow.policy.registry import create_policy
         from laxflow.sim.network.engine import FluidNetwork
-        from laxflow.sim.network.topology import big_switch
 
         dep = self.timer.dep
-        self.nic = {iid: k for k, iid in enumerate(self.instances)}
         port = dep.nic_gbps * 1e9 / 8 * dep.gpus  # every GPU's NIC carries its TP shard of the KV
-        self.topology = big_switch(len(self.instances), port)
+        cluster, self.gpus = instance_ports(list(self.instances), port)
+        self.topology = cluster.topology
         policy = flow_policy if flow_policy is not None else create_policy(self.config.flow_policy)
         self.network = FluidNetwork(self.topology, policy, self.queue, flow_fields=False)  # (no flow's level is read here)
+        self.fabric = create_fabric(self.config.network, self.queue, self.network, cluster,
+                                    dep.intra_node_gbps * 1e9 / 8)
+        self.p2d_flows: dict[int, Flow] = {}  # P2D flows on the network, by id(flow), until they land
 
     # -- the pool manager's API ----------------------------------------------------
 
@@ -267,12 +272,13 @@ class InstanceEngine:
         seq.decode_instance = target
         size = float(seq.kv_tokens * self.timer.kv_bytes_per_token())
         self.p2d_bytes += size
-        links = self.topology.path(self.nic[src.id], self.nic[dst.id])
-        flow = Flow(id=f"{seq.id}.kv", size=size, links=links, weights=np.ones(len(links)), arrival=now,
-                    stage=Stage.P2D, request=seq.id, deadline=seq.arrival + seq.ttft_slo, compute_done=True)
-        self.network.add_flow(flow, lambda _f, s=seq, a=src, b=dst: self._kv_landed(s, a, b))
+        # The whole prompt's KV after its last chunk (no layer, nothing downstream, compute done).
+        shape = self.fabric.move(Stage.P2D, size, self.gpus[src.id], self.gpus[dst.id])
+        self.fabric.issue(f"{seq.id}.kv", shape, None, seq.arrival + seq.ttft_slo, 0.0, seq.id, "", None, True,
+                          self.p2d_flows, self._kv_landed, (seq, src, dst))
 
-    def _kv_landed(self, seq: Seq, src: Instance, dst: Instance) -> None:
+    def _kv_landed(self, moved: tuple[Seq, Instance, Instance]) -> None:
+        seq, src, dst = moved
         del src.outbound[seq.id]
         self._kick(src)  # freed KV may let a deferred prefill in
         self.place(seq, dst.id)

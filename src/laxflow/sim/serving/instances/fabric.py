@@ -22,6 +22,20 @@ hot path stays cheap (hundreds of thousands of flows at paper scale):
 * :meth:`Fabric.issue`, once per flow: the flow on the network (and the
   NVSwitch event), the bytes counted per stage in :attr:`Fabric.delivered`
   when the network part lands.
+
+:class:`IdealFabric` is the iteration-level engine's ``--network ideal``:
+transfers cost nothing and land at once; :func:`create_fabric` picks one by
+its ``--network`` name (:data:`NETWORKS`).
+
+Placement of the iteration-level engine (:func:`instance_ports`, the rule
+until its instances get server placement and per-layer P2D): instance k is
+server k, and the NICs of its GPUs are bonded into ONE port of NIC x GPUs
+bytes/s on a non-blocking switch (``big_switch``, one port per instance). So
+an instance's KV leaves through its port whole, as one flow src port -> dst
+port; no two instances share a server (no P2D over NVSwitch) or a link other
+than their own ports; traffic inside an instance (TP all-reduces) is no flow
+(the step time's NVLink term, ``profile.StepTimer``). ``--servers`` and
+``--topology`` do not apply to this engine yet.
 """
 
 from __future__ import annotations
@@ -30,10 +44,12 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from laxflow.errors import UserError
 from laxflow.policy.flow import Flow, Stage
 from laxflow.sim.events import EventQueue, Priority
-from laxflow.sim.network import FluidNetwork
+from laxflow.sim.network import FluidNetwork, big_switch
 from laxflow.sim.serving.cluster import Cluster, Pattern
+from laxflow.sim.serving.instances.config import NETWORKS
 
 
 class Shape(NamedTuple):
@@ -113,3 +129,43 @@ class Fabric:
             self.queue.push(self.queue.now + shape.intra, Priority.COMPUTE, then, arg)
             parts += 1
         return parts
+
+
+class IdealFabric(Fabric):
+    """``--network ideal``: every transfer costs nothing and lands at once.
+
+    Its parts land in one COMPLETION event at the issuing time (after the
+    event that issued it, as a network completion would); no flow reaches
+    the network. The network bytes it would have moved count in
+    ``delivered`` all the same (moved at no cost).
+    """
+
+    def issue(self, fid: str, shape: Shape, layer: int | None, deadline: float | None, downstream: float,
+              request: str, batch: str, current_layer: int | None, compute_done: bool, live: dict[int, Flow],
+              then: Callable[[Any], None], arg: Any) -> int:
+        if shape.net <= 0 and not shape.intra_event:
+            return 0
+        self.delivered[shape.key] += shape.net
+        self.queue.push(self.queue.now, Priority.COMPLETION, then, arg)
+        return 1
+
+
+def create_fabric(network: str, queue: EventQueue, flow_network: FluidNetwork, cluster: Cluster,
+                  nvswitch_bytes_per_s: float) -> Fabric:
+    """The fabric a ``--network`` choice names (one of :data:`NETWORKS`)."""
+    if network == "fabric":
+        return Fabric(queue, flow_network, cluster, nvswitch_bytes_per_s)
+    if network == "ideal":
+        return IdealFabric(queue, flow_network, cluster, nvswitch_bytes_per_s)
+    raise UserError(f"--network: unknown {network!r} (expected one of {', '.join(NETWORKS)})")
+
+
+def instance_ports(instances: Sequence[str], port_bytes_per_s: float) -> tuple[Cluster, dict[str, tuple[int, ...]]]:
+    """The iteration-level engine's placement (module docstring): one server and one port per instance.
+
+    Returns the cluster (a ``big_switch`` of ``len(instances)`` ports of
+    ``port_bytes_per_s``, one GPU = one NIC per server) and, per instance id,
+    the GPUs its KV leaves from and lands on (``(k,)`` for the k-th).
+    """
+    cluster = Cluster.on_topology(big_switch(len(instances), port_bytes_per_s), gpus_per_server=1)
+    return cluster, {iid: (k,) for k, iid in enumerate(instances)}

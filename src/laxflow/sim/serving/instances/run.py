@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from laxflow.errors import UserError
-from laxflow.sim.serving.instances.config import DEFAULT_DEPLOYMENT, InstanceSimConfig, parse_instances
+from laxflow.sim.serving.instances.config import DEFAULT_DEPLOYMENT, NETWORKS, InstanceSimConfig, parse_instances
 from laxflow.sim.workload.slo_traces import SLO_WORKLOADS, TRACE_FORMAT_SLO, with_priorities
 
 
@@ -25,6 +25,15 @@ def uses_instances(prefill: str | None, router: str | None, pools: str | None) -
     from laxflow.integrations.prefill.registry import batch_scheduler_names
 
     return (prefill in batch_scheduler_names()) or router is not None or pools is not None
+
+
+def check_network(network: str, engine: bool) -> None:
+    """``--network``: one of NETWORKS; ``ideal`` only on this engine (the unit-level one always runs the fabric)."""
+    if network not in NETWORKS:
+        raise UserError(f"--network: unknown {network!r} (expected one of {', '.join(NETWORKS)})")
+    if network != "fabric" and not engine:
+        raise UserError(f"--network {network}: only the instance engine (--prefill BATCH_SCHEDULER, --router, "
+                        f"--pools or --instances) has a network choice; the MFS prefill units always run the fabric")
 
 
 def slo_workload_name(workload: str, trace: str | None, trace_format: str | None) -> str:
@@ -46,7 +55,8 @@ def engine_config(spec: Any) -> InstanceSimConfig:
     return InstanceSimConfig(
         deployment=spec.config.deployment or DEFAULT_DEPLOYMENT, instances=total, prefill_instances=prefill,
         scheduler=spec.prefill or "sarathi", router=spec.router or "dplb", pools=spec.pools,
-        ttft_slo=w.ttft_slo, tpot_slo=w.tpot_slo, warmup=spec.config.warmup, seed=spec.seed, flow_policy=spec.policy)
+        ttft_slo=w.ttft_slo, tpot_slo=w.tpot_slo, warmup=spec.config.warmup, seed=spec.seed, flow_policy=spec.policy,
+        network=spec.network)
 
 
 def _pool_dispatcher(config: InstanceSimConfig) -> Any:
