@@ -60,8 +60,8 @@ class BuildExtWithShim(build_ext):
 # differently from the NumPy reference.
 MFS_CORE = Extension(
     "laxflow.policy.mfs._core",
-    sources=["src/laxflow/policy/mfs/core.c"],
-    include_dirs=["native"],
+    sources=["src/laxflow/policy/mfs/core.c", "src/laxflow/policy/mfs/core_tables.c", "src/laxflow/policy/mfs/core_step.c"],
+    include_dirs=["native", "src/laxflow/policy/mfs"],
     extra_compile_args=["-std=gnu11", "-O2", "-ffp-contract=off", "-fno-fast-math",
                         "-Werror=implicit-function-declaration"],
 )

@@ -1,5 +1,5 @@
 """The network engine's C part (``allocate_native.c``, ``table_native.c``)
-and the mfs policy's (``mfs/core.c``, a CPython extension) built under AddressSanitizer +
+and the mfs policy's (``mfs/core*.c``, a CPython extension) built under AddressSanitizer +
 UndefinedBehaviorSanitizer and driven through whole runs: a fluid run with
 three levels, caps, timers and up to dozens of live flows arriving and
 finishing, and small serving runs under FS and MFS (which keeps the
@@ -102,7 +102,8 @@ def test_engine_native_part_under_asan_and_ubsan(tmp_path):
         shutil.copy(built, pkg / where.relative_to(PACKAGE.parent))
     core = pkg / POLICY.relative_to(PACKAGE.parent) / f"_core{sysconfig.get_config_var('EXT_SUFFIX')}"
     subprocess.run(["gcc", "-shared", "-fPIC", *SANITIZE, f"-I{sysconfig.get_paths()['include']}",
-                    f"-I{PACKAGE.parents[1] / 'native'}", str(POLICY / "core.c"), "-o", str(core),
+                    f"-I{PACKAGE.parents[1] / 'native'}", f"-I{POLICY}",
+                    *(str(POLICY / name) for name in ("core.c", "core_tables.c", "core_step.c")), "-o", str(core),
                     "-fsanitize=address,undefined"], check=True)
 
     plain = subprocess.run([sys.executable, "-c", DRIVER], capture_output=True, text=True, timeout=600)
