@@ -6,7 +6,8 @@ The family, top down:
   coordinator's order, RED ranking and Algorithm 1's pruning, the
   infeasible set and the notes on the flows;
 * its state and decision step, one of two, chosen at construction:
-  ``Core`` in the C extension ``_core`` (built from ``core.c``) when built,
+  ``Core`` in the C extension ``_core`` (built from ``core.h``, ``core.c``,
+  ``core_tables.c``, ``core_step.c``) when built,
   else :class:`.reference.Reference` (Python and NumPy: the oracle the
   tests hold the core to);
 * the paper's rules they are built from, shared with the coordinator:
