@@ -78,13 +78,7 @@ class Cluster:
         g = config.gpus_per_server
         self.gpus_per_server = g
         self.num_gpus = config.servers * g
-        cap = config.nic_bytes_per_s
-        if config.topology == "fat-tree":
-            self.topology: Topology = leaf_spine(self.num_gpus, min(config.nics_per_leaf, self.num_gpus), cap, config.oversubscription)
-        elif config.topology == "big-switch":
-            self.topology = big_switch(self.num_gpus, cap)
-        else:
-            self.topology = mfs_testbed(config.servers, g, cap)
+        self.topology: Topology = self._build_topology(config)
         prefill_gpus = config.prefill_servers * g
         decode_gpus = self.num_gpus - prefill_gpus
         d_size = decode_unit_gpus or config.decode_unit_gpus or prefill_unit_gpus
@@ -104,6 +98,40 @@ class Cluster:
             for i in range(decode_gpus // d_size)
         ]
         self._patterns: dict[tuple, Pattern] = {}
+
+    @staticmethod
+    def _build_topology(config: ClusterConfig) -> Topology:
+        """The ``config.topology`` fabric over every GPU's NIC (``servers x gpus_per_server`` of them)."""
+        g = config.gpus_per_server
+        num_gpus = config.servers * g
+        cap = config.nic_bytes_per_s
+        if config.topology == "fat-tree":
+            return leaf_spine(num_gpus, min(config.nics_per_leaf, num_gpus), cap, config.oversubscription)
+        if config.topology == "big-switch":
+            return big_switch(num_gpus, cap)
+        return mfs_testbed(config.servers, g, cap)
+
+    @classmethod
+    def placed(cls, config: ClusterConfig, prefill_units: Sequence[Unit], decode_units: Sequence[Unit]) -> "Cluster":
+        """``config``'s servers and fabric with units its caller placed (GPU numbers < servers x gpus_per_server).
+
+        For an engine whose replicas are its own (the iteration-level engine's
+        ``placement="cluster"``: ``instances/fabric.py``'s ``instance_cluster``);
+        the prefill / decode server split of ``config`` is not applied.
+        """
+        config.validate()
+        self = cls.__new__(cls)
+        self.config = config
+        self.gpus_per_server = config.gpus_per_server
+        self.num_gpus = config.servers * config.gpus_per_server
+        for unit in (*prefill_units, *decode_units):
+            if not unit.gpus or min(unit.gpus) < 0 or max(unit.gpus) >= self.num_gpus:
+                raise UserError(f"cluster: unit {unit.name} has GPUs {unit.gpus} outside the {self.num_gpus} GPUs of "
+                                f"{config.servers} servers x {config.gpus_per_server}; raise --servers")
+        self.topology = self._build_topology(config)
+        self.prefill_units, self.decode_units = list(prefill_units), list(decode_units)
+        self._patterns = {}
+        return self
 
     @classmethod
     def on_topology(cls, topology: Topology, gpus_per_server: int) -> "Cluster":

@@ -11,11 +11,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from laxflow.errors import UserError
+from laxflow.sim.serving.config import ClusterConfig
 
 # Every policy runs with these; none is tuned to a workload or preset.
 DEFAULT_DEPLOYMENT = "llama3-8b-tp1-a800"  # FairBatching's LLaMA3.1-8B on one A800 (its Table 1)
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV
 NETWORKS = ("fabric", "ideal")  # --network: transfers are flows (instances/fabric.py; default) or cost nothing
+# Where the instances sit (instances/fabric.py): "ports" one server and one bonded port per instance on a big
+# switch (the default, the engine's placement since step 2); "cluster" consecutive GPUs of ``cluster``'s servers
+# on its topology, one NIC per GPU (fabric.instance_cluster).
+PLACEMENTS = ("ports", "cluster")
+# How a prompt's KV leaves a prefill instance: "prompt" one transfer after its last chunk (the default);
+# "layer" each chunk's KV layer by layer as the step computes it (instances/layers.py).
+P2D_MODES = ("prompt", "layer")
 
 
 @dataclass
@@ -45,6 +53,9 @@ class InstanceSimConfig:
     scheduler_options: dict[str, Any] = field(default_factory=dict)
     router_options: dict[str, Any] = field(default_factory=dict)
     network: str = "fabric"  # --network: fabric (transfers are flows, instances/fabric.py) or ideal (free, instant)
+    placement: str = "ports"  # one of PLACEMENTS: where the instances' GPUs sit (instances/fabric.py)
+    cluster: ClusterConfig | None = None  # placement "cluster": servers, topology, NICs (None: ClusterConfig())
+    p2d: str = "prompt"  # one of P2D_MODES: the KV of a prompt leaves whole after it, or per layer (layers.py)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -74,6 +85,12 @@ class InstanceSimConfig:
                             "instance's own decode steps")
         if self.network not in NETWORKS:
             raise UserError(f"--network: unknown {self.network!r} (expected one of {', '.join(NETWORKS)})")
+        if self.placement not in PLACEMENTS:
+            raise UserError(f"placement: unknown {self.placement!r} (expected one of {', '.join(PLACEMENTS)})")
+        if self.cluster is not None and not isinstance(self.cluster, ClusterConfig):
+            raise UserError(f"cluster: expected a ClusterConfig, got {type(self.cluster).__name__}")
+        if self.p2d not in P2D_MODES:
+            raise UserError(f"p2d: unknown {self.p2d!r} (expected one of {', '.join(P2D_MODES)})")
         if self.router not in router_names():
             raise UserError(f"--router: unknown {self.router!r} (expected one of {', '.join(router_names())})")
         for name in ("ttft_slo", "tpot_slo", "gpu_memory_utilization"):

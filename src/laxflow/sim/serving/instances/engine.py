@@ -48,10 +48,11 @@ from laxflow.integrations.routing.base import InstanceView, QueuedPrefill
 from laxflow.integrations.routing.registry import create_router
 from laxflow.policy.flow import Flow, Stage
 from laxflow.sim.events import EventQueue, Priority
+from laxflow.sim.serving.config import ClusterConfig
 from laxflow.sim.serving.instances.config import InstanceSimConfig
 from laxflow.sim.serving.instances.decode import DecodeAll
 from laxflow.sim.serving.instances.dispatch import Dispatcher, RouterDispatcher
-from laxflow.sim.serving.instances.fabric import create_fabric, instance_ports
+from laxflow.sim.serving.instances.fabric import create_fabric, instance_cluster, instance_ports
 from laxflow.sim.serving.instances.instance import ROLES, Instance, Seq
 from laxflow.sim.serving.instances.profile import StepTimer, profile_samples
 from laxflow.sim.workload.request import Request
@@ -167,13 +168,21 @@ class InstanceEngine:
         from laxflow.sim.network.engine import FluidNetwork
 
         dep = self.timer.dep
-        port = dep.nic_gbps * 1e9 / 8 * dep.gpus  # every GPU's NIC carries its TP shard of the KV
-        cluster, self.gpus = instance_ports(list(self.instances), port)
+        if self.config.placement == "cluster":
+            config = (self.config.cluster or ClusterConfig()).resolve(
+                int(dep.gpus_per_node), float(dep.nic_gbps), float(dep.intra_node_gbps or 7200.0))
+            cluster, self.gpus = instance_cluster(config, [(i.id, i.role) for i in self.instances.values()],
+                                                  int(dep.gpus))
+            nvswitch = config.nvswitch_bytes_per_s
+        else:
+            port = dep.nic_gbps * 1e9 / 8 * dep.gpus  # every GPU's NIC carries its TP shard of the KV
+            cluster, self.gpus = instance_ports(list(self.instances), port)
+            nvswitch = dep.intra_node_gbps * 1e9 / 8
+        self.cluster = cluster
         self.topology = cluster.topology
         policy = flow_policy if flow_policy is not None else create_policy(self.config.flow_policy)
         self.network = FluidNetwork(self.topology, policy, self.queue, flow_fields=False)  # (no flow's level is read here)
-        self.fabric = create_fabric(self.config.network, self.queue, self.network, cluster,
-                                    dep.intra_node_gbps * 1e9 / 8)
+        self.fabric = create_fabric(self.config.network, self.queue, self.network, cluster, nvswitch)
         self.p2d_flows: dict[int, Flow] = {}  # P2D flows on the network, by id(flow), until they land
 
     # -- the pool manager's API ----------------------------------------------------

@@ -35,7 +35,16 @@ an instance's KV leaves through its port whole, as one flow src port -> dst
 port; no two instances share a server (no P2D over NVSwitch) or a link other
 than their own ports; traffic inside an instance (TP all-reduces) is no flow
 (the step time's NVLink term, ``profile.StepTimer``). ``--servers`` and
-``--topology`` do not apply to this engine yet.
+``--topology`` do not apply to this placement.
+
+The second placement (:func:`instance_cluster`, ``InstanceSimConfig.placement
+= "cluster"``): the instances are units of a ``ClusterConfig``-backed
+:class:`~laxflow.sim.serving.cluster.Cluster` (``--servers``, ``--topology``,
+the deployment's node: GPUs and NIC per server), on consecutive GPUs in the
+engine's instance order, prefill instances first, one NIC per GPU. Two
+instances on one server move KV over NVSwitch (no flow); across servers a
+TP-g instance's KV is g per-GPU pairs (per-pair units, ``cluster.py``), the
+same bytes as the bonded port of :func:`instance_ports`, not the same flow.
 """
 
 from __future__ import annotations
@@ -48,7 +57,8 @@ from laxflow.errors import UserError
 from laxflow.policy.flow import Flow, Stage
 from laxflow.sim.events import EventQueue, Priority
 from laxflow.sim.network import FluidNetwork, big_switch
-from laxflow.sim.serving.cluster import Cluster, Pattern
+from laxflow.sim.serving.cluster import Cluster, Pattern, Unit
+from laxflow.sim.serving.config import ClusterConfig
 from laxflow.sim.serving.instances.config import NETWORKS
 
 
@@ -169,3 +179,34 @@ def instance_ports(instances: Sequence[str], port_bytes_per_s: float) -> tuple[C
     """
     cluster = Cluster.on_topology(big_switch(len(instances), port_bytes_per_s), gpus_per_server=1)
     return cluster, {iid: (k,) for k, iid in enumerate(instances)}
+
+
+def instance_cluster(config: ClusterConfig, roles: Sequence[tuple[str, str]],
+                     gpus: int) -> tuple[Cluster, dict[str, tuple[int, ...]]]:
+    """The ``placement="cluster"`` rule (module docstring) for ``roles`` (instance id, role) of ``gpus`` GPUs each.
+
+    ``config`` is resolved (its node fields set). Instance k of the order
+    "prefill and colocated first, then decode" (the engine's own order) takes
+    GPUs ``k*gpus .. k*gpus+gpus-1``; its unit is a prefill unit unless its
+    role is decode. Returns the cluster and, per instance id, its GPUs.
+    Raises ``UserError`` when the servers are too few or an instance would
+    straddle two servers.
+    """
+    per = config.gpus_per_server
+    order = [iid for iid, role in roles if role != "decode"] + [iid for iid, role in roles if role == "decode"]
+    need = len(order) * gpus
+    if need > config.servers * per:
+        raise UserError(f"--servers: {len(order)} instances of {gpus} GPUs need {need} GPUs, but {config.servers} "
+                        f"servers x {per} GPUs have {config.servers * per}")
+    if gpus > per or per % gpus:
+        raise UserError(f"--servers: an instance of {gpus} GPUs does not fit a whole number of times on a server of "
+                        f"{per} GPUs (instances may not straddle servers)")
+    kinds = dict(roles)
+    units: dict[str, list[Unit]] = {"prefill": [], "decode": []}
+    placed: dict[str, tuple[int, ...]] = {}
+    for k, iid in enumerate(order):
+        kind = "decode" if kinds[iid] == "decode" else "prefill"
+        placed[iid] = tuple(range(k * gpus, (k + 1) * gpus))
+        units[kind].append(Unit(len(units[kind]), kind, placed[iid]))
+    cluster = Cluster.placed(config, units["prefill"], units["decode"])
+    return cluster, {iid: placed[iid] for iid, _ in roles}
