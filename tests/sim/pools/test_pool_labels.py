@@ -48,7 +48,9 @@ def test_rows_carry_true_router_and_flip_counts(laxflow_cli, tmp_path):
     assert "P>D/D>P" in text and "sarathi+arrow+fs" in text and "sarathi+arrow+arrow" not in text
     code, text, err = laxflow_cli(*ARGS, "--router", "dplb", "--instances", "8", "--json", "-")
     (r,) = json.loads(text)["results"]
-    assert code == 0 and (r["router"], r["pools"]) == ("dplb", None) and "flips_p2d" not in r
+    assert code == 0 and (r["router"], r["pools"]) == ("dplb", None)
+    assert (r["flips_p2d"], r["flips_d2p"], r["pools_end"]) == (0, 0, None)  # no pools: no flip, no split
+    assert "P>D/D>P" not in err  # nor the table's pool columns
 
 
 def test_bad_pool_configurations_are_one_line(laxflow_cli):

@@ -286,8 +286,6 @@ def run_one(spec: RunSpec, progress: Callable[[int], None] | None = None) -> dic
     row["ttft_samples"] = [s.ttft for s in result.measured]
     row["slo_samples"] = [s.slo for s in result.measured]
     row["seed"] = spec.seed
-    if spec.prefill is not None:
-        row["prefill"] = spec.prefill
     if spec.per_request:
         from laxflow.sim.serving.export import request_rows
 

@@ -1,36 +1,98 @@
-"""Metrics of one run, over the measured (non-warm-up) requests.
+"""One metrics row per run, for both serving engines: the keys of :data:`ROW_KEYS`, always all of them.
 
-Called by :mod:`.experiment` after each run. All times in seconds.
+Who calls: :func:`.experiment.run_one` after a unit-level run (the
+:class:`~.simulator.ServingSimulator`'s :class:`~.simulator.SimResult`),
+:func:`.instances.run.run_instances` after an iteration-level one (the
+:class:`~.instances.engine.InstanceEngine`'s ``InstanceResult``), bench
+scripts and tests; in whichever process ran the simulation. :func:`summarize`
+takes either result and returns a flat dict whose keys are exactly
+:data:`ROW_KEYS`, in that order, :data:`CONTRACT_KEYS` first; the run
+functions add :data:`RUN_KEYS` (and ``request_rows`` with ``--requests-out``).
+Metrics are over the measured (non-warm-up) requests unless a key says
+"whole run". Times in seconds, bytes in bytes.
 
-* SLO attainment: share of measured requests whose TTFT <= SLO.
-* TTFT mean / p50 / p90 / p99.
-* CCT: per layer of a batch, the time its stage-2 collectives took (MoE
-  dispatch + combine, as the paper aggregates them), averaged over the layers
-  of batches that hold at least one measured request.
-* Non-overlapped communication: per request, the time its batch's GPUs
-  waited on the network (reuse stalls before layers plus the collectives).
-* Earliness: deadline - finish (negative: a miss): mean, p10/p50/p90, and
-  the mean over the requests that met their deadline (the paper's
-  "non-negative earliness").
-* CCT inflation: the measured batches' CCT over the same layers' CCT alone
-  on an idle fabric (computed from the layer plan's bytes and idle
-  bottleneck rates at batch start), summed over layers: 1.0 means no
-  contention was left for a policy to remove. A policy that shortens CCT
-  only by forming smaller batches does not lower it.
-* Remote-reuse share: reused tokens fetched from another unit over all
-  reused tokens; reuse share: reused tokens over all input tokens.
-* Bytes per stage attributed to the measured requests, and the network's
-  delivered bytes per stage for the whole run.
+A key with no value on one engine is None there (JSON ``null``), never a
+made-up number: ``--json`` is written with ``allow_nan=False``, so NaN cannot
+stand for it, and 0 would claim a measurement (a zero-time collective, a
+perfect TPOT). A key that counts something a run cannot have (a pool flip
+without pools, a rejection without admission control) is 0.
+
+Where one key means two things (each engine keeps the meaning it had before
+the two shared a row; compare engines on the keys marked "both"):
+
+* TTFT (``ttft_*``, the attainments, earliness): unit: arrival to the last
+  P2D byte landing on the decode unit (MFS's TTFT); instance: arrival to the
+  first token, emitted at the end of the prompt's last prefill step (its KV
+  moves afterwards, so P2D delays the second token, not the first).
+* ``slo_attainment``: unit: TTFT <= its SLO; instance: TTFT <= TTFT SLO and
+  TPOT <= TPOT SLO, a request rejected by admission control counting as a miss.
+  ``ttft_attainment`` (both) is TTFT alone; on the unit engine it equals
+  ``slo_attainment``.
+* ``earliness_mean``: both the mean of SLO - TTFT (unit: deadline - finish,
+  the same number); instance: over the served requests (a rejected one has
+  no TTFT). ``earliness_p10/p50/p90``: the same per request, both.
+* ``earliness_nonneg_mean``: unit: the mean earliness of the requests that
+  met their SLO (the paper's "non-negative earliness"; 0.0 if none did);
+  instance: the mean of max(0, SLO - TTFT) over the served requests (a miss
+  counts 0).
+* ``requests``: both the measured requests; the instance engine's include
+  those rejected by admission control (``rejected``; the unit engine rejects none).
+* ``cct_mean``, ``cct_inflation``: unit: per layer, its stage-2 collectives'
+  time (``cct_mean`` 0.0 when the measured batches ran none); instance: None
+  (before this row it printed 0.0): its steps run no collective as a flow (TP
+  all-reduces are a term of the step time, ``profile.StepTimer``).
+* ``bytes_by_stage``: unit: the bytes attributed to the measured requests;
+  instance: the whole run's network bytes per stage (the engine's
+  ``fabric.delivered``; without the engine, the P2D bytes it issued, the same
+  total once every flow has landed). ``network_bytes_by_stage`` (both): the
+  network's delivered bytes per stage, whole run.
+* ``batches``: unit: prefill batches started (whole run); instance: steps of
+  every instance (whole run, decode steps included; None for a hand-made
+  result without step counts).
+* ``nonoverlap_mean``: unit: per request, the time its batch waited on the
+  network; instance: 0.0, measured by construction (no step waits on the
+  network: the KV leaves after the prompt's last step).
+* ``reuse_share``, ``remote_reuse_share``: instance: 0.0 (its instances keep
+  no prefix cache: no token is reused).
+* ``preemptions``: instance: recompute preemptions for KV memory; unit: None
+  (a prefill driver's preemptions at boundaries are another thing).
+
+Decode and TDG keys (``tpot_*``, ``tbt_*``, ``max_tbt_attainment``,
+``envelope_attainment``, ``token_deadline_attainment``, ``tdg_*``,
+``effective_rps``, ``tpot_slo``, per priority ``*_high``/``*_low``) are None on
+the unit engine: it runs no decode iterations (a decode unit holds a request
+``output_tokens x decode_seconds_per_token`` for the router's load, nothing
+more). ``busy_share`` is None there too (not measured). Per priority keys are
+None on the instance engine when the workload has one priority.
+
+Keys both engines fill from what ran: ``prefill`` (unit: the ``--prefill``
+scheduler, None for the run-to-completion FCFS batch former), ``router``,
+``pools``, ``instances`` (None on the unit engine), ``flips_p2d`` /
+``flips_d2p`` (pool flips P->D / D->P; 0 without pools; None for a pool run
+summarized without its engine), ``pools_end`` (the final P:D split; None
+without pools), ``pruned`` (requests in the flow
+policy's pruned set at the run's end, whole run: MFS's Algorithm 1; the
+simulators never forget a request, so every one it pruned; None for a policy
+that keeps no pruned set, or an instance result summarized without its
+engine), ``deferred`` (tasks the unit engine's ``--prefill`` drivers deferred
+because every request of theirs was pruned, whole run; None where no driver
+runs: the FCFS batch former and the instance engine have no deferral).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from laxflow.sim.serving.simulator import SimResult
+from laxflow.errors import UserError
+from laxflow.integrations.metrics.tdg import TdgWeights, tdg_gain, tdg_ideal
 from laxflow.stage import STAGE_NAMES
+
+if TYPE_CHECKING:
+    from laxflow.sim.serving.instances.engine import InstanceEngine, InstanceResult
+    from laxflow.sim.serving.instances.instance import Seq
+    from laxflow.sim.serving.simulator import SimResult
 
 CONTRACT_KEYS = (
     "policy",
@@ -43,10 +105,71 @@ CONTRACT_KEYS = (
     "earliness_mean",
     "requests",
 )
+_UNIT_BORN = (  # the unit engine's keys before the merge, in their order
+    "cct_inflation", "remote_reuse_share", "ttft_p50", "slo_mean", "earliness_nonneg_mean", "earliness_p10",
+    "earliness_p50", "earliness_p90", "reuse_share", "nonoverlap_mean", "bytes_by_stage", "network_bytes_by_stage",
+    "batches", "wall_s", "sim_time", "network_events",
+)
+_DECODE = (  # the instance engine's decode and TDG keys: None on the unit engine (no decode iterations)
+    "tpot_attainment", "max_tbt_attainment", "envelope_attainment", "tpot_mean", "tpot_p50", "tpot_p90",
+    "tpot_p99", "tbt_p50", "tbt_p99", "tbt_max", "token_deadline_attainment", "tdg_gain", "tdg_ratio", "tdg_w_p",
+    "tdg_w_d", "effective_rps", "tpot_slo",
+)
+_LEVELS = {"high": 2.0, "low": 1.0}  # priority weights (slo_traces.PRIORITY_WEIGHTS)
+_PRIORITY = tuple(f"{k}_{level}" for level in _LEVELS for k in ("slo_attainment", "tdg_ratio", "ttft_p99"))
+_INSTANCE_BORN = (
+    "rejected", "prefill", "router", "pools", "instances", "ttft_attainment", *_DECODE, "preemptions", "busy_share",
+    *_PRIORITY, "flips_p2d", "flips_d2p", "pools_end",
+)
+ROW_KEYS = CONTRACT_KEYS + _UNIT_BORN + _INSTANCE_BORN + ("pruned", "deferred")
+# Added to the row by the run functions (experiment.run_one, instances.run.run_instances); report.points
+# drops the seed and pools the samples over seeds.
+RUN_KEYS = ("seed", "ttft_samples", "slo_samples")
+
+_TOL = 1 + 1e-9  # the instance engine's SLO tolerance (the unit engine's is 1e-12, as export.py's ``met``)
 
 
-def summarize(result: SimResult, rate: float) -> dict[str, Any]:
-    """Every metric of one run, as a flat dict (the contract keys first)."""
+def summarize(result: SimResult | InstanceResult, rate: float, label: dict[str, Any] | None = None,
+              engine: InstanceEngine | None = None) -> dict[str, Any]:
+    """Every metric of one run, as one flat dict with the keys of :data:`ROW_KEYS`.
+
+    ``result``: a unit-level ``SimResult`` (then no ``label`` or ``engine``)
+    or an ``InstanceResult`` with its ``label`` (``policy``, and ``prefill``,
+    ``router``, ``pools``, ``instances`` where set) and, when the caller has
+    it, the ``engine`` that ran it (its fabric's bytes, flow policy and pool
+    dispatcher fill ``network_bytes_by_stage``, ``pruned`` and the flips).
+    """
+    from laxflow.sim.serving.simulator import SimResult
+
+    if isinstance(result, SimResult):
+        if label is not None or engine is not None:
+            raise TypeError("summarize: a unit-level SimResult takes no label or engine")
+        return _row(_unit(result, rate))
+    if label is None:
+        raise TypeError("summarize: an InstanceResult needs its label (at least the policy)")
+    return _row(_instance(result, rate, label, engine))
+
+
+def _row(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` in :data:`ROW_KEYS` order; a key missing or unknown is a bug in this module."""
+    if len(values) != len(ROW_KEYS) or set(values) != set(ROW_KEYS):
+        missing, extra = sorted(set(ROW_KEYS) - set(values)), sorted(set(values) - set(ROW_KEYS))
+        raise RuntimeError(f"metrics row: missing keys {missing}, unknown keys {extra}")
+    return {k: values[k] for k in ROW_KEYS}
+
+
+def pruned_count(policy: Any) -> int | None:
+    """Requests in ``policy``'s pruned set now (MFS: ``pruned_requests``); None for a policy without one."""
+    got = getattr(policy, "pruned_requests", None)
+    if got is None:
+        return None
+    return len(got() if callable(got) else got)
+
+
+# -- the unit-level engine ---------------------------------------------------------
+
+
+def _unit(result: SimResult, rate: float) -> dict[str, Any]:
     measured = result.measured
     ttft = np.array([s.ttft for s in measured], dtype=float)
     slo = np.array([s.slo for s in measured], dtype=float)
@@ -59,17 +182,17 @@ def summarize(result: SimResult, rate: float) -> dict[str, Any]:
     reused = sum(s.route.reused_tokens for s in measured)
     remote = sum(s.route.remote_tokens for s in measured)
     bytes_by_stage = {st: float(sum(s.bytes.get(st, 0.0) for s in measured)) for st in STAGE_NAMES}
-    out: dict[str, Any] = {
+    attainment = float(met.mean())
+    return {
         "policy": result.policy,
         "rate": rate,
-        "slo_attainment": float(met.mean()),
+        "slo_attainment": attainment,
         "ttft_mean": float(ttft.mean()),
         "ttft_p90": float(np.percentile(ttft, 90)),
         "ttft_p99": float(np.percentile(ttft, 99)),
         "cct_mean": float(np.mean(cct)) if cct else 0.0,
         "earliness_mean": float(early.mean()),
         "requests": len(measured),
-        # beyond the JSON contract: tables, sweeps, the README comparison
         "cct_inflation": float(sum(cct) / idle_cct) if idle_cct > 0 else 1.0,
         "remote_reuse_share": float(remote / reused) if reused else 0.0,
         "ttft_p50": float(np.percentile(ttft, 50)),
@@ -86,7 +209,134 @@ def summarize(result: SimResult, rate: float) -> dict[str, Any]:
         "wall_s": result.wall_s,
         "sim_time": result.sim_time,
         "network_events": result.network_events,
+        "rejected": 0,
+        "prefill": result.prefill,
+        "router": None,
+        "pools": None,
+        "instances": None,
+        "ttft_attainment": attainment,
+        **dict.fromkeys(_DECODE),
+        "preemptions": None,
+        "busy_share": None,
+        **dict.fromkeys(_PRIORITY),
+        "flips_p2d": 0,
+        "flips_d2p": 0,
+        "pools_end": None,
+        "pruned": result.pruned,
+        "deferred": result.deferred,
     }
+
+
+# -- the iteration-level engine ----------------------------------------------------
+
+
+def request_metrics(s: Seq) -> dict[str, float]:
+    """One served sequence's TTFT, TPOT ((last - first token) / (outputs - 1); 0 for one output) and largest gap."""
+    t = s.token_times
+    ttft = t[0] - s.arrival
+    gaps = np.diff(t) if len(t) > 1 else np.zeros(0)
+    tpot = float((t[-1] - t[0]) / (len(t) - 1)) if len(t) > 1 else 0.0
+    return {"ttft": ttft, "tpot": tpot, "max_tbt": float(gaps.max()) if len(gaps) else 0.0}
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    return float(np.percentile(x, q)) if len(x) else 0.0
+
+
+def _group(all_seqs: list[Seq], weights: TdgWeights) -> dict[str, Any]:
+    """Latencies over the served requests; attainments and TDG over all (a rejected one misses, gains 0)."""
+    seqs = [s for s in all_seqs if not s.rejected]
+    n = len(all_seqs)
+    rows = [request_metrics(s) for s in seqs]
+    ttft = np.array([r["ttft"] for r in rows])
+    tpot = np.array([r["tpot"] for r in rows])
+    ok_ttft = ttft <= np.array([s.ttft_slo for s in seqs]) * _TOL
+    ok_tpot = tpot <= np.array([s.tpot_slo for s in seqs]) * _TOL
+    gains = [tdg_gain(s.arrival, s.ttft_slo, s.tpot_slo, s.token_times, s.weight, weights) for s in seqs]
+    # A rejected request's ideal gain is what its prompt and outputs would have earned (ProServe Eq. 3).
+    ideal = [tdg_ideal(len(s.token_times) if not s.rejected else s.target_outputs, s.weight, weights)
+             for s in all_seqs]
+    return {"slo_attainment": float(np.sum(ok_ttft & ok_tpot) / n), "tdg_ratio": float(sum(gains) / sum(ideal)),
+            "ttft_attainment": float(np.sum(ok_ttft) / n), "tpot_attainment": float(np.sum(ok_tpot) / n),
+            "gain": float(sum(gains)), "ttft": ttft, "tpot": tpot, "rows": rows, "served": seqs}
+
+
+def _engine_facts(result: InstanceResult, label: dict[str, Any], engine: InstanceEngine | None) -> dict[str, Any]:
+    """What the row reads from the engine rather than the result: network bytes, pruned set, pool flips."""
+    if engine is None:
+        # A bare result: its P2D bytes are the network's bytes (no other stage moves any yet); pruned
+        # unknown; flips known to be 0 only when the run had no pools.
+        pools = label.get("pools")
+        return {"network_bytes_by_stage": {"reuse": 0.0, "collective": 0.0, "p2d": result.p2d_bytes},
+                "pruned": None, "flips_p2d": None if pools else 0, "flips_d2p": None if pools else 0,
+                "pools_end": None}
+    keys = engine.dispatcher.result_keys() if hasattr(engine.dispatcher, "result_keys") else {}
+    return {"network_bytes_by_stage": {st: float(engine.fabric.delivered.get(st, 0.0)) for st in STAGE_NAMES},
+            "pruned": pruned_count(engine.network.policy), "flips_p2d": keys.get("flips_p2d", 0),
+            "flips_d2p": keys.get("flips_d2p", 0), "pools_end": keys.get("pools_end")}
+
+
+def _instance(result: InstanceResult, rate: float, label: dict[str, Any],
+              engine: InstanceEngine | None) -> dict[str, Any]:
+    seqs = result.measured
+    weights = TdgWeights(result.w_p, result.w_d)
+    g = _group(seqs, weights)
+    ttft, tpot = g["ttft"], g["tpot"]
+    everyone, seqs = seqs, g["served"]  # rejected requests (admission control) count below as misses
+    if not seqs:
+        raise UserError("every measured request was rejected by admission control: no latency to report")
+    multi = np.array([len(s.token_times) > 1 for s in seqs])
+    tbt = np.concatenate([np.diff(s.token_times) for s in seqs if len(s.token_times) > 1] or [np.zeros(0)])
+    on_time = sum(sum(1 for i, t in enumerate(s.token_times) if t <= s.arrival + s.ttft_slo + i * s.tpot_slo)
+                  for s in seqs)
+    tokens = sum(len(s.token_times) for s in seqs)
+    max_tbt_ok = [r["ttft"] <= s.ttft_slo * _TOL and r["max_tbt"] <= s.tpot_slo * _TOL for r, s in zip(g["rows"], seqs)]
+    max_tbt_ok += [False] * (len(everyone) - len(seqs))
+    # FairBatching §3.1: a request meets its SLO when every token lies inside the deadline envelope.
+    envelope_ok = [all(t <= (s.arrival + s.ttft_slo + i * s.tpot_slo) * _TOL for i, t in enumerate(s.token_times))
+                   for s in seqs] + [False] * (len(everyone) - len(seqs))
+    span = max(max(s.token_times[-1] for s in seqs), max(s.arrival for s in everyone)) - \
+        min(s.arrival for s in everyone)
+    slos = np.array([s.ttft_slo for s in seqs])
+    early = slos - ttft
+    facts = _engine_facts(result, label, engine)
+    stats = list(result.instances.values())  # per instance (a hand-made result may lack the step counts)
+    out: dict[str, Any] = {
+        "policy": label["policy"], "rate": rate, "slo_attainment": g["slo_attainment"],
+        "ttft_mean": float(ttft.mean()), "ttft_p90": _pct(ttft, 90), "ttft_p99": _pct(ttft, 99),
+        "cct_mean": None, "earliness_mean": float(np.mean(slos) - ttft.mean()), "requests": len(everyone),
+        "cct_inflation": None, "remote_reuse_share": 0.0, "ttft_p50": _pct(ttft, 50), "slo_mean": float(np.mean(slos)),
+        "earliness_nonneg_mean": float(np.mean(np.maximum(0.0, early))),
+        "earliness_p10": _pct(early, 10), "earliness_p50": _pct(early, 50), "earliness_p90": _pct(early, 90),
+        "reuse_share": 0.0, "nonoverlap_mean": 0.0, "bytes_by_stage": dict(facts["network_bytes_by_stage"]),
+        "batches": sum(int(i["steps"]) for i in stats) if all("steps" in i for i in stats) else None,
+        "wall_s": result.wall_s, "sim_time": result.sim_time, "network_events": result.network_events,
+        "rejected": len(everyone) - len(seqs),
+        "prefill": label.get("prefill"), "router": label.get("router"), "pools": label.get("pools"),
+        "instances": label.get("instances"), "ttft_attainment": g["ttft_attainment"],
+        "tpot_attainment": g["tpot_attainment"],
+        "max_tbt_attainment": float(np.mean(max_tbt_ok)), "envelope_attainment": float(np.mean(envelope_ok)),
+        "tpot_mean": float(tpot[multi].mean()) if multi.any() else 0.0, "tpot_p50": _pct(tpot[multi], 50),
+        "tpot_p90": _pct(tpot[multi], 90), "tpot_p99": _pct(tpot[multi], 99),
+        "tbt_p50": _pct(tbt, 50), "tbt_p99": _pct(tbt, 99), "tbt_max": float(tbt.max()) if len(tbt) else 0.0,
+        "token_deadline_attainment": on_time / tokens, "tdg_gain": g["gain"], "tdg_ratio": g["tdg_ratio"],
+        "tdg_w_p": result.w_p, "tdg_w_d": result.w_d,
+        "effective_rps": g["slo_attainment"] * (len(everyone) - 1) / span if span > 0 else 0.0,
+        "tpot_slo": float(np.mean([s.tpot_slo for s in seqs])),
+        "preemptions": sum(s.preemptions for s in seqs),
+        "busy_share": float(np.mean([i["busy_s"] for i in stats]) / result.sim_time)
+        if result.sim_time > 0 else 0.0,
+        **dict.fromkeys(_PRIORITY),
+        "deferred": None,
+        **facts,
+    }
+    for level, weight in _LEVELS.items():
+        part = [s for s in everyone if s.weight == weight]
+        if part and any(not s.rejected for s in part) and any(s.weight != 1.0 for s in everyone):
+            pg = _group(part, weights)
+            out[f"slo_attainment_{level}"] = pg["slo_attainment"]
+            out[f"tdg_ratio_{level}"] = pg["tdg_ratio"]
+            out[f"ttft_p99_{level}"] = _pct(pg["ttft"], 99)
     return out
 
 

@@ -107,6 +107,17 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.1f}"
 
 
+def _opt(p: dict[str, Any], key: str, fmt: Any) -> str:
+    """``fmt(p[key])``, or "-" where the run has no value for ``key`` (None: see ``metrics``)."""
+    v = p.get(key)
+    return "-" if v is None else fmt(v)
+
+
+def _pair(p: dict[str, Any], a: str, b: str) -> str:
+    """Two counts as ``a/b``, "-" for one the run has no value for."""
+    return f"{_opt(p, a, lambda v: f'{v:g}')}/{_opt(p, b, lambda v: f'{v:g}')}"
+
+
 def _att(p: dict[str, Any]) -> str:
     ci = p.get("slo_attainment_ci95")
     return f"{p['slo_attainment']:.3f}" + ("" if ci is None else f" ± {ci:.3f}")
@@ -121,7 +132,7 @@ _COLUMNS = [
     ("p50\n(ms)", lambda p: _ms(p["ttft_p50"])),
     ("p90\n(ms)", lambda p: _ms(p["ttft_p90"])),
     ("p99\n(ms)", lambda p: _ms(p["ttft_p99"])),
-    ("CCT\n(us)", lambda p: f"{p['cct_mean'] * 1e6:.0f}"),
+    ("CCT\n(us)", lambda p: _opt(p, "cct_mean", lambda v: f"{v * 1e6:.0f}")),
     ("non-overlap\n(ms)", lambda p: _ms(p["nonoverlap_mean"])),
     ("earliness\n(ms)", lambda p: _ms(p["earliness_mean"])),
     ("earl.>=0\n(ms)", lambda p: _ms(p["earliness_nonneg_mean"])),
@@ -133,21 +144,28 @@ _COLUMNS = [
 _KEY = 2
 # Instance-engine runs (serving/instances) add decode columns at the end.
 _ENGINE_COLUMNS = [
-    ("TPOT p90\n(ms)", lambda p: _ms(p["tpot_p90"]) if "tpot_p90" in p else "-"),
-    ("TDG\nratio", lambda p: f"{p['tdg_ratio']:.3f}" if "tdg_ratio" in p else "-"),
+    ("TPOT p90\n(ms)", lambda p: _opt(p, "tpot_p90", _ms)),
+    ("TDG\nratio", lambda p: _opt(p, "tdg_ratio", lambda v: f"{v:.3f}")),
+]
+# Runs with MFS pruning or --prefill drivers add what was pruned and deferred (whole run).
+_PRUNE_COLUMNS = [
+    ("pruned/\ndeferred", lambda p: _pair(p, "pruned", "deferred")),
 ]
 
 
 # Pool runs (--pools) add the pool manager's flips (mean over seeds) and final P:D split.
 _POOL_COLUMNS = [
-    ("flips\nP>D/D>P", lambda p: f"{p['flips_p2d']:g}/{p['flips_d2p']:g}" if "flips_p2d" in p else "-"),
-    ("pools\nend", lambda p: str(p.get("pools_end", "-"))),
+    ("flips\nP>D/D>P", lambda p: _pair(p, "flips_p2d", "flips_d2p") if p.get("pools") else "-"),
+    ("pools\nend", lambda p: _opt(p, "pools_end", str)),
 ]
 
 
 def _columns(pts: Sequence[dict[str, Any]]) -> list:
-    return _COLUMNS + (_ENGINE_COLUMNS if any("tpot_p90" in p for p in pts) else []) + \
-        (_POOL_COLUMNS if any("flips_p2d" in p for p in pts) else [])
+    def some(key: str) -> bool:
+        return any(p.get(key) is not None for p in pts)
+
+    return _COLUMNS + (_ENGINE_COLUMNS if some("tpot_p90") else []) + \
+        (_PRUNE_COLUMNS if some("pruned") or some("deferred") else []) + (_POOL_COLUMNS if some("pools") else [])
 
 
 def terminal_width(stream: TextIO) -> int:

@@ -28,6 +28,7 @@ from laxflow.sim.network import FluidNetwork
 from laxflow.sim.serving.batch import BatchContext, BatchRun
 from laxflow.sim.serving.cluster import Cluster
 from laxflow.sim.serving.config import ServingConfig
+from laxflow.sim.serving.metrics import pruned_count
 from laxflow.sim.serving.plan import ModelRunner
 from laxflow.sim.serving.prefill_unit import PrefillUnit, create_local_scheduler
 from laxflow.sim.serving.request_state import RequestState
@@ -48,6 +49,9 @@ class SimResult:
     sim_time: float
     network_events: int
     cache_evictions: int
+    prefill: str | None = None  # the --prefill scheduler (None: the run-to-completion FCFS batch former)
+    pruned: int | None = None  # requests in the flow policy's pruned set at the end (None: it keeps none)
+    deferred: int | None = None  # tasks the --prefill drivers deferred as pruned (None: no driver ran)
 
     @property
     def measured(self) -> list[RequestState]:
@@ -132,6 +136,9 @@ class ServingSimulator:
             sim_time=self.queue.now,
             network_events=self.network.events,
             cache_evictions=self.caches.evicted,
+            prefill=self.config.prefill,
+            pruned=pruned_count(self.policy),
+            deferred=None if self.drivers is None else sum(d.deferrals for d in self.drivers),
         )
 
     # -- events ------------------------------------------------------------------

@@ -75,7 +75,7 @@ def run_instances(spec: Any, progress: Callable[[int], None] | None = None) -> d
     """Simulate ``spec`` on the instance engine; the metrics row (keys as ``metrics.summarize``)."""
     from laxflow.sim import workload
     from laxflow.sim.serving.instances.engine import InstanceEngine
-    from laxflow.sim.serving.instances.metrics import request_metrics, summarize
+    from laxflow.sim.serving.metrics import request_metrics, summarize
 
     config = engine_config(spec)
     total = spec.config.warmup + spec.requests
@@ -105,9 +105,7 @@ def run_instances(spec: Any, progress: Callable[[int], None] | None = None) -> d
     # With --pools the pool manager dispatches (no router runs): it is the row's router too.
     label = {"policy": spec.policy, "prefill": config.scheduler, "router": config.pools or config.router,
              "pools": config.pools, "instances": spec.instances or "1"}
-    row = summarize(result, rate_out, label)
-    if hasattr(engine.dispatcher, "result_keys"):
-        row.update(engine.dispatcher.result_keys())  # flips_p2d, flips_d2p, pools_end
+    row = summarize(result, rate_out, label, engine=engine)  # the engine: its network bytes, pruned set, flips
     served = [s for s in result.measured if not s.rejected]  # admission control's rejects have no TTFT
     row["ttft_samples"] = [request_metrics(s)["ttft"] for s in served]
     row["slo_samples"] = [s.ttft_slo for s in served]
@@ -119,7 +117,7 @@ def run_instances(spec: Any, progress: Callable[[int], None] | None = None) -> d
 
 def _request_row(s: Any, spec: Any, rate: float, engine: Any) -> dict[str, Any]:
     """``--requests-out``: the serving export's columns (no reuse, batch or stall here), TPOT beside them."""
-    from laxflow.sim.serving.instances.metrics import request_metrics
+    from laxflow.sim.serving.metrics import request_metrics
 
     m = request_metrics(s)
     unit = {iid: k for k, iid in enumerate(engine.instances)}
