@@ -12,8 +12,8 @@ compute model, BatchSample profile), ``instance`` (Seq, Instance: one step),
 ``decode`` (decode-instance batch former), ``dispatch`` (the Dispatcher plug
 point; RouterDispatcher), ``engine`` (InstanceEngine: the event loop and the
 pool manager's API), ``fabric`` (transfers as flows on the run's network,
-shared with the unit-level ``batch.py``), ``metrics``, ``run`` (a RunSpec on
-this engine).
+shared with the unit-level ``batch.py``), ``layers`` (a prefill step whose KV
+leaves per layer), ``metrics``, ``run`` (a RunSpec on this engine).
 """
 
 from laxflow.sim.serving.instances.config import InstanceSimConfig

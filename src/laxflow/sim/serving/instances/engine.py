@@ -22,7 +22,13 @@ P2D transfer through the run's :class:`~.fabric.Fabric` (``config.network``
 placed by :func:`~.fabric.instance_ports`: a non-blocking switch, one port
 per instance at the deployment's NIC bandwidth times its GPUs; ``ideal``: it
 costs nothing and lands at once) and joins the decode instance when the last
-byte lands; the prefill instance holds that KV until then.
+byte lands; the prefill instance holds that KV until then. With
+``config.p2d`` ``layer`` the KV leaves instead layer by layer as each chunk's
+step computes it (:mod:`.layers`: such a step is L layer events, ending at
+the same time; the decode instance is asked at the prompt's first chunk) and
+joins when the last layer of the last chunk lands. ``config.placement``
+``cluster`` puts the instances on a ``ClusterConfig``'s servers and topology
+(:func:`~.fabric.instance_cluster`) instead of one port each.
 
 Pool managers (Arrow) plug in as a dispatcher: ``engine.instances`` (id ->
 :class:`~.instance.Instance`, with ``role``, ``seqs``, ``kv_free()``,
@@ -54,6 +60,7 @@ from laxflow.sim.serving.instances.decode import DecodeAll
 from laxflow.sim.serving.instances.dispatch import Dispatcher, RouterDispatcher
 from laxflow.sim.serving.instances.fabric import create_fabric, instance_cluster, instance_ports
 from laxflow.sim.serving.instances.instance import ROLES, Instance, Seq
+from laxflow.sim.serving.instances.layers import LayeredStep, Send
 from laxflow.sim.serving.instances.profile import StepTimer, profile_samples
 from laxflow.sim.workload.request import Request
 from laxflow.sim.workload.slo_traces import PRIORITY_WEIGHTS
@@ -184,6 +191,7 @@ class InstanceEngine:
         self.network = FluidNetwork(self.topology, policy, self.queue, flow_fields=False)  # (no flow's level is read here)
         self.fabric = create_fabric(self.config.network, self.queue, self.network, cluster, nvswitch)
         self.p2d_flows: dict[int, Flow] = {}  # P2D flows on the network, by id(flow), until they land
+        self._handed: dict[str, tuple[Instance, Instance]] = {}  # p2d "layer": prompt done, KV not landed yet
 
     # -- the pool manager's API ----------------------------------------------------
 
@@ -247,7 +255,11 @@ class InstanceEngine:
             return
         secs = inst.begin_step(self.queue.now)
         if secs is not None:
-            self.queue.push(self.queue.now + secs, Priority.COMPUTE, self._step_end, inst)
+            sends = self._layer_sends(inst) if self.config.p2d == "layer" and inst.role == "prefill" else None
+            if sends:
+                LayeredStep(self, inst, secs, sends).begin()  # ends in _step_end at the same time
+            else:
+                self.queue.push(self.queue.now + secs, Priority.COMPUTE, self._step_end, inst)
         elif inst.seqs:
             inst.polling = True
             self.queue.push(self.queue.now + IDLE_POLL, Priority.TIMER, self._poll, inst)
@@ -262,7 +274,10 @@ class InstanceEngine:
         if inst.role == "prefill":
             for s in prefilled:
                 if not s.done:
-                    self._hand_off(inst, s, now)
+                    (self._hand_off_layered if self.config.p2d == "layer" else self._hand_off)(inst, s, now)
+        elif self.config.p2d == "layer":
+            for s in prefilled:  # the role changed during the step: it decodes here, its KV stays
+                s.p2d_target, s.p2d_sent = None, 0
         for s in finished:
             self.finished += 1
             if self.progress is not None:
@@ -285,6 +300,75 @@ class InstanceEngine:
         shape = self.fabric.move(Stage.P2D, size, self.gpus[src.id], self.gpus[dst.id])
         self.fabric.issue(f"{seq.id}.kv", shape, None, seq.arrival + seq.ttft_slo, 0.0, seq.id, "", None, True,
                           self.p2d_flows, self._kv_landed, (seq, src, dst))
+
+    # -- per-layer P2D (config.p2d "layer", layers.py) ------------------------------------
+
+    def _layer_sends(self, inst: Instance) -> list[Send]:
+        """The KV the step just formed on prefill-role ``inst`` sends, per chunk (empty: a one-event step).
+
+        A chunk's decode instance is asked of the dispatcher at the prompt's
+        first layered chunk (in "prompt" mode: after its last chunk), so a
+        router or pool manager decides on the reports of that time. A request
+        that ends with its first token moves no KV (as in "prompt" mode).
+        """
+        assert inst.batch is not None
+        now = self.queue.now
+        per_token = self.timer.kv_bytes_per_token()
+        layers = self.timer.model.num_layers
+        sends: list[Send] = []
+        for e in inst.batch.entries:
+            if not e.is_prefill:
+                continue
+            s = inst.seqs[e.id]
+            if s.outputs + 1 >= s.target_outputs:
+                continue
+            if s.p2d_target is None:
+                s.p2d_target = self.dispatcher.decode_target(self, s, now)
+            if s.p2d_target == inst.id:
+                continue
+            end = s.computed + e.new_tokens
+            size = float((end - s.p2d_sent) * per_token)  # this chunk, and KV of earlier steps that sent none
+            if size <= 0:
+                continue
+            s.p2d_sent = end
+            self.p2d_bytes += size
+            shape = self.fabric.move(Stage.P2D, size / layers, self.gpus[inst.id], self.gpus[s.p2d_target])
+            sends.append(Send(s, shape, end >= s.prompt_tokens))
+        return sends
+
+    def _hand_off_layered(self, src: Instance, seq: Seq, now: float) -> None:
+        """``seq``'s prompt ended on prefill-role ``src``: hold its KV until its last layer lands."""
+        target = seq.p2d_target
+        if target is None or target == src.id:  # no layered chunk sent it anywhere: ask now, as "prompt" mode
+            target = self.dispatcher.decode_target(self, seq, now)
+            if target == src.id:
+                seq.p2d_target, seq.p2d_sent = None, 0
+                return
+        dst = self.instances[target]
+        del src.seqs[seq.id]
+        src.outbound[seq.id] = seq
+        seq.decode_instance = target
+        self._handed[seq.id] = (src, dst)
+        rest = seq.kv_tokens - seq.p2d_sent  # KV no layered chunk sent (steps under another role)
+        if rest > 0:
+            size = float(rest * self.timer.kv_bytes_per_token())
+            self.p2d_bytes += size
+            seq.p2d_sent = seq.kv_tokens
+            shape = self.fabric.move(Stage.P2D, size, self.gpus[src.id], self.gpus[dst.id])
+            seq.p2d_pending += self.fabric.issue(f"{seq.id}.kv", shape, None, seq.arrival + seq.ttft_slo, 0.0, seq.id,
+                                                 "", None, True, seq.p2d_live, self._layer_landed, seq)
+        if seq.p2d_pending == 0:  # everything landed already: join the decode instance after this event
+            self.queue.push(now, Priority.COMPLETION, self._land, seq)
+
+    def _layer_landed(self, seq: Seq) -> None:
+        seq.p2d_pending -= 1
+        if seq.p2d_pending == 0 and seq.id in self._handed:
+            self._land(seq)
+
+    def _land(self, seq: Seq) -> None:
+        src, dst = self._handed.pop(seq.id)
+        seq.p2d_target, seq.p2d_sent = None, 0
+        self._kv_landed((seq, src, dst))
 
     def _kv_landed(self, moved: tuple[Seq, Instance, Instance]) -> None:
         seq, src, dst = moved

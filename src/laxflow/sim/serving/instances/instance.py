@@ -44,6 +44,13 @@ class Seq:
     prefill_instance: str | None = None
     decode_instance: str | None = None  # the router's decode choice (disaggregated)
     rejected: bool = False  # refused at arrival by admission control (fairbatching-pab): never served
+    # Per-layer P2D (config.p2d "layer", layers.py): the decode instance its KV leaves for (asked at its first
+    # layered chunk), the KV tokens already sent (or on their way), its flows not landed yet (count, and the
+    # network's live ones by id(flow)). Reset when the KV has landed; p2d_sent also by a recompute preemption.
+    p2d_target: str | None = None
+    p2d_sent: int = 0
+    p2d_pending: int = 0
+    p2d_live: dict = field(default_factory=dict)
 
     @property
     def prompt_tokens(self) -> int:
@@ -123,6 +130,7 @@ class Instance:
         victim = max(holders, key=lambda s: (s.arrival, s.id))
         victim.folded = victim.outputs
         victim.computed = 0
+        victim.p2d_sent = 0  # its KV is computed again, and (per-layer P2D) sent again
         victim.preemptions += 1
         self.preemptions += 1
         return True

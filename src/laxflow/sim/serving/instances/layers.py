@@ -1,0 +1,104 @@
+"""One step of a prefill instance run layer by layer, its prompts' KV leaving as each layer ends.
+
+Used when ``InstanceSimConfig.p2d`` is ``"layer"``. Created and started by
+:meth:`.engine.InstanceEngine._kick` for a step that moves network bytes: a
+prefill-role step with prefill chunks whose KV goes to a decode instance
+other than this one (:meth:`.engine.InstanceEngine._layer_sends` picks
+them); from then on driven only by events on the engine's queue, on its one
+thread. Every other step (decode-only, colocated, a prefill step with
+nothing to send) stays one event at the step's end, as in ``"prompt"`` mode.
+
+The step's seconds come whole from the compute model (``profile.StepTimer``:
+L layers of compute plus the NVLink TP term); the step is cut into L equal
+layers, layer j ending at ``start + secs*(j+1)/L`` and the last at exactly
+``start + secs``, so the step ends at the same float as the single event.
+
+Per-layer P2D rule: each chunk runs all L layers; the KV of a chunk's layer j
+(its tokens x the model's per-token KV / L, to the chunk's decode instance,
+GPU k to GPU k mod |dst| through the run's :class:`~.fabric.Fabric`) leaves
+when layer j ends, as one transfer ``{seq}.L{j}.p2d`` with ``layer=j``, the
+request's ``arrival + ttft_slo`` as its deadline and as ``downstream`` the
+step's compute still to run after layer j (``secs * (L-1-j) / L``). KV of a
+prompt computed in an earlier step that sent none (a step under another
+role) rides with its next layered chunk. At every layer boundary the live
+P2D flows of the step's requests get ``current_layer`` (and, at the end of
+a prompt's last chunk, ``compute_done``) and the network reschedules them
+(when any is live).
+The engine then ends the step as usual (first token on this instance at the
+step's end); the prompt's KV is held here until its last flow lands
+(``engine._layer_landed``), and only then joins the decode instance.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from laxflow.policy.flow import Flow
+from laxflow.sim.events import Priority
+from laxflow.sim.serving.instances.fabric import Shape
+
+if TYPE_CHECKING:
+    from laxflow.sim.serving.instances.engine import InstanceEngine
+    from laxflow.sim.serving.instances.instance import Instance, Seq
+
+
+class Send(NamedTuple):
+    """One chunk's KV of one request in a layered step."""
+
+    seq: "Seq"
+    shape: Shape  # one layer's KV to the decode instance
+    completes: bool  # the chunk ends the prompt: its flows' compute is done at the step's end
+
+
+class LayeredStep:
+    """The layer-by-layer execution of one prefill step that sends KV (module docstring)."""
+
+    def __init__(self, engine: "InstanceEngine", inst: "Instance", secs: float, sends: list[Send]) -> None:
+        self.engine = engine
+        self.inst = inst
+        self.queue = engine.queue
+        self.start = self.queue.now
+        self.secs = secs
+        self.layers = engine.timer.model.num_layers
+        self.sends = sends
+        self.tag = f"{inst.id}.s{inst.steps}"
+        self._issue = engine.fabric.issue
+
+    @property
+    def flows(self) -> list[Flow]:
+        """The live P2D flows of this step's requests (earlier chunks' too), on the network now."""
+        return [f for send in self.sends for f in send.seq.p2d_live.values()]
+
+    def begin(self) -> None:
+        """Called by the engine right after the step's batch is formed: layer 0 starts now."""
+        self._progress(0)
+        self._push(0)
+
+    def _push(self, j: int) -> None:
+        end = self.start + self.secs if j == self.layers - 1 else self.start + self.secs * (j + 1) / self.layers
+        self.queue.push(end, Priority.COMPUTE, self._layer_end, j)
+
+    def _progress(self, layer: int, done: bool = False) -> None:
+        flows = self.flows
+        for f in flows:
+            f.current_layer = layer
+        if done:
+            for send in self.sends:
+                if send.completes:
+                    for f in send.seq.p2d_live.values():
+                        f.compute_done = True
+        if flows:  # (none live: nothing to tell the policy, and no recompute to cause)
+            self.engine.network.reschedule(flows)
+
+    def _layer_end(self, j: int) -> None:
+        downstream = self.secs * (self.layers - 1 - j) / self.layers
+        landed = self.engine._layer_landed
+        for seq, shape, _ in self.sends:
+            seq.p2d_pending += self._issue(f"{seq.id}.L{j}.p2d", shape, j, seq.arrival + seq.ttft_slo, downstream,
+                                           seq.id, self.tag, j, False, seq.p2d_live, landed, seq)
+        if j + 1 < self.layers:
+            self._progress(j + 1)
+            self._push(j + 1)
+            return
+        self._progress(j, done=True)
+        self.engine._step_end(self.inst)
