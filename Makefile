@@ -11,14 +11,14 @@ LAXFLOW := $(VENV)/bin/laxflow
 APT_PACKAGES := libibverbs-dev libibverbs1 libnuma1 iproute2 systemd
 EXTRAS := test,torch
 
-.PHONY: demo test test-sanitize install apt bench results clean vllm docs
+.PHONY: demo test test-sanitize install apt bench results clean vllm sglang docs
 
 demo: install
 	$(LAXFLOW) sim serve --preset demo --plot out/demo.png
 	@if [ "$$(id -u)" = 0 ]; then $(LAXFLOW) testbed run --name lxfdemo --requests 6 --modes off,on; \
 	else echo "real-traffic part skipped: it needs root (network namespaces, qdiscs): sudo make demo"; fi
 
-test: install vllm
+test: install vllm sglang
 	$(VENV)/bin/mkdocs build --strict -d $(CURDIR)/build/site
 	$(PY) -m pytest -q tests
 
@@ -52,6 +52,26 @@ $(VENV)/.vllm-$(VLLM_VERSION):
 	$(PIP) install -q $(VLLM_DEPS)
 	$(PIP) install -q --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.11
 	$(PY) -c "import importlib.metadata as m; assert m.version('vllm') == '$(VLLM_VERSION)'; assert m.version('torch').startswith('2.13.0')"
+	touch $@
+
+# SGLang for laxflow.integrations.sglang's tests, CPU only, in a folder of its own that only
+# tests/integrations/sglang/conftest.py puts on sys.path: torchvision (a CUDA build, its ops
+# unloadable beside CPU torch; vLLM imports it when present) and triton stay out of vLLM's way.
+# The wheel with --no-deps, then only what its scheduler, schedule policy and Mooncake backend
+# import, at SGLang 0.5.23's own pins where it has them. Cold: about 20 s from pip's cache.
+SGLANG_VERSION := 0.5.23
+SGLANG_SITE := $(VENV)/sglang-$(SGLANG_VERSION)
+SGLANG_DEPS := orjson==3.13.0 setproctitle==1.3.8 xxhash==4.1.0 dill==0.4.1 loguru==0.7.3 gguf==0.19.0 \
+  uvicorn==0.54.0 sentencepiece==0.2.1 compressed-tensors==0.18.0 triton==3.8.0 torchvision==0.28.0 \
+  ipython==9.18.1 traitlets==5.16.1 jedi==0.20.1 parso==0.8.7 pexpect==4.9.0 ptyprocess==0.7.0 \
+  prompt_toolkit==3.0.53 wcwidth==0.9.4 stack_data==0.6.3 asttokens==3.0.2 executing==2.3.0 \
+  pure_eval==0.2.4 matplotlib_inline==0.2.2 ipython_pygments_lexers==1.1.1
+
+sglang: install $(SGLANG_SITE)/.stamp
+
+$(SGLANG_SITE)/.stamp:
+	rm -rf $(SGLANG_SITE)
+	$(PIP) install -q --no-deps --target $(SGLANG_SITE) sglang==$(SGLANG_VERSION) $(SGLANG_DEPS)
 	touch $@
 
 $(VENV)/bin/python:
