@@ -11,14 +11,14 @@ LAXFLOW := $(VENV)/bin/laxflow
 APT_PACKAGES := libibverbs-dev libibverbs1 libnuma1 iproute2 systemd
 EXTRAS := test,torch
 
-.PHONY: demo test test-sanitize install apt bench results clean vllm sglang docs
+.PHONY: demo test test-sanitize install apt bench results clean vllm sglang nixl docs
 
 demo: install
 	$(LAXFLOW) sim serve --preset demo --plot out/demo.png
 	@if [ "$$(id -u)" = 0 ]; then $(LAXFLOW) testbed run --name lxfdemo --requests 6 --modes off,on; \
 	else echo "real-traffic part skipped: it needs root (network namespaces, qdiscs): sudo make demo"; fi
 
-test: install vllm sglang
+test: install vllm sglang nixl
 	$(VENV)/bin/mkdocs build --strict -d $(CURDIR)/build/site
 	$(PY) -m pytest -q tests
 
@@ -72,6 +72,19 @@ sglang: install $(SGLANG_SITE)/.stamp
 $(SGLANG_SITE)/.stamp:
 	rm -rf $(SGLANG_SITE)
 	$(PIP) install -q --no-deps --target $(SGLANG_SITE) sglang==$(SGLANG_VERSION) $(SGLANG_DEPS)
+	touch $@
+
+# NIXL for laxflow.adapters.nixl's tests: real transfers between two processes over UCX's
+# TCP transport on lo, host memory, no GPU. The meta package with --no-deps (it requires both
+# CUDA builds) and its CUDA 12 build, also --no-deps (its torch and numpy are laxflow's); with
+# CPU torch the meta package loads whichever build is installed. About 70 MB from pip's cache.
+NIXL_VERSION := 1.5.1
+
+nixl: install $(VENV)/.nixl-$(NIXL_VERSION)
+
+$(VENV)/.nixl-$(NIXL_VERSION):
+	$(PIP) install -q --no-deps nixl==$(NIXL_VERSION) nixl-cu12==$(NIXL_VERSION)
+	$(PY) -c "import importlib.metadata as m; assert m.version('nixl') == '$(NIXL_VERSION)'; from nixl._api import nixl_agent"
 	touch $@
 
 $(VENV)/bin/python:

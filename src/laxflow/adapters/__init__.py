@@ -5,6 +5,8 @@
   for its permit off the caller's thread, report its completion; fails open.
 * :mod:`laxflow.adapters.mooncake` -- a wrapper over Mooncake's
   ``TransferEngine`` with ``request``/``stage``/``layer``/``deadline`` keywords.
+* :mod:`laxflow.adapters.nixl` -- a wrapper over NIXL's ``nixl_agent``: each
+  posted transfer request gated as one message, UCX's TCP connections marked.
 * :mod:`laxflow.adapters.sockets` -- which TCP sockets of this process talk to
   a peer (``/proc``), and marking them with a DSCP.
 * :mod:`laxflow.adapters.nccl` -- the environment ``laxflow run`` gives NCCL
@@ -12,6 +14,6 @@
 * :mod:`laxflow.adapters.gloo` -- Gloo collectives gated and marked as stage-2
   messages in daemon mode.
 
-Nothing here is imported by ``laxflow`` itself; Mooncake is imported only
-when a wrapper is built without an engine of the caller's.
+Nothing here is imported by ``laxflow`` itself; Mooncake (NIXL) is imported only
+when a wrapper is built without an engine (agent) of the caller's.
 """
