@@ -154,3 +154,43 @@ def test_bad_custom_params_ignored_and_named(caplog):
     policy.end_step()
     assert [r.rid for r in queue] == ["odd", "ok"] and policy.laxflow_stats["bad_custom_params"] == 1
     assert any("custom_params ttft_slo_ms" in r.getMessage() for r in caplog.records)
+
+
+APPLY = r"""
+import importlib.metadata, sys
+sys.path.append(sys.argv[1])
+sys.path.insert(0, sys.argv[2])
+import conftest  # the torchvision op schemas
+from sglang.srt.plugins import load_plugins
+from sglang.srt.plugins.hook_registry import HookRegistry
+eps = [ep for ep in importlib.metadata.entry_points(group="sglang.srt.plugins") if ep.name == "laxflow"]
+if eps:
+    load_plugins()  # SGLang's own loader finds laxflow's entry point
+else:  # laxflow installed before the entry point existed: what load_plugins does with it
+    from laxflow.integrations.sglang.plugin import register
+    register()
+    HookRegistry.apply_hooks()
+import sglang.srt.managers.scheduler as scheduler
+from sglang.srt.disaggregation.utils import KVClassType, TransferBackend, get_kv_class
+from laxflow.integrations.sglang.mooncake import LaxflowMooncakeKVManager
+from laxflow.integrations.sglang.policy import LaxflowSchedulePolicy
+assert scheduler.SchedulePolicy is LaxflowSchedulePolicy, scheduler.SchedulePolicy
+assert get_kv_class(TransferBackend.MOONCAKE, KVClassType.MANAGER) is LaxflowMooncakeKVManager
+assert scheduler.Scheduler.get_new_batch_prefill.__wrapped__.__name__ == "get_new_batch_prefill"
+print("entry point" if eps else "register()", "applied")
+"""
+
+
+def test_sglang_applies_the_plugin_to_its_own_classes(monkeypatch):
+    """In a fresh process: SGLang's scheduler builds laxflow's policy and picks laxflow's Mooncake KV manager."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import conftest
+
+    monkeypatch.setenv("LAXFLOW_SGLANG_POLICY", "flowprefill")
+    monkeypatch.setenv("LAXFLOW_SGLANG_TRANSFER", "mooncake")
+    out = subprocess.run([sys.executable, "-c", APPLY, str(conftest.SITE), str(Path(conftest.__file__).parent)],
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0 and out.stdout.strip().endswith("applied"), out.stderr[-3000:]
