@@ -16,3 +16,6 @@ serve_cli.register(app)
 from laxflow.sim import list_cli  # noqa: E402
 
 list_cli.register(app)
+from laxflow.sim import map_cli  # noqa: E402
+
+map_cli.register(app)

@@ -91,7 +91,9 @@ class ServingConfig:
     """Everything one run of the serving simulator needs besides the requests and the policy."""
 
     model: str = "mixtral-8x22b"
-    deployment: str | None = None  # None: the model's paper deployment
+    # None: the model's paper deployment; a catalog name; or a ``laxflow.sim.models.Deployment`` given as
+    # data (``laxflow sim map``: its NIC / EP axes and a user's --config), used as it is.
+    deployment: Any = None
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     # Max new (computed) tokens per batch of ONE attention-DP rank: each rank
     # forms its own batch, as DP-attention engines do (SGLang --dp-size, vLLM

@@ -54,6 +54,7 @@ class RunSpec:
     pools: str | None = None  # --pools: instance engine pool manager
     instances: str | None = None  # --instances: "N" colocated or "P:D" (instance engine)
     network: str = "fabric"  # --network: fabric or ideal (instance engine; the unit-level engine is always fabric)
+    prompt_scale: float = 1.0  # synthetic workload's prompt lengths x this (laxflow sim map --prompt-scales)
 
     @property
     def label(self) -> str:
@@ -263,7 +264,7 @@ def build_workload(spec: RunSpec) -> list[Any]:
         if spec.time_scale != 1.0:  # its own timestamps, compressed: bursts kept
             return [replace(r, arrival=r.arrival / spec.time_scale) for r in reqs]
         return reqs
-    return workload.generate(spec.workload, rate, total, spec.seed)
+    return workload.generate(spec.workload, rate, total, spec.seed, spec.prompt_scale)
 
 
 def run_one(spec: RunSpec, progress: Callable[[int], None] | None = None) -> dict[str, Any]:

@@ -29,7 +29,7 @@ and stage-3 flows move between those GPUs only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from laxflow.sim.serving.cluster import Cluster, Pattern, Unit
 
@@ -75,12 +75,15 @@ class LayerPlan:
 class ModelRunner:
     """The model and deployment of every unit, as the simulator needs them."""
 
-    def __init__(self, model_name: str, deployment_name: str | None) -> None:
+    def __init__(self, model_name: str, deployment: str | Any | None) -> None:
+        """``deployment``: a catalog name (None: the model's own) or a ``models.Deployment`` given as data
+        (``ServingConfig.deployment`` set by ``laxflow sim map``'s axes and ``--config``)."""
         from laxflow.sim import models
 
         self._models = models
         self.model = models.get_model(model_name)
-        self.deployment = models.get_deployment(deployment_name or model_name)
+        self.deployment = (deployment if isinstance(deployment, models.Deployment)
+                           else models.get_deployment(deployment or model_name))
         if self.deployment.model != self.model.name:
             from laxflow.errors import UserError
 

@@ -228,11 +228,20 @@ def _generate(spec: WorkloadSpec, num_requests: int, seed: int) -> list[tuple[Re
     return out
 
 
-def generate(name: str, rate: float, num_requests: int, seed: int) -> list[Request]:
+def generate(name: str, rate: float, num_requests: int, seed: int, prompt_scale: float = 1.0) -> list[Request]:
     """``num_requests`` requests of workload ``name`` arriving at ``rate`` requests/s (whole cluster).
 
-    Deterministic for ``(name, num_requests, seed)``; ``rate`` only scales time.
+    Deterministic for ``(name, num_requests, seed, prompt_scale)``; ``rate`` only scales time.
+    ``prompt_scale`` (``laxflow sim map --prompt-scales``; calibrated ``WORKLOADS`` only) multiplies
+    every prompt length knob (shared prefixes, first and follow-up text, the cap ``max_input``), so
+    mean prompt length scales by about that much and the reuse structure (which blocks are shared,
+    the turn and fan-out process) stays the workload's; outputs are unchanged.
     """
+    if not (isinstance(prompt_scale, (int, float)) and prompt_scale > 0 and math.isfinite(prompt_scale)):
+        raise UserError(f"workload {name!r}: prompt_scale: expected a positive number, got {prompt_scale!r}")
+    if prompt_scale != 1.0 and name not in WORKLOADS:
+        raise UserError(f"workload {name!r}: prompt_scale: only the calibrated workloads scale their prompts "
+                        f"({', '.join(WORKLOADS)}), got {prompt_scale!r}")
     if name == "qwen-multislo":
         from laxflow.sim.workload.multislo import generate_multislo
 
@@ -249,6 +258,10 @@ def generate(name: str, rate: float, num_requests: int, seed: int) -> list[Reque
         raise UserError(f"workload {name!r}: rate: expected a positive number of requests/s, got {rate!r}")
     if num_requests < 1:
         raise UserError(f"workload {name!r}: num_requests: expected at least 1, got {num_requests}")
+    if prompt_scale != 1.0:
+        spec = replace(spec, prefix_mean=spec.prefix_mean * prompt_scale, first_mean=spec.first_mean * prompt_scale,
+                       followup_mean=spec.followup_mean * prompt_scale,
+                       max_input=max(1, int(round(spec.max_input * prompt_scale))))
     built = _generate(spec, num_requests, seed)
     groups = built[-1][1] + 1
     # Group arrivals are Poisson at rate * groups / requests, so requests arrive at ``rate``.
