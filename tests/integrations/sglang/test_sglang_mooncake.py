@@ -149,3 +149,21 @@ def test_layer_of_maps_k_and_v_buffers_to_their_layer(engines):
     for i, b in enumerate(engines["src"]):
         assert m.layer_of(b.ctypes.data) == m.layer_of(b.ctypes.data + b.nbytes - 1) == i % LAYERS
     assert m.layer_of(1) == 0
+
+
+def test_a_transfer_worker_knows_its_room_on_its_executor_too():
+    """The wrappers laxflow's ``transfer_worker`` gives SGLang's loop: its real FastQueue, a thread pool."""
+    from types import SimpleNamespace
+
+    from sglang.srt.disaggregation.common.utils import FastQueue
+
+    from laxflow.integrations.sglang.mooncake import _RoomExecutor, _RoomQueue, current_room
+
+    queue = _RoomQueue(FastQueue())
+    queue.put(SimpleNamespace(room=42))  # SGLang's re-enqueue goes through the wrapper too
+    assert queue.get().room == 42 and current_room() == 42
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        assert _RoomExecutor(pool).submit(current_room).result() == 42
+        assert pool.submit(current_room).result() is None  # the room is set only for the wrapped task
+    _in_room(None, lambda: None, (), {})  # this thread sends nothing more
+    assert current_room() is None
