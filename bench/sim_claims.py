@@ -29,11 +29,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from laxflow.sim.map.figures import paired_margin
 from laxflow.sim.serving.experiment import PRESETS, RunSpec, rates_at, run_all
 from laxflow.sim.serving.report import ci95
 from laxflow.stage import STAGE_NAMES
 
-BASELINES = ("fs", "sjf", "edf", "karuna")
 COST = {"mfs": 3, "karuna": 2}  # rough relative run time, to start the slowest runs first
 
 
@@ -90,8 +90,9 @@ def summary(key: str, rows: list[dict], specs: list[RunSpec]) -> dict:
             "byte_share": {k: round(v / total, 3) for k, v in net.items()},
         }
     pol = line["policies"]
-    if "mfs" in pol:
-        best = max((b for b in BASELINES if b in pol), key=lambda b: pol[b]["slo_attainment"])
+    margin = paired_margin(by_seed, seeds)
+    if margin is not None:
+        best, d, dci, excludes = margin
         m, b = pol["mfs"], pol[best]
         line["best_baseline"] = best
         line["mfs_over_best"] = round(m["slo_attainment"] / b["slo_attainment"], 3) if b["slo_attainment"] else None
@@ -99,9 +100,7 @@ def summary(key: str, rows: list[dict], specs: list[RunSpec]) -> dict:
         line["tie"] = abs(m["slo_attainment"] - b["slo_attainment"]) <= m["slo_attainment_ci95"] + b["slo_attainment_ci95"]
         # Paired view: every policy of a seed runs the same requests, so the per-seed difference
         # has far less spread than either attainment; its interval excluding 0 means a real margin.
-        diff = [by_seed[s]["mfs"]["slo_attainment"] - by_seed[s][best]["slo_attainment"] for s in seeds]
-        d, dci = mean_ci(diff)
-        line["paired_diff"] = {"mean": round(d, 3), "ci95": round(dci, 3), "excludes_0": len(seeds) > 1 and abs(d) > dci}
+        line["paired_diff"] = {"mean": round(d, 3), "ci95": round(dci or 0.0, 3), "excludes_0": excludes}
         if "fs" in pol:
             fs = pol["fs"]
             line["mfs_vs_fs"] = {k: round(m[k] / fs[k] - 1.0, 3) if fs[k] else None

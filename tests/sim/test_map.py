@@ -166,3 +166,11 @@ def test_prompt_scale_scales_prompts_and_keeps_the_workload() -> None:
 
     with pytest.raises(UserError, match="prompt_scale"):
         generate("qwen-multislo", 1.0, 10, 0, prompt_scale=2.0)
+
+
+def test_paired_margin_needs_two_seeds_and_mfs() -> None:
+    from laxflow.sim.map.figures import paired_margin
+
+    one = {0: {"fs": {"slo_attainment": 0.5}, "mfs": {"slo_attainment": 0.9}}}
+    assert paired_margin(one, [0]) == ("fs", pytest.approx(0.4), None, False)  # one seed: no interval, no mark
+    assert paired_margin({0: {"fs": {"slo_attainment": 0.5}}}, [0]) is None

@@ -27,6 +27,29 @@ def _round(x: float | None, digits: int) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
+def paired_margin(by_seed: dict[int, dict[str, dict[str, Any]]],
+                  seeds: Sequence[int]) -> tuple[str, float, float | None, bool] | None:
+    """(best baseline, mean of MFS minus it per seed, 95 % half-width, whether that interval excludes 0).
+
+    ``by_seed[seed][policy]`` is a run row (``slo_attainment``); ``seeds`` those with every policy.
+    None without MFS or a baseline. Also ``bench/sim_claims.py``'s rule (the README's claims table).
+    """
+    if not seeds:
+        return None
+    present = by_seed[seeds[0]]
+    bases = [b for b in BASELINES if b in present]
+    if "mfs" not in present or not bases:
+        return None
+
+    def mean_of(p: str) -> float:
+        return sum(float(by_seed[s][p]["slo_attainment"]) for s in seeds) / len(seeds)
+
+    best = max(bases, key=mean_of)
+    diff, ci = mean_ci([float(by_seed[s]["mfs"]["slo_attainment"]) - float(by_seed[s][best]["slo_attainment"])
+                        for s in seeds])
+    return best, diff, ci, ci is not None and abs(diff) > ci
+
+
 def cell_figures(rows: Sequence[dict[str, Any]], policies: Sequence[str]) -> dict[str, Any]:
     """The figures of one cell from its run rows (one per policy and seed, every seed complete)."""
     by_seed: dict[int, dict[str, dict[str, Any]]] = {}
@@ -51,15 +74,12 @@ def cell_figures(rows: Sequence[dict[str, Any]], policies: Sequence[str]) -> dic
     out["fs_cct_inflation"] = fs["cct_inflation"] if fs else None
     out["fs_cct_inflation_ci95"] = fs["cct_inflation_ci95"] if fs else None
     out["remote_reuse_share"] = round(sum(p["remote_reuse_share"] for p in pol.values()) / len(pol), 4)
-    bases = [b for b in BASELINES if b in pol]
-    if "mfs" in pol and bases:
-        best = max(bases, key=lambda b: pol[b]["slo_attainment"])
+    margin = paired_margin(by_seed, seeds)
+    if margin is not None:
+        best, diff, diff_ci, excludes = margin
         m, b = pol["mfs"]["slo_attainment"], pol[best]["slo_attainment"]
-        diff, diff_ci = mean_ci([float(by_seed[s]["mfs"]["slo_attainment"]) - float(by_seed[s][best]["slo_attainment"])
-                                 for s in seeds])
         out["best_baseline"] = best
         out["mfs_over_best"] = round(m / b, 4) if b else None
-        out["paired_diff"] = {"mean": round(diff, 4), "ci95": _round(diff_ci, 4),
-                              "excludes_0": diff_ci is not None and abs(diff) > diff_ci}
+        out["paired_diff"] = {"mean": round(diff, 4), "ci95": _round(diff_ci, 4), "excludes_0": excludes}
     out["wall_s"] = round(sum(float(r.get("wall_s", 0.0)) for s in seeds for r in by_seed[s].values()), 2)
     return out

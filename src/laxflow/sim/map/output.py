@@ -104,7 +104,8 @@ def plot_row(path: Path, row: str, cells: Sequence[dict[str, Any]], through: dic
 
     Heatmap line i is axis i; its columns are that axis's values with every other axis at
     ``through`` (the base point), so a star grid is drawn whole and a product grid by its slice
-    through the base. A cell whose paired interval excludes 0 is outlined and starred.
+    through the base; axes held at one value are left out (unless none varies). A cell whose
+    paired interval excludes 0 is outlined and starred.
     """
     import matplotlib
 
@@ -119,6 +120,8 @@ def plot_row(path: Path, row: str, cells: Sequence[dict[str, Any]], through: dic
         line.sort(key=lambda vc: (str(type(vc[0])), vc[0]))
         if line:
             lines.append((a.flag.lstrip("-"), line))
+    varied = [(name, line) for name, line in lines if len(line) > 1]
+    lines = varied or lines  # an axis held at one value says nothing here (its value is in every cell)
     width = max(len(line) for _, line in lines)
     diff = np.full((len(lines), width), np.nan)
     infl = np.full((len(lines), width), np.nan)
