@@ -20,9 +20,10 @@ The bytes of a message: the sum of the local descriptors' lengths, taken
 from ``initialize_xfer``'s list or the ``prep_xfer_dlist`` list the indices
 of ``make_prepped_xfer`` select (``nbytes=`` overrides).  Tags given when the
 request is made hold for each of its posts; ``transfer`` may override them;
-:meth:`NixlAgent.tags` sets defaults for the calling thread (a connector
-wrapper uses it around the inner connector's calls), and ``tagger`` (a
-callable of the notification message) is asked last.
+below both, ``tagger`` (a callable of the notification message, which
+vLLM's NixlConnector fills with the request id) and, last, :meth:`NixlAgent.tags`,
+defaults for the calling thread (a connector wrapper sets them around the
+inner connector's calls).
 
 *The class on the wire.*  UCX has no per-request traffic class:
 ``UCX_IB_TRAFFIC_CLASS`` (the whole IPv6/RoCEv2 traffic-class byte, DSCP << 2)
@@ -139,6 +140,7 @@ class _Request:
     remote_agent: str
     nbytes: int
     tags: dict
+    notif: bytes = b""  # the notification given when it was made (what ``tagger`` reads)
     future: Future | None = None
 
 
@@ -243,7 +245,7 @@ class NixlAgent:
                                                  backends)
             if nbytes is None:
                 nbytes = sum(_lengths(self._agent, local_descs, None))
-        self._requests[_key(handle)] = _Request(operation, remote_agent, int(nbytes), tags)
+        self._requests[_key(handle)] = _Request(operation, remote_agent, int(nbytes), tags, bytes(notif_msg or b""))
         return handle
 
     def make_prepped_xfer(self, operation: str, local_xfer_side: Any, local_indices: Any, remote_xfer_side: Any,
@@ -257,7 +259,7 @@ class NixlAgent:
             lengths = self._dlists.get(_key(local_xfer_side), ("", []))[1]
             nbytes = sum(lengths[int(i)] for i in local_indices) if lengths else 0
         remote = self._dlists.get(_key(remote_xfer_side), ("", []))[0]
-        self._requests[_key(handle)] = _Request(operation, remote, int(nbytes), tags)
+        self._requests[_key(handle)] = _Request(operation, remote, int(nbytes), tags, bytes(notif_msg or b""))
         return handle
 
     # ------------------------------------------------------------ posting and state
@@ -270,8 +272,9 @@ class NixlAgent:
             req = self._requests[_key(handle)] = _Request("", "", 0, {})
         if req.future is not None and not req.future.done():
             raise RuntimeError("transfer: this request is still in flight; wait for check_xfer_state first")
-        merged = {**((self.tagger(notif_msg) or {}) if self.tagger and notif_msg else {}),
-                  **(getattr(self._local, "tags", None) or {}), **req.tags, **tags}
+        notif = bytes(notif_msg or b"") or req.notif
+        merged = {**(getattr(self._local, "tags", None) or {}),
+                  **((self.tagger(notif) or {}) if self.tagger and notif else {}), **req.tags, **tags}
         request, layer = int(merged.get("request", 0)), int(merged.get("layer", 0))
         stage = merged.get("stage")
         stage = int(stage if stage is not None else (Stage.REUSE if req.op == "READ" else Stage.P2D))
