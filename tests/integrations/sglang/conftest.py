@@ -8,42 +8,19 @@ kernels for ``torchvision::nms`` / ``qnms``; their schemas (no kernels) are
 declared here first so SGLang's modules import. Nothing here calls them.
 """
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
-SGLANG_VERSION = "0.5.23"
-SITE = Path(sys.prefix) / f"sglang-{SGLANG_VERSION}"
-
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[2] / "adapters"))  # segment_daemon
+
+from sglang_harness import SITE, declare_torchvision_ops  # noqa: E402
+
 if SITE.is_dir() and str(SITE) not in sys.path:
     sys.path.append(str(SITE))
-
-
-def _declare_torchvision_ops() -> None:
-    import torch
-
-    spec = importlib.util.find_spec("torchvision")
-    if spec is None or not spec.submodule_search_locations:
-        return
-    ext = sorted(Path(spec.submodule_search_locations[0]).glob("_C*.so"))
-    try:
-        if ext:
-            torch.ops.load_library(str(ext[0]))
-            return
-    except OSError:
-        pass
-    for op in ("nms", "qnms"):
-        try:
-            torch.library.define(f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        except RuntimeError:  # already declared
-            pass
-
-
-_declare_torchvision_ops()
+declare_torchvision_ops()
 
 
 @pytest.fixture(autouse=True)

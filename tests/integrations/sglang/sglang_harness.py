@@ -3,9 +3,36 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import sys
 from array import array
+from pathlib import Path
 
 from laxflow.hooks.api import Hooks
+
+SGLANG_VERSION = "0.5.23"  # the Makefile's SGLANG_VERSION
+SITE = Path(sys.prefix) / f"sglang-{SGLANG_VERSION}"  # the Makefile's SGLANG_SITE
+
+
+def declare_torchvision_ops() -> None:
+    """Without a loadable torchvision extension, declare the two op schemas its import registers fakes for."""
+    import torch
+
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    ext = sorted(Path(spec.submodule_search_locations[0]).glob("_C*.so"))
+    try:
+        if ext:
+            torch.ops.load_library(str(ext[0]))
+            return
+    except OSError:
+        pass
+    for op in ("nms", "qnms"):
+        try:
+            torch.library.define(f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        except RuntimeError:  # already declared
+            pass
 
 
 @contextlib.contextmanager

@@ -39,10 +39,14 @@ def engines():
     """Prefill and decode SGLang engines with their KV buffers registered (K of each layer, then V)."""
     import os
 
-    os.environ["MC_FORCE_TCP"] = "1"
-    os.environ["MOONCAKE_PROTOCOL"] = "tcp"
-    with published():
-        prefill, decode = MooncakeTransferEngine("127.0.0.1"), MooncakeTransferEngine("127.0.0.1")
+    saved = {k: os.environ.get(k) for k in ("MC_FORCE_TCP", "MOONCAKE_PROTOCOL")}
+    os.environ.update(MC_FORCE_TCP="1", MOONCAKE_PROTOCOL="tcp")  # SGLang's engine reads them at construction
+    try:
+        with published():
+            prefill, decode = MooncakeTransferEngine("127.0.0.1"), MooncakeTransferEngine("127.0.0.1")
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     src = [(np.arange(PAGES * ITEM) * (i + 3) % 251).astype(np.uint8) for i in range(2 * LAYERS)]
     dst = [np.zeros(PAGES * ITEM, np.uint8) for _ in range(2 * LAYERS)]
     for engine, bufs in ((prefill, src), (decode, dst)):

@@ -160,7 +160,8 @@ APPLY = r"""
 import importlib.metadata, sys
 sys.path.append(sys.argv[1])
 sys.path.insert(0, sys.argv[2])
-import conftest  # the torchvision op schemas
+import sglang_harness
+sglang_harness.declare_torchvision_ops()
 from sglang.srt.plugins import load_plugins
 from sglang.srt.plugins.hook_registry import HookRegistry
 eps = [ep for ep in importlib.metadata.entry_points(group="sglang.srt.plugins") if ep.name == "laxflow"]
@@ -187,10 +188,11 @@ def test_sglang_applies_the_plugin_to_its_own_classes(monkeypatch):
     import sys
     from pathlib import Path
 
-    import conftest
+    import sglang_harness
 
     monkeypatch.setenv("LAXFLOW_SGLANG_POLICY", "flowprefill")
     monkeypatch.setenv("LAXFLOW_SGLANG_TRANSFER", "mooncake")
-    out = subprocess.run([sys.executable, "-c", APPLY, str(conftest.SITE), str(Path(conftest.__file__).parent)],
+    out = subprocess.run([sys.executable, "-c", APPLY, str(sglang_harness.SITE),
+                          str(Path(sglang_harness.__file__).parent)],
                          capture_output=True, text=True, timeout=240)
     assert out.returncode == 0 and out.stdout.strip().endswith("applied"), out.stderr[-3000:]
