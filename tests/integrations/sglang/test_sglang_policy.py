@@ -196,3 +196,18 @@ def test_sglang_applies_the_plugin_to_its_own_classes(monkeypatch):
                           str(Path(sglang_harness.__file__).parent)],
                          capture_output=True, text=True, timeout=240)
     assert out.returncode == 0 and out.stdout.strip().endswith("applied"), out.stderr[-3000:]
+
+
+def test_settings_read_once_with_one_line_errors(tmp_path):
+    from laxflow.integrations.sglang.settings import load_settings
+
+    s = load_settings({"LAXFLOW_SGLANG_TRANSFER": "Mooncake", "MC_FORCE_TCP": "1"})
+    assert (s.policy, s.transfer, s.hooks, s.protocol, s.enabled) == ("off", "mooncake", "auto", "tcp", True)
+    assert load_settings({"MOONCAKE_PROTOCOL": "RDMA"}).protocol == "rdma" and not load_settings({}).enabled
+    with pytest.raises(ValueError, match="^LAXFLOW_SGLANG_TRANSFER: expected one of off, mooncake, got 'nixl'$"):
+        load_settings({"LAXFLOW_SGLANG_TRANSFER": "nixl"})
+    with pytest.raises(ValueError, match="^LAXFLOW_SGLANG_PROFILE: .*missing.json' is not a file$"):
+        load_settings({"LAXFLOW_SGLANG_PROFILE": str(tmp_path / "missing.json")})
+    profile = tmp_path / "p.json"
+    profile.write_text('{"prefill": [[1, 0.01], [1000, 0.1], [4000, 0.5]]}')
+    assert load_settings({"LAXFLOW_SGLANG_PROFILE": str(profile)}).prefill_samples()[1] == (1000.0, 0.1)
