@@ -5,6 +5,9 @@
   vLLM's v1 ``Scheduler`` that order and size what each ``schedule()`` admits.
 * ``kv_connector: LaxflowConnector`` with ``kv_connector_module_path:
   laxflow.integrations.vllm.connector``: wraps Mooncake/NIXL/any v1 connector.
+* ``kv_connector: LaxflowNixlConnector`` with ``kv_connector_module_path:
+  laxflow.integrations.vllm.nixl``: NixlConnector wrapped, its NIXL agent gated
+  (:mod:`laxflow.adapters.nixl`), since the shim cannot see NIXL's traffic.
 * the ``vllm.general_plugins`` entry point ``laxflow`` (:mod:`.plugin`).
 
 Nothing here is imported by laxflow itself; vLLM imports these modules.
