@@ -1,6 +1,8 @@
 """A NIXL agent in its own process, the target of the adapter's tests.
 
-Registers one DRAM buffer of SIZE bytes (argv[1]) holding ``i % 251``,
+Registers one DRAM buffer of SIZE bytes (argv[1]) holding ``i % 251``
+(argv[2] ``sm``: a UCX backend without peer error handling, which UCX's
+shared-memory transports need),
 prints one JSON line (its agent metadata and descriptor list, hex-encoded;
 the buffer's address), then answers stdin lines: ``sha OFFSET LEN`` -> the
 SHA-256 of that slice; ``notifs`` -> the notification messages received so
@@ -22,7 +24,11 @@ def main() -> None:
     size = int(sys.argv[1])
     out = os.fdopen(os.dup(1), "w")  # the replies; NIXL logs to stdout, sent to stderr from here on
     os.dup2(2, 1)
-    agent = nixl_agent(f"lxf-target-{os.getpid()}", nixl_agent_config(backends=["UCX"]))
+    if sys.argv[2:] == ["sm"]:
+        agent = nixl_agent(f"lxf-target-{os.getpid()}", nixl_agent_config(backends=[]))
+        agent.create_backend("UCX", {"ucx_error_handling_mode": "none"})
+    else:
+        agent = nixl_agent(f"lxf-target-{os.getpid()}", nixl_agent_config(backends=["UCX"]))
     buf = (np.arange(size) % 251).astype(np.uint8)
     agent.register_memory([(buf.ctypes.data, size, 0, "")], "DRAM")
     descs = agent.get_xfer_descs([(buf.ctypes.data, size, 0)], "DRAM")

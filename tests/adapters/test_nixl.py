@@ -249,6 +249,50 @@ def test_ib_traffic_class_goes_to_the_ucx_backend_the_wrapper_builds():
         NixlAgent(config=cfg)
 
 
+def test_gated_transfer_over_ucx_shared_memory():
+    """UCX_TLS=sm: the bytes go by shared memory (CMA), gated the same; no TCP connection to mark.
+
+    UCX's shared-memory transports have no peer failure handler, so both agents'
+    UCX backends are made with ``ucx_error_handling_mode: none`` (NIXL's default,
+    ``peer``, makes NIXL 1.5.1 fail with NIXL_ERR_BACKEND: "no active messages
+    transport ... sysv/memory - no peer failure handler").
+    """
+    env = {**os.environ, "UCX_TLS": "sm"}
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("nixl_target.py")), str(SIZE), "sm"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=env)
+    daemon = SegmentDaemon(lambda ev: (Gate.OPEN, 0, 46))
+    saved = os.environ.get("UCX_TLS")
+    os.environ["UCX_TLS"] = "sm"
+    try:
+        inner = nixl_api.nixl_agent(f"lxf-sm-{os.getpid()}", nixl_api.nixl_agent_config(backends=[]))
+        inner.create_backend("UCX", {"ucx_error_handling_mode": "none"})
+    finally:
+        os.environ.pop("UCX_TLS") if saved is None else os.environ.__setitem__("UCX_TLS", saved)
+    eng = NixlAgent(inner, config=NixlAdapterConfig(gate=GateConfig(shm_name=daemon.name)))
+    try:
+        info = json.loads(proc.stdout.readline())
+        target = eng.add_remote_agent(bytes.fromhex(info["metadata"]))
+        local = np.random.default_rng(6).integers(0, 256, SIZE, dtype=np.uint8)
+        eng.register_memory([(local.ctypes.data, SIZE, 0, "")], "DRAM")
+        h = eng.initialize_xfer("WRITE", eng.get_xfer_descs([(local.ctypes.data, SIZE, 0)], "DRAM"),
+                                eng.get_xfer_descs([(info["addr"], SIZE, 0)], "DRAM"), target, request=8, layer=1)
+        assert eng.transfer(h) == "PROC"
+        assert wait_state(eng, h) == "DONE"
+        proc.stdin.write(f"sha 0 {SIZE}\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == sha(local)
+        daemon.wait_for(lambda evs: any(e["kind"] == EventKind.COMPLETION for e in evs))
+        assert [(e["request_id"], e["bytes"], e["layer"]) for e in daemon.of_kind(EventKind.SUBMIT)] == [(8, SIZE, 1)]
+        assert [(r.dscp, r.marked) for r in eng.records] == [(46, 0)]  # permitted; nothing on a wire to mark
+    finally:
+        eng.close()
+        daemon.close()
+        proc.stdin.write("quit\n")
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
 scapy_all = pytest.importorskip("scapy.all")
 from wire_capture import WireCapture  # noqa: E402
 
