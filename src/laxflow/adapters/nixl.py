@@ -41,7 +41,10 @@ a pair: a WRITE's data leaves on the initiator's end (marked by it); a
 READ's data is sent back by the *target's* end of the connection, in the
 target's class.  UCX completes a TCP put only once the peer acknowledged it
 (NIXL flushes before it reports DONE), so COMPLETION never precedes the
-bytes.  Shared memory (``UCX_TLS=sm``) never reaches a switch.
+bytes.  Unlike the Mooncake wrapper, it does not wait for a connection's
+queued bytes before moving it to a more urgent class: packets of one
+connection in two strict-priority queues can arrive out of order.  Shared
+memory (``UCX_TLS=sm``) never reaches a switch.
 
 Threads: callers any; NIXL calls from the wrapper's threads and the caller's
 go through one lock (an agent made with NIXL's default sync mode is not
@@ -167,6 +170,7 @@ class NixlAgent:
         self._requests: dict[int, _Request] = {}
         self._dlists: dict[int, tuple[str, list[int]]] = {}
         self._peers: dict[str, _Peer] = {}
+        self._peers_lock = threading.Lock()  # a peer's inflight and fds: worker threads
         self._local = threading.local()
         self._tokens = iter(range(1, 1 << 62))
         self._deadlines_sent: set[int] = set()
@@ -338,7 +342,8 @@ class NixlAgent:
         finally:
             peer = self._peers.get(req.remote_agent)
             if peer is not None:
-                peer.inflight.pop(token, None)
+                with self._peers_lock:
+                    peer.inflight.pop(token, None)
             self.records.append(TransferRecord(
                 req.op, req.remote_agent, request, stage, layer, req.nbytes,
                 permit.msg_id if permit else 0, permit.level if permit else -1,
@@ -349,14 +354,15 @@ class NixlAgent:
         peer = self._peers.get(remote_agent)
         if peer is None or not self.config.mark_sockets or peer.addr is None:
             return 0
-        peer.inflight[token] = permit.level << 8 | permit.dscp
-        dscp = min(peer.inflight.values()) & 0xFF
-        if not peer.fds or time.monotonic() - peer.scanned_at > RESCAN_S or \
-                not all(set_dscp(fd, inode, dscp) for fd, inode in peer.fds):
-            peer.fds = [(s.fd, s.inode) for s in tcp_sockets() if s.remote == peer.addr]
-            peer.scanned_at = time.monotonic()
-            peer.fds = [(fd, inode) for fd, inode in peer.fds if set_dscp(fd, inode, dscp)]
-        return len(peer.fds)
+        with self._peers_lock:
+            peer.inflight[token] = permit.level << 8 | permit.dscp
+            dscp = min(peer.inflight.values()) & 0xFF
+            if not peer.fds or time.monotonic() - peer.scanned_at > RESCAN_S or \
+                    not all(set_dscp(fd, inode, dscp) for fd, inode in peer.fds):
+                found = [(s.fd, s.inode) for s in tcp_sockets() if s.remote == peer.addr]
+                peer.fds = [(fd, inode) for fd, inode in found if set_dscp(fd, inode, dscp)]
+                peer.scanned_at = time.monotonic()
+            return len(peer.fds)
 
     def _learn_addr(self, before: set[int]) -> tuple[str, int] | None:
         """The listening address of the agent just loaded: where its new connection from us goes.

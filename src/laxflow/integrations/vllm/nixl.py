@@ -98,7 +98,7 @@ class LaxflowNixlConnector(LaxflowConnector):
                 self._by_remote.popitem(last=False)
 
     def _tags_of(self, notif: bytes) -> dict | None:
-        """NIXL wrapper threads: the tags of the READ whose notification is ``notif`` (None: unknown)."""
+        """The tags of the READ whose notification is ``notif`` (None: unknown); on the thread that posts it."""
         try:
             remote_id = notif.decode().rsplit(":", 1)[0]
         except UnicodeDecodeError:
