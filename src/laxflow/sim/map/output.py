@@ -125,7 +125,7 @@ def plot_row(path: Path, row: str, cells: Sequence[dict[str, Any]], through: dic
     width = max(len(line) for _, line in lines)
     diff = np.full((len(lines), width), np.nan)
     infl = np.full((len(lines), width), np.nan)
-    fig, axes = plt.subplots(1, 2, figsize=(4 + 2.4 * width, 1.2 + 0.75 * len(lines)), squeeze=False)
+    fig, axes = plt.subplots(1, 2, figsize=(4 + 2.4 * width, 1.6 + 0.75 * len(lines)), squeeze=False)
     for i, (_, line) in enumerate(lines):
         for j, (_, c) in enumerate(line):
             d = (c.get("paired_diff") or {}).get("mean")
@@ -154,8 +154,10 @@ def plot_row(path: Path, row: str, cells: Sequence[dict[str, Any]], through: dic
                     ci = c.get("fs_cct_inflation_ci95")
                     v = c.get("fs_cct_inflation")
                     text = "-" if v is None else f"{v:.2f}" + ("" if ci is None else f"\n±{ci:.2f}")
+                shade = (data[i, j] - lo) / (hi - lo) if np.isfinite(data[i, j]) else 0.5
+                dark = abs(shade - 0.5) > 0.3 if data is diff else shade > 0.6  # white text on dark colours
                 ax.text(j, i, f"{_label('', value)}{' *' if marked else ''}\n{text}", ha="center", va="center",
-                        fontsize=7, fontweight="bold" if marked else "normal")
+                        fontsize=7, fontweight="bold" if marked else "normal", color="white" if dark else "black")
                 if marked:
                     ax.add_patch(matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=2,
                                                               edgecolor="black"))
