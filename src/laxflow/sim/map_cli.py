@@ -178,16 +178,20 @@ def _map(ctx: typer.Context, v: dict[str, Any]) -> None:
     results = run_map(rows, cells, settings, v["json_out"], jobs or default_jobs(), v["ray_address"], v["quiet"])
     _table(results, sys.stdout)
     if v["json_out"] is not None:
-        print(f"laxflow: {len(results)} cells in {str(v['json_out'])!r}", file=sys.stderr)
+        print(f"laxflow: {_cells(len(results))} in {str(v['json_out'])!r}", file=sys.stderr)
     if v["csv_out"] is not None:
         output.write_csv(v["csv_out"], results)
-        print(f"laxflow: {len(results)} cells written to {str(v['csv_out'])!r}", file=sys.stderr)
+        print(f"laxflow: {_cells(len(results))} written to {str(v['csv_out'])!r}", file=sys.stderr)
     if plot_dir is not None:
         for r in rows:
             mine = [c for c in results if c["row"] == r.label]
             path = output.plot_file(plot_dir, r.label)
             output.plot_row(path, r.label, mine, grid.slice_base(r, axes, g, base_load))
             print(f"laxflow: plot written to {str(path)!r}", file=sys.stderr)
+
+
+def _cells(n: int) -> str:
+    return f"{n} cell{'' if n == 1 else 's'}"
 
 
 def _table(results: list[dict[str, Any]], stream: Any) -> None:

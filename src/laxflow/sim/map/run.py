@@ -143,7 +143,7 @@ def run_map(rows: Sequence[Row], cells: Sequence[Cell], settings: Settings, json
         task = progress.add_task(f"{len(todo)} cells, {len(specs)} runs, bar in requests", total=total)
         run_all(specs, jobs=jobs, ray_address=ray_address, on_progress=lambda n: progress.advance(task, n),
                 on_done=finish)
-    say(f"{len(todo)} cells run in {time.perf_counter() - t0:.1f} s")
+    say(f"{len(todo)} cell{'' if len(todo) == 1 else 's'} run in {time.perf_counter() - t0:.1f} s")
     keys = [c.key for c in wanted]
     ordered = [results[k] for k in keys] + [v for k, v in results.items() if k not in set(keys)]
     if json_path is not None:  # the map's cells in grid order, then any other cells the file held
