@@ -225,6 +225,8 @@ def test_bad_arguments_are_refused(peer, wrap):
                             requets=1)
     with pytest.raises(ValueError, match="stage: expected 0..3"):
         eng.initialize_xfer("READ", local_range(eng, peer, 0, 64), remote_range(eng, peer, 0, 64), target, stage=7)
+    with pytest.raises(ValueError, match="operation: expected 'WRITE' or 'READ'"):
+        eng.initialize_xfer("PUT", local_range(eng, peer, 0, 64), remote_range(eng, peer, 0, 64), target)
     with pytest.raises(ValueError, match="request: expected an integer >= 0"):
         with eng.tags(request=-1):
             pass

@@ -54,6 +54,7 @@ open with the gate: no daemon, no marks, the transfer goes at once.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -99,8 +100,6 @@ class NixlAdapterConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> NixlAdapterConfig:
         """The config of a process started by ``laxflow run``: the gate's variables and ``UCX_IB_TRAFFIC_CLASS``."""
-        import os
-
         env = os.environ if env is None else env
         kw: dict = {"gate": GateConfig.from_env(env)}
         raw = env.get("UCX_IB_TRAFFIC_CLASS", "").strip()
@@ -243,6 +242,7 @@ class NixlAgent:
     def initialize_xfer(self, operation: str, local_descs: Any, remote_descs: Any, remote_agent: str,
                         notif_msg: bytes = b"", backends: list[str] = [], *,  # noqa: B006
                         nbytes: int | None = None, **tags: Any) -> Any:
+        _check_op(operation)
         _check_tags(tags)
         with self._nixl:
             handle = self._agent.initialize_xfer(operation, local_descs, remote_descs, remote_agent, notif_msg,
@@ -255,6 +255,7 @@ class NixlAgent:
     def make_prepped_xfer(self, operation: str, local_xfer_side: Any, local_indices: Any, remote_xfer_side: Any,
                           remote_indices: Any, notif_msg: bytes = b"", backends: list[str] = [],  # noqa: B006
                           skip_desc_merge: bool = False, *, nbytes: int | None = None, **tags: Any) -> Any:
+        _check_op(operation)
         _check_tags(tags)
         with self._nixl:
             handle = self._agent.make_prepped_xfer(operation, local_xfer_side, local_indices, remote_xfer_side,
@@ -398,6 +399,11 @@ def _build_agent(name: str | None, nixl_conf: Any, config: NixlAdapterConfig) ->
         params["num_threads"] = str(conf.num_threads)
     agent.create_backend("UCX", params)
     return agent
+
+
+def _check_op(operation: str) -> None:
+    if operation not in _OPS:
+        raise ValueError(f"operation: expected 'WRITE' or 'READ', got {operation!r}")
 
 
 def _check_tags(tags: Mapping[str, Any]) -> None:

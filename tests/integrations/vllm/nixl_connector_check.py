@@ -40,8 +40,8 @@ def main() -> None:
     out: dict = {}
     from vllm.config import KVTransferConfig
 
-    ktc = KVTransferConfig(kv_connector="LaxflowNixlConnector", kv_connector_module_path="laxflow.integrations.vllm.nixl",
-                           kv_role="kv_consumer", kv_buffer_device="cpu", engine_id="decode-0",
+    ktc = KVTransferConfig(kv_connector="LaxflowNixlConnector",
+                           kv_connector_module_path="laxflow.integrations.vllm.nixl", kv_role="kv_consumer", kv_buffer_device="cpu", engine_id="decode-0",
                            kv_connector_extra_config={})
     sched = make_scheduler(scratch, kv_transfer_config=ktc)
     conn = sched.connector
@@ -93,8 +93,8 @@ def main() -> None:
     local = torch.zeros(size, dtype=torch.uint8)
     nixl.register_memory([(local.data_ptr(), size, 0, "")], "DRAM")
     half = size // 2
-    local_side = nixl.prep_xfer_dlist("NIXL_INIT_AGENT", [(local.data_ptr(), half, 0), (local.data_ptr() + half, half, 0)],
-                                      "DRAM")
+    local_side = nixl.prep_xfer_dlist("NIXL_INIT_AGENT",
+                                      [(local.data_ptr(), half, 0), (local.data_ptr() + half, half, 0)], "DRAM")
     remote_side = nixl.prep_xfer_dlist(peer, [(info["addr"], half, 0), (info["addr"] + half, half, 0)], "DRAM")
     handle = nixl.make_prepped_xfer("READ", local_side, [0, 1], remote_side, [0, 1], notif_msg=b"prefill-r1:1")
     nixl.transfer(handle)
@@ -107,7 +107,8 @@ def main() -> None:
     target.stdin.flush()
     out["bytes_match"] = target.stdout.readline().strip() == hashlib.sha256(local.numpy().tobytes()).hexdigest()
     daemon.wait_for(lambda evs: any(e["kind"] == EventKind.COMPLETION for e in evs))
-    out["submits"] = [{k: e[k] for k in ("request_id", "stage", "layer", "bytes")} for e in daemon.of_kind(EventKind.SUBMIT)]
+    out["submits"] = [{k: e[k] for k in ("request_id", "stage", "layer", "bytes")}
+                      for e in daemon.of_kind(EventKind.SUBMIT)]
     out["notifs"] = json.loads((target.stdin.write("notifs\n"), target.stdin.flush(), target.stdout.readline())[2])
     out["records"] = [[r.op, r.remote_agent == peer, r.level, r.dscp] for r in agent.records]
     target.stdin.write("quit\n")
