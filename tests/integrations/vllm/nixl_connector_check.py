@@ -41,8 +41,8 @@ def main() -> None:
     from vllm.config import KVTransferConfig
 
     ktc = KVTransferConfig(kv_connector="LaxflowNixlConnector",
-                           kv_connector_module_path="laxflow.integrations.vllm.nixl", kv_role="kv_consumer", kv_buffer_device="cpu", engine_id="decode-0",
-                           kv_connector_extra_config={})
+                           kv_connector_module_path="laxflow.integrations.vllm.nixl", kv_role="kv_consumer",
+                           kv_buffer_device="cpu", engine_id="decode-0", kv_connector_extra_config={})
     sched = make_scheduler(scratch, kv_transfer_config=ktc)
     conn = sched.connector
     out["scheduler"] = [type(conn).__name__, type(conn.inner).__name__]
