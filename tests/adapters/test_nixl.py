@@ -328,6 +328,20 @@ def test_permit_dscp_on_the_wire_for_ucx_tcp(peer, wrap):
         assert per_dscp.get(37, 0) >= SIZE and per_dscp.get(12, 0) >= SIZE, per_dscp
         assert set(per_dscp) == {37, 12}, per_dscp  # nothing of either WRITE left unmarked
         assert all(r.marked >= 1 for r in eng.records)  # (connections of earlier tests to the target count too)
+        # A READ: the request leaves on our end, marked; the data comes back on the target's end of the
+        # connection, in the target's class (its process has no wrapper here: DSCP 0).
+        capture = WireCapture("lo")
+        h = eng.initialize_xfer("READ", local_range(eng, peer, SIZE, SIZE), remote_range(eng, peer, 0, SIZE), target,
+                                request=3)
+        eng.transfer(h)
+        assert wait_state(eng, h) == "DONE"
+        eng.release_xfer_handle(h)
+        time.sleep(0.2)
+        captured = capture.stop()
+        assert capture.drops == 0 and np.array_equal(local[SIZE:], local[:SIZE])
+        back = [p for p in captured if (p.src, p.sport) == addr and p.payload > 0]
+        assert sum(p.payload for p in back) >= SIZE and {p.dscp for p in back} == {0}
+        assert {p.dscp for p in captured if (p.dst, p.dport) == addr and p.payload > 0} == {37}
     finally:
         if capture is not None and capture.sock.fileno() >= 0:
             capture.stop()
