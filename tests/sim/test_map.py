@@ -16,7 +16,8 @@ from laxflow.sim.map.figures import cell_figures
 from laxflow.sim.serving import experiment
 
 TINY = ["--models", "mixtral-8x7b", "--servers", "2", "--workload", "qwen-agent", "--requests", "8", "--warmup", "2",
-        "--seeds", "2", "--ep", "8", "--ep-comm", "hierarchical", "--kv-placements", "pool", "--prompt-scales", "1",
+        "--seeds", "2", "--ep", "8", "--ep-comm", "hierarchical", "--kv-placements", "pool", "--remote-reuse", "router",
+        "--prompt-scales", "1",
         "--loads", "0.8", "--jobs", "1", "--quiet"]
 
 
@@ -94,6 +95,7 @@ def test_resume_refuses_a_file_of_other_settings(laxflow_cli, tmp_path: Path) ->
     (["--ep", "3"], ["--ep", "mixtral-8x7b", "3"]),
     (["--ep-comm", "pairwise-ish"], ["--ep-comm", "ep_comm", "pairwise-ish"]),
     (["--kv-placements", "cloud"], ["--kv-placements", "cloud", "pool"]),
+    (["--remote-reuse", "1.5"], ["--remote-reuse", "[0, 1]", "router"]),
     (["--loads", "5"], ["--loads"]),
     (["--grid", "cube"], ["--grid", "star", "product"]),
     (["--models", "gpt-9"], ["--models", "gpt-9"]),
@@ -112,12 +114,12 @@ def test_star_grid_count_and_dense_rows_keep_their_ep(laxflow_cli) -> None:
     code, out, err = laxflow_cli("sim", "map", "--models", "mixtral-8x22b,llama3-8b", "--dry-run")
     assert code == 0, err
     plan = json.loads(out)
-    # Star: base + 4 other NICs + 2 other EPs + 1 exchange + 1 placement + 2 scales + 5 loads; a dense
-    # model has no EP axis (base + 4 + 1 + 2 + 5).
-    assert plan["cells"] == 16 + 13 and plan["runs"] == 29 * 5 * 3
+    # Star: base + 4 other NICs + 2 other EPs + 1 exchange + 1 placement + 3 remote shares + 2 scales
+    # + 5 loads; a dense model has no EP axis (base + 4 + 1 + 3 + 2 + 5).
+    assert plan["cells"] == 19 + 16 and plan["runs"] == 35 * 5 * 3
     assert all("ep=1|" in k for k in plan["cell_keys"] if k.startswith("llama3-8b|mooncake-conv|"))
     code, out, _ = laxflow_cli("sim", "map", "--models", "mixtral-8x22b", "--grid", "product", "--dry-run")
-    assert json.loads(out)["cells"] == 5 * 3 * 2 * 2 * 3 * 6
+    assert json.loads(out)["cells"] == 5 * 3 * 2 * 2 * 4 * 3 * 6
 
 
 def test_a_users_cluster_from_config_is_its_own_row(laxflow_cli, tmp_path: Path) -> None:
@@ -125,14 +127,14 @@ def test_a_users_cluster_from_config_is_its_own_row(laxflow_cli, tmp_path: Path)
     cfg.write_text('nics = [100]\nseeds = 2\n[cluster]\nname = "mine"\nmodel = "mixtral-8x7b"\ngpu = "a800"\n'
                    'nic_gbps = 100\nservers = 2\nworkload = "qwen-agent"\n')
     code, out, err = laxflow_cli("sim", "map", "--config", str(cfg), "--loads", "0.8", "--ep", "8",
-                                 "--ep-comm", "hierarchical", "--kv-placements", "pool", "--prompt-scales", "1",
-                                 "--dry-run")
+                                 "--ep-comm", "hierarchical", "--kv-placements", "pool", "--remote-reuse", "router",
+                                 "--prompt-scales", "1", "--dry-run")
     assert code == 0, err
     plan = json.loads(out)
     assert list(plan["rows"]) == ["mine"] and plan["rows"]["mine"]["gpu"] == "a800"
     assert plan["rows"]["mine"]["nic_gbps"] == 100 and plan["seeds"] == [0, 1]
     assert plan["cell_keys"] == ["mine|qwen-agent|nic_gbps=100.0|ep=8|ep_comm=hierarchical|kv_placement=pool|"
-                                 "prompt_scale=1.0|load=0.8"]
+                                 "remote_reuse=router|prompt_scale=1.0|load=0.8"]
     cfg.write_text('[cluster]\nmodel = "mixtral-8x7b"\nnic_gbps = "fast"\n')
     code, _, err = laxflow_cli("sim", "map", "--config", str(cfg), "--dry-run")
     assert code == 2 and "nic_gbps" in err and "\n" not in err.strip()
@@ -174,3 +176,18 @@ def test_paired_margin_needs_two_seeds_and_mfs() -> None:
     one = {0: {"fs": {"slo_attainment": 0.5}, "mfs": {"slo_attainment": 0.9}}}
     assert paired_margin(one, [0]) == ("fs", pytest.approx(0.4), None, False)  # one seed: no interval, no mark
     assert paired_margin({0: {"fs": {"slo_attainment": 0.5}}}, [0]) is None
+
+
+def test_remote_reuse_steers_how_much_reuse_is_fetched_remotely() -> None:
+    """The --remote-reuse knob: 0 sends every request with a cached prefix to its holder, 1 away from it."""
+    from laxflow.sim.serving.config import ClusterConfig, ServingConfig
+    from laxflow.sim.serving.experiment import RunSpec, run_one
+
+    def share(knob):
+        cfg = ServingConfig(model="mixtral-8x7b", cluster=ClusterConfig(servers=4), warmup=20, remote_reuse=knob)
+        return run_one(RunSpec(cfg, "qwen-agent", 2.0, "fs", 80, 0))["remote_reuse_share"]
+
+    low, high = share(0.0), share(1.0)
+    assert low < 0.05 and high > 0.9, (low, high)
+    with pytest.raises(Exception, match="remote_reuse"):
+        ServingConfig(remote_reuse=1.5)

@@ -18,6 +18,8 @@ import typer
 from laxflow.errors import UserError
 from laxflow.sim.map.grid import AXES, GRIDS
 
+AX = {a.name: a for a in AXES}
+
 DEFAULT_MODELS = "mixtral-8x22b,dbrx"
 DEFAULT_POLICIES = "fs,sjf,edf,karuna,mfs"
 MAX_SEEDS = 1000
@@ -199,11 +201,12 @@ def _table(results: list[dict[str, Any]], stream: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from laxflow.sim.map.grid import AXIS_NAMES
     from laxflow.sim.serving.report import terminal_width
 
-    table = Table(title="laxflow sim map (* paired 95 % interval of MFS - best baseline excludes 0)")
-    for head in ("row", "nic\nGbit/s", "ep", "ep comm", "kv", "prompt\nx", "load", "rate\nreq/s/GPU", "best\nbase",
+    table = Table(title="laxflow sim map (* paired 95 % interval of MFS - best baseline excludes 0; remote reuse: "
+                        "the knob (the share of reused tokens fetched remotely))")
+    for head in ("row", "nic\nGbit/s", "ep", "ep comm", "kv", "remote\nreuse", "prompt\nx", "load", "rate\nreq/s/GPU",
+                 "best\nbase",
                  "MFS - best\n(paired)", "MFS / best", "FS CCT\ninflation"):
         table.add_column(head, justify="left" if head in ("row", "ep comm", "kv", "best\nbase") else "right",
                          no_wrap=True)
@@ -216,8 +219,9 @@ def _table(results: list[dict[str, Any]], stream: Any) -> None:
         fs = "-" if c.get("fs_cct_inflation") is None else f"{c['fs_cct_inflation']:.3f}" + (
             "" if fci is None else f" ± {fci:.3f}")
         ratio = "-" if c.get("mfs_over_best") is None else f"{c['mfs_over_best']:.3f}"
-        vals = [c[a] for a in AXIS_NAMES]
-        table.add_row(c["row"], f"{vals[0]:g}", str(vals[1]), vals[2], vals[3], f"{vals[4]:g}", f"{vals[5]:g}",
+        share = c["remote_reuse"] if c["remote_reuse"] == "router" else f"{c['remote_reuse']:g}"
+        table.add_row(c["row"], f"{c['nic_gbps']:g}", str(c["ep"]), c["ep_comm"], c["kv_placement"],
+                      f"{share} ({c['remote_reuse_share']:.2f})", f"{c['prompt_scale']:g}", f"{c['load']:g}",
                       f"{c['rate']:.3g}", str(c.get("best_baseline") or "-"), diff, ratio, fs)
     Console(file=stream, width=terminal_width(stream), highlight=False).print(table)
 
@@ -230,12 +234,16 @@ def map_command(
                                           "table named cluster with the user's row (name, model, gpu, gpus, tp, ep, sp, "
                                           "gpus_per_node, nic_gbps, intra_node_gbps, ep_comm, topology, servers, "
                                           "workload, deployment); command-line flags win."),
-    nic_gbps: str = typer.Option(AXES[0].default, AXES[0].flag, help=AXES[0].help),
-    ep: str = typer.Option(AXES[1].default, AXES[1].flag, help=AXES[1].help),
-    ep_comm: str = typer.Option(AXES[2].default, AXES[2].flag, help=AXES[2].help),
-    kv_placement: str = typer.Option(AXES[3].default, AXES[3].flag, help=AXES[3].help),
-    prompt_scale: str = typer.Option(AXES[4].default, AXES[4].flag, help=AXES[4].help),
-    load: str = typer.Option(AXES[5].default, AXES[5].flag, help=AXES[5].help),
+    nic_gbps: str = typer.Option(AX["nic_gbps"].default, AX["nic_gbps"].flag, help=AX["nic_gbps"].help),
+    ep: str = typer.Option(AX["ep"].default, AX["ep"].flag, help=AX["ep"].help),
+    ep_comm: str = typer.Option(AX["ep_comm"].default, AX["ep_comm"].flag, help=AX["ep_comm"].help),
+    kv_placement: str = typer.Option(AX["kv_placement"].default, AX["kv_placement"].flag,
+                                     help=AX["kv_placement"].help),
+    remote_reuse: str = typer.Option(AX["remote_reuse"].default, AX["remote_reuse"].flag,
+                                     help=AX["remote_reuse"].help),
+    prompt_scale: str = typer.Option(AX["prompt_scale"].default, AX["prompt_scale"].flag,
+                                     help=AX["prompt_scale"].help),
+    load: str = typer.Option(AX["load"].default, AX["load"].flag, help=AX["load"].help),
     grid: str = typer.Option("star", "--grid", help=OTHER["grid"][2]),
     base_load: float = typer.Option(0.8, "--base-load", help=OTHER["base_load"][2]),
     policies: str = typer.Option(DEFAULT_POLICIES, "--policies", help=OTHER["policies"][2]),

@@ -15,6 +15,10 @@ a user's from ``--config``) on a workload, and one value per axis:
 * ``kv_placement``: where reusable KV lives (``pool``: fetched from the unit
   that computed it; ``local-cache``: copied where used), which sets how much
   of the reused prefix is fetched remotely (each cell reports the share it got);
+* ``remote_reuse``: ``router`` (the router's own trade-off between prefix
+  overlap and load), or the share of requests with a cached prefix sent away
+  from the unit holding most of it (``ServingConfig.remote_reuse``); each cell
+  reports the share of reused tokens it actually fetched remotely;
 * ``prompt_scale``: the workload's prompt lengths times this
   (:func:`laxflow.sim.workload.generate`);
 * ``load``: the request rate as a fraction of the cell's capacity
@@ -55,6 +59,16 @@ def _number(text: str) -> float:
     return value
 
 
+def _share(text: str) -> Any:
+    """``router`` (the router's own choice) or a share in [0, 1]."""
+    if text == "router":
+        return text
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError
+    return value
+
+
 def _int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -70,13 +84,16 @@ AXES: tuple[Axis, ...] = (
          "token and remote node) or allgather (vLLM's allgather_reducescatter rings)."),
     Axis("kv_placement", "--kv-placements", str, "pool,local-cache", "Where reusable KV lives: pool (fetched from "
          "its owner: most reuse remote) or local-cache (copied where used: little remote)."),
+    Axis("remote_reuse", "--remote-reuse", _share, "router,0,0.5,1", "Share of requests sent away from the unit "
+         "holding most of their cached prefix (their reuse fetched remotely), or router (its own prefix/load "
+         "trade-off)."),
     Axis("prompt_scale", "--prompt-scales", _number, "0.5,1,2", "Prompt lengths x this (the workload's shape kept)."),
     Axis("load", "--loads", _number, "0.5,0.6,0.7,0.8,0.9,0.95", "Request rate as a fraction of the cell's "
          "capacity."),
 )
 AXIS_NAMES = tuple(a.name for a in AXES)
 EXPECTED = {"nic_gbps": "positive numbers (Gbit/s)", "ep": "positive integers", "ep_comm": "names",
-            "kv_placement": "names", "prompt_scale": "positive numbers", "load": "positive numbers"}
+            "kv_placement": "names", "remote_reuse": "shares in [0, 1] or router", "prompt_scale": "positive numbers", "load": "positive numbers"}
 MAX_LOAD = 2.0  # beyond twice the capacity every policy misses nearly everything
 
 
@@ -129,6 +146,7 @@ class Cell:
     ep: int
     ep_comm: str
     kv_placement: str
+    remote_reuse: Any  # "router" or a share in [0, 1]
     prompt_scale: float
     load: float
 
@@ -159,7 +177,7 @@ def base_point(row: Row, base_load: float) -> dict[str, Any]:
     """The base value of every axis for ``row``: its deployment's, the pool placement, scale 1."""
     dep = row.deployment
     return {"nic_gbps": float(dep.nic_gbps), "ep": int(dep.ep), "ep_comm": dep.ep_comm, "kv_placement": "pool",
-            "prompt_scale": 1.0, "load": base_load}
+            "remote_reuse": "router", "prompt_scale": 1.0, "load": base_load}
 
 
 def check_axes(rows: Sequence[Row], axes: dict[str, list[Any]]) -> None:

@@ -77,7 +77,8 @@ def specs_of(row: Row, cell: Cell, rate: float, settings: Settings) -> list[Any]
     dep = variant(row, cell.nic_gbps, cell.ep, cell.ep_comm)
     config = ServingConfig(model=row.model, deployment=dep,
                            cluster=ClusterConfig(servers=row.servers, topology=row.topology),
-                           slo_scale=settings.slo_scale, warmup=settings.warmup, kv_placement=cell.kv_placement)
+                           slo_scale=settings.slo_scale, warmup=settings.warmup, kv_placement=cell.kv_placement,
+                           remote_reuse=None if cell.remote_reuse == "router" else float(cell.remote_reuse))
     return [RunSpec(config, row.workload, rate, p, settings.requests, seed, prompt_scale=cell.prompt_scale)
             for seed in settings.seeds for p in settings.policies]
 

@@ -121,6 +121,10 @@ class ServingConfig:
     router_overlap_weight: float = 1.0  # weight of non-cached prefix blocks against queued blocks (Dynamo's default)
     decode_seconds_per_token: float = 0.03  # how long a request holds its decode unit per output token (decode load)
     kv_placement: str = "pool"  # one of KV_PLACEMENTS (see there)
+    # None: the router trades prefix overlap against load. A share in [0, 1]: that share of requests
+    # with a cached prefix go to the least-loaded unit that does not hold most of it (their reuse is
+    # fetched remotely), the rest to that holder (router.GlobalRouter._steer; laxflow sim map --remote-reuse).
+    remote_reuse: float | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -139,6 +143,9 @@ class ServingConfig:
             raise UserError(f"warmup: expected an integer >= 0, got {self.warmup!r}")
         if self.reuse_lookahead is not None:
             _positive_int("reuse_lookahead", self.reuse_lookahead)
+        if self.remote_reuse is not None and (isinstance(self.remote_reuse, bool) or not isinstance(
+                self.remote_reuse, (int, float)) or not 0.0 <= self.remote_reuse <= 1.0):
+            raise UserError(f"remote_reuse: expected None or a share in [0, 1], got {self.remote_reuse!r}")
         if self.router_overlap_weight < 0:
             raise UserError(f"router_overlap_weight: expected >= 0, got {self.router_overlap_weight!r}")
         if self.decode_seconds_per_token < 0:

@@ -26,6 +26,7 @@ live is the KV placement (``ServingConfig.kv_placement``):
 
 from __future__ import annotations
 
+import random
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -121,11 +122,17 @@ class Route:
 class GlobalRouter:
     """Picks the prefill unit (prefix overlap + queue load) and the decode unit (load)."""
 
-    def __init__(self, num_prefill: int, num_decode: int, caches: PrefixCaches, overlap_weight: float) -> None:
+    def __init__(self, num_prefill: int, num_decode: int, caches: PrefixCaches, overlap_weight: float,
+                 remote_reuse: float | None = None) -> None:
         self.num_prefill = num_prefill
         self.num_decode = num_decode
         self.caches = caches
         self.overlap_weight = overlap_weight
+        # ServingConfig.remote_reuse: None, or the chance a request is sent away from its prefix's main
+        # holder (see _steer). One coin per routed request from a fixed stream: requests arrive in the same
+        # order under every policy, so each request gets the same coin whatever the policy.
+        self.remote_reuse = remote_reuse
+        self._coin = random.Random(0)
         # Network-aware dispatch (ServingConfig.router_dispatch "ttft"): set by the simulator before each
         # route(); (unit, prefix blocks cached there) -> estimated TTFT s, replacing the load cost.
         self.ttft_cost: Callable[[int, int], float] | None = None
@@ -153,7 +160,7 @@ class GlobalRouter:
             mine: dict[int, int] = {}
             for o in owners:
                 mine[o] = mine.get(o, 0) + 1
-            best = self._cheapest(blocks, mine, queued_tokens, block_size)
+            best = self._steer(self._cheapest(blocks, mine, queued_tokens, block_size), mine, queued_tokens)
             per: dict[int, int] = {}
             first: dict[int, int] = {}  # owner -> its first block here (whose rank holds the run)
             reused = 0
@@ -170,7 +177,7 @@ class GlobalRouter:
             holder = max(fetches, key=lambda f: (f[2], -f[0]))[0] if fetches else None
             return Route(best, decode, local, remote, holder, fetches)
         lengths = self.caches.prefix_lengths(hashes)
-        best = self._cheapest(blocks, lengths, queued_tokens, block_size)
+        best = self._steer(self._cheapest(blocks, lengths, queued_tokens, block_size), lengths, queued_tokens)
         local = min(lengths.get(best, 0) * block_size, max_reuse)
         holder, global_blocks = None, 0
         for u, n in sorted(lengths.items()):
@@ -181,6 +188,23 @@ class GlobalRouter:
             return Route(best, decode, local, 0, None)
         rank = self.caches.rank_of(holder, hashes[0])
         return Route(best, decode, local, remote, holder, ((holder, rank, remote),))
+
+    def _steer(self, best: int, cached: dict[int, int], queued_tokens: Sequence[int]) -> int:
+        """``best``, or with ``remote_reuse`` set: with that chance the least-loaded unit other than the one
+        holding most of the prefix (its reuse is then fetched remotely), else that holder (reuse local).
+
+        A knob for ``laxflow sim map``'s share of reuse fetched remotely, in place of the router's own
+        trade-off between prefix overlap and load; without a cached prefix the router's choice stands.
+        """
+        if self.remote_reuse is None:
+            return best
+        coin = self._coin.random()  # drawn for every request, so the stream stays aligned across policies
+        if not cached:
+            return best
+        holder = max(sorted(cached), key=lambda u: cached[u])  # most blocks; ties: lowest index
+        if coin >= self.remote_reuse or self.num_prefill == 1:
+            return holder
+        return min((u for u in range(self.num_prefill) if u != holder), key=lambda u: (queued_tokens[u], u))
 
     def _cheapest(self, blocks: int, cached: dict[int, int], queued_tokens: Sequence[int], block_size: int) -> int:
         """Unit with the fewest (blocks not cached there) x weight + queued blocks; ties: lowest index."""

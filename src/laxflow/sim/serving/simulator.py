@@ -96,7 +96,8 @@ class ServingSimulator:
                                     flow_fields=False)
         self.caches = PrefixCaches(len(self.cluster.prefill_units), config.cache_tokens_per_unit, config.kv_placement)
         self.router = GlobalRouter(
-            len(self.cluster.prefill_units), len(self.cluster.decode_units), self.caches, config.router_overlap_weight
+            len(self.cluster.prefill_units), len(self.cluster.decode_units), self.caches, config.router_overlap_weight,
+            config.remote_reuse,
         )
         self.slo = SloModel(self.runner, self.cluster, config.slo_scale)
         # Fixed before anything runs: the same per-request SLO under every policy.
