@@ -22,6 +22,7 @@ from segment_daemon import SegmentDaemon
 
 from laxflow.adapters.gate import GateConfig
 from laxflow.adapters.nixl import NixlAdapterConfig, NixlAgent
+from laxflow.adapters.sockets import tcp_sockets
 from laxflow.errors import UserError
 from laxflow.protocol.shm import EventKind, Gate, Stage
 
@@ -321,7 +322,8 @@ def test_permit_dscp_on_the_wire_for_ucx_tcp(peer, wrap):
         captured = capture.stop()
         assert capture.drops == 0
         assert peer["ask"](f"sha 0 {SIZE}") == sha(local[:SIZE])
-        data = [p for p in captured if (p.dst, p.dport) == addr and p.payload > 0]
+        ours = {s.local[1] for s in tcp_sockets() if s.remote == addr}  # (the target's own loopback ep goes there too)
+        data = [p for p in captured if (p.dst, p.dport) == addr and p.sport in ours and p.payload > 0]
         per_dscp: dict[int, int] = {}
         for p in data:
             per_dscp[p.dscp] = per_dscp.get(p.dscp, 0) + p.payload
@@ -341,7 +343,7 @@ def test_permit_dscp_on_the_wire_for_ucx_tcp(peer, wrap):
         assert capture.drops == 0 and np.array_equal(local[SIZE:], local[:SIZE])
         back = [p for p in captured if (p.src, p.sport) == addr and p.payload > 0]
         assert sum(p.payload for p in back) >= SIZE and {p.dscp for p in back} == {0}
-        assert {p.dscp for p in captured if (p.dst, p.dport) == addr and p.payload > 0} == {37}
+        assert {p.dscp for p in captured if (p.dst, p.dport) == addr and p.sport in ours and p.payload > 0} == {37}
     finally:
         if capture is not None and capture.sock.fileno() >= 0:
             capture.stop()
