@@ -191,3 +191,12 @@ def test_remote_reuse_steers_how_much_reuse_is_fetched_remotely() -> None:
     assert low < 0.05 and high > 0.9, (low, high)
     with pytest.raises(Exception, match="remote_reuse"):
         ServingConfig(remote_reuse=1.5)
+
+
+def test_a_tied_best_baseline_is_the_first_in_order() -> None:
+    from laxflow.sim.map.figures import paired_margin
+
+    # sjf and edf both average 0.445 (as summed: 0.44499999999999995 and 0.445): a tie, sjf comes first.
+    by_seed = {0: {"sjf": {"slo_attainment": 0.415}, "edf": {"slo_attainment": 0.405}, "mfs": {"slo_attainment": 0.38}},
+               1: {"sjf": {"slo_attainment": 0.475}, "edf": {"slo_attainment": 0.485}, "mfs": {"slo_attainment": 0.485}}}
+    assert paired_margin(by_seed, [0, 1])[0] == "sjf"

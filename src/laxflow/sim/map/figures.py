@@ -44,7 +44,8 @@ def paired_margin(by_seed: dict[int, dict[str, dict[str, Any]]],
     def mean_of(p: str) -> float:
         return sum(float(by_seed[s][p]["slo_attainment"]) for s in seeds) / len(seeds)
 
-    best = max(bases, key=mean_of)
+    # Rounded so that a tie (the same mean summed in another order) goes to the first in BASELINES order.
+    best = max(bases, key=lambda b: round(mean_of(b), 9))
     diff, ci = mean_ci([float(by_seed[s]["mfs"]["slo_attainment"]) - float(by_seed[s][best]["slo_attainment"])
                         for s in seeds])
     return best, diff, ci, ci is not None and abs(diff) > ci
