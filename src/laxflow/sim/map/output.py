@@ -133,9 +133,10 @@ def plot_row(path: Path, row: str, cells: Sequence[dict[str, Any]], through: dic
             fsi = c.get("fs_cct_inflation")
             infl[i, j] = np.nan if fsi is None else fsi
     span = np.nanmax(np.abs(diff)) if np.isfinite(diff).any() else 0.0
-    span = span if span > 0 else 0.01
+    span = max(span, 0.05)  # a scale of at least +-0.05 attainment, so that noise does not look dark
+    # FS CCT inflation from 1 (idle) to at least 1.5, for the same reason.
     panels = [(axes[0][0], diff, "RdBu", -span, span, "MFS - best baseline, SLO attainment (paired)"),
-              (axes[0][1], infl, "Reds", 1.0, max(1.01, float(np.nanmax(infl)) if np.isfinite(infl).any() else 1.01),
+              (axes[0][1], infl, "Reds", 1.0, max(1.5, float(np.nanmax(infl)) if np.isfinite(infl).any() else 1.5),
                "FS CCT inflation (x idle)")]
     for ax, data, cmap, lo, hi, title in panels:
         im = ax.imshow(np.ma.masked_invalid(data), cmap=cmap, vmin=lo, vmax=hi, aspect="auto")
