@@ -103,7 +103,8 @@ def invisible_paths(env: Mapping[str, str]) -> list[str]:
     direct = [t for t in tls if t in _UCX_DIRECT]
     if direct:
         found.append(f"UCX_TLS={env['UCX_TLS']}: UCX's mlx5 transports ({', '.join(direct)}) ring the NIC doorbell "
-                     "directly (NIXL); the shim sees only their connection set-up")
+                     "directly (NIXL); the shim sees only their connection set-up: schedule NIXL with "
+                     "laxflow.adapters.nixl.NixlAgent (vLLM: LaxflowNixlConnector from laxflow.integrations.vllm.nixl)")
     ibgda = sorted(k for k, v in env.items() if "IBGDA" in k.upper() and _truthy(v))
     if ibgda:
         found.append(f"{', '.join(ibgda)} set: GPU-initiated IBGDA (NVSHMEM, Mooncake's EP) bypasses verbs posting; "

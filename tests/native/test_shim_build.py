@@ -87,6 +87,7 @@ def test_run_warns_once_per_invisible_path():
     warnings = [line for line in loud.stderr.splitlines() if line.startswith("laxflow run: warning: ")]
     assert len(warnings) == 3
     assert "NCCL_GIN_ENABLE" in warnings[0] and "rc_mlx5" in warnings[1] and "NVSHMEM_IB_ENABLE_IBGDA" in warnings[2]
+    assert "laxflow.adapters.nixl.NixlAgent" in warnings[1] and "LaxflowNixlConnector" in warnings[1]
     env.update(NCCL_GIN_ENABLE="0", UCX_TLS="tcp,cuda_copy", NVSHMEM_IB_ENABLE_IBGDA="0")
     assert "warning" not in subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stderr
 
