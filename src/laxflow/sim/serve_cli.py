@@ -36,6 +36,30 @@ def _with_kv_placement(config: Any, meta: dict[str, Any], placement: Optional[st
     return config, meta
 
 
+def _with_physics(config: Any, meta: dict[str, Any], v: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """``--physics`` then ``--ep-comm``, ``--fairness``, ``--comm-share``, ``--reuse-from`` over the config
+    (each validated by ServingConfig / ClusterConfig, the error reworded to name the flag)."""
+    flag = "--physics"
+    try:
+        if v.get("physics") is not None:
+            config = config.with_physics(v["physics"])
+        for name in ("ep_comm", "comm_share", "reuse_from"):
+            if v.get(name) is not None:
+                flag = "--" + name.replace("_", "-")
+                config = replace(config, **{name: v[name]})
+        if v.get("fairness") is not None:
+            flag = "--fairness"
+            config = replace(config, cluster=replace(config.cluster, fairness=v["fairness"]))
+    except UserError as exc:
+        text = str(exc)
+        for prefix in ("physics: ", "ep_comm: ", "comm_share: ", "reuse_from: ", "cluster.fairness: "):
+            text = text.replace(prefix, "")
+        raise UserError(f"{flag}: {text}") from None
+    meta.update(physics=config.physics, ep_comm=config.ep_comm, fairness=config.cluster.fairness,
+                comm_share=config.comm_share, reuse_from=config.reuse_from)
+    return config, meta
+
+
 def _split(value: str, flag: str) -> list[str]:
     names = [p.strip() for p in value.split(",") if p.strip()]
     if not names:
@@ -135,8 +159,8 @@ def _trace_count(v: dict[str, Any], warmup: int) -> int:
 def _build(v: dict[str, Any], which: str) -> Plan:
     """Resolve flags over a preset into a :class:`Plan`; every check that can fail runs here."""
     from laxflow.sim.serving.config import TOPOLOGIES
-    from laxflow.sim.serving.experiment import (ENGINE_PRESET_KEYS, MAX_REQUESTS, Preset, check_policies, get_preset,
-                                                prefill_gpus)
+    from laxflow.sim.serving.experiment import (CAPACITY, ENGINE_PRESET_KEYS, MAX_REQUESTS, Preset, check_policies,
+                                                get_preset, prefill_gpus, rates_at)
 
     preset = v["preset"]
     base = get_preset(preset) if preset else Preset("", "", "mixtral-8x22b", "qwen-conv", rates=(0.7,))
@@ -256,6 +280,15 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         "preset_rates": list(chosen.rates),
     }
     config, meta = _with_kv_placement(config, meta, v["kv_placement"])
+    config, meta = _with_physics(config, meta, v)
+    if engine and config.physics != "faithful":
+        raise UserError("--physics and its flags: only for the MFS unit-level engine, not with --prefill/--router/"
+                        "--pools/--instances of the instance engine")
+    pair = (config.model, chosen.workload)
+    if (preset and config.physics not in ("faithful", "custom") and pair in CAPACITY
+            and tuple(chosen.rates) == rates_at(*pair)):
+        # A figure preset sweeps fractions of capacity: keep the fractions, under this physics' capacity.
+        meta["preset_rates"] = list(rates_at(*pair, physics=config.physics))
     if trace is not None:
         meta["trace_requests"] = _trace_count(v, chosen.warmup)
         meta["time_scale"] = v.get("time_scale")

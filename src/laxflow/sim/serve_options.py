@@ -80,6 +80,18 @@ FLAGS: tuple[Flag, ...] = (
     Flag("topology", "--topology", "str", "fat-tree, big-switch or testbed."),
     Flag("kv_placement", "--kv-placement", "str", "Where reusable KV lives: pool (the paper's: on the unit that "
          "computed it, others fetch it) or local-cache (every unit keeps a copy). Default: the preset's."),
+    Flag("physics", "--physics", "str", "faithful (default: laxflow's model) or paper (the MFS paper's "
+         "assumptions: pairwise EP dispatch, fair sharing per flow group, collectives 60 % of an idle layer, the "
+         "workload's reuse realized); a preset's rates become the same fractions of the capacity under it. "
+         "The four flags below override one choice each."),
+    Flag("ep_comm", "--ep-comm", "str", "MoE exchange of every MoE unit: hierarchical, allgather or pairwise "
+         "(default: the deployment's)."),
+    Flag("fairness", "--fairness", "str", "How a link is shared: qp (per queue pair, RDMA congestion control; "
+         "default) or group (per flow group: a collective counts as one flow, the paper's fair sharing)."),
+    Flag("comm_share", "--comm-share", "float", "Scale compute so a layer's blocking collectives are this share "
+         "of it on an idle fabric (default: the roofline's compute)."),
+    Flag("reuse_from", "--reuse-from", "str", "When a prompt's KV becomes reusable: stored (when its prefill "
+         "ends; default) or routed (from its arrival: the workload's reuse ratio realized)."),
     Flag("trace", "--trace", "path", "Replay a trace file instead of a synthetic workload."),
     Flag("trace_format", "--trace-format", "str", "Trace format: qwen-bailian, mooncake, azure, burstgpt "
          "(with --trace)."),

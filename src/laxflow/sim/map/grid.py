@@ -81,7 +81,8 @@ AXES: tuple[Axis, ...] = (
     Axis("ep", "--ep", _int, "2,4,8", "Expert-parallel degrees (MoE models; each must divide the model's experts "
          "and the unit's GPUs)."),
     Axis("ep_comm", "--ep-comm", str, "hierarchical,allgather", "MoE exchanges: hierarchical (DeepEP: once per "
-         "token and remote node) or allgather (vLLM's allgather_reducescatter rings)."),
+         "token and remote node), allgather (vLLM's allgather_reducescatter rings) or pairwise (a flat all-to-all, "
+         "every token to each of its experts' GPUs: the MFS paper's)."),
     Axis("kv_placement", "--kv-placements", str, "pool,local-cache", "Where reusable KV lives: pool (fetched from "
          "its owner: most reuse remote) or local-cache (copied where used: little remote)."),
     Axis("remote_reuse", "--remote-reuse", _share, "router,0,0.5,1", "Share of requests sent away from the unit "

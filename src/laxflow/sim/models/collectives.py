@@ -25,6 +25,12 @@ EP (MoE, once per layer each way), by the deployment's ``ep_comm``:
     what a PCIe testbed without DeepEP runs): dispatch all-gathers every
     token to every GPU, combine reduce-scatters the outputs; NCCL runs both
     as rings, so each GPU sends ``(G - 1)/G T H b`` to its ring successor.
+  * ``pairwise`` (a flat all-to-all, NCCL send/recv per GPU pair without
+    node-level aggregation: the MFS paper's EP traffic, whose simulator sizes
+    a token's dispatch by its top-k experts, §6.1/§6.3): each of a GPU's
+    ``T/G`` tokens goes to every GPU of each of its k experts' groups, so the
+    GPU sends ``k expert_tp T H b / G``, spread evenly over the G GPUs (the
+    share for itself stays); combine returns as much.
   ``ep_remote_fraction`` and ``ep_inter_node_fraction`` are the shares of
   the per-GPU payload that leave the GPU and that cross a NIC (the latter may
   exceed 1 for ``hierarchical``: one vector can go to several nodes).
@@ -123,6 +129,10 @@ def collective_bytes_per_layer(model: ModelSpec, dep: Deployment, batch_tokens: 
             ep_bytes = (g - 1) / g * batch_tokens * h * b
             ep_remote = 1.0
             ep_inter = _ring_inter_node_fraction(g, 1, dep)
+        elif dep.ep_comm == "pairwise":
+            ep_bytes = model.top_k * dep.expert_tp * batch_tokens * h * b / g
+            ep_remote = (g - 1) / g
+            ep_inter = (g - local) / g
         else:
             ep_bytes = batch_tokens * h * b / g
             hits = ep_node_hits(model, dep)

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 
 from laxflow.errors import UserError
 
+# The MoE exchanges a deployment may run (``Deployment.ep_comm``; bytes in collectives.py).
+EP_COMMS = ("hierarchical", "allgather", "pairwise")
+
 
 def _positive(owner: str, field: str, value: float) -> None:
     if not value > 0:
@@ -176,9 +179,10 @@ class Deployment:
     nic_gbps: float  # per-GPU NIC, Gbit/s
     gpus_per_node: int = 8
     intra_node_gbps: float = 0.0  # per-GPU bandwidth to peers in the node (NVLink / PCIe), Gbit/s
-    # How the MoE all-to-all moves tokens (collectives.py): "hierarchical"
-    # (DeepEP / Megatron: once per token and remote node, NVSwitch fan-out)
-    # or "allgather" (vLLM's default allgather_reducescatter, ring-based).
+    # How the MoE all-to-all moves tokens (collectives.py, EP_COMMS): "hierarchical"
+    # (DeepEP / Megatron: once per token and remote node, NVSwitch fan-out),
+    # "allgather" (vLLM's default allgather_reducescatter, ring-based) or
+    # "pairwise" (a flat all-to-all: every token straight to each of its top-k experts' GPUs).
     ep_comm: str = "hierarchical"
     source: str = ""
 
@@ -191,8 +195,8 @@ class Deployment:
                             f"({self.tp * self.sp}), got {self.gpus}")
         if self.gpus % self.ep:
             raise UserError(f"{owner}: field 'gpus': expected a multiple of ep ({self.ep}), got {self.gpus}")
-        if self.ep_comm not in ("hierarchical", "allgather"):
-            raise UserError(f"{owner}: field 'ep_comm': expected 'hierarchical' or 'allgather', got {self.ep_comm!r}")
+        if self.ep_comm not in EP_COMMS:
+            raise UserError(f"{owner}: field 'ep_comm': expected one of {', '.join(EP_COMMS)}, got {self.ep_comm!r}")
 
     @property
     def attn_dp(self) -> int:

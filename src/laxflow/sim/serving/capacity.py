@@ -114,14 +114,25 @@ def full_steps(new_tokens: Sequence[int], ranks: int, budget: int) -> list[list[
 
 def capacity(model: str, workload: str, *, deployment: str | None = None, servers: int = 32, requests: int = 1000,
              seed: int = 0, token_budget: int = 8192, topology: str = "fat-tree", busy: float = BUSY,
-             credit_reuse: bool = False, reqs: Sequence | None = None) -> Capacity:
-    """Capacity of ``model`` on ``workload`` (``reqs`` given: those requests instead of generating them)."""
+             credit_reuse: bool | None = None, reqs: Sequence | None = None, physics: str = "faithful") -> Capacity:
+    """Capacity of ``model`` on ``workload`` (``reqs`` given: those requests instead of generating them).
+
+    ``physics``: a name of ``config.PHYSICS``; its MoE exchange and compute share shape every step, and
+    ``credit_reuse`` left at None credits the workload's reuse exactly when that physics realizes it
+    (``reuse_from="routed"``: reuse no longer depends on load, so the unit computes only the new tokens).
+    """
     from laxflow.errors import UserError
     from laxflow.sim import workload as wl
+    from laxflow.sim.serving.config import PHYSICS
 
-    runner = ModelRunner(model, deployment)
+    if physics not in PHYSICS:
+        raise UserError(f"physics: unknown {physics!r} (expected one of {', '.join(PHYSICS)})")
+    phys = PHYSICS[physics]
+    if credit_reuse is None:
+        credit_reuse = phys["reuse_from"] == "routed"
+    runner = ModelRunner(model, deployment, phys["ep_comm"], phys["comm_share"])
     dep = runner.deployment
-    config = ClusterConfig(servers=servers, topology=topology).resolve(
+    config = ClusterConfig(servers=servers, topology=topology, fairness=phys["fairness"]).resolve(
         int(dep.gpus_per_node), float(dep.nic_gbps), float(dep.intra_node_gbps or 7200.0))
     cluster = Cluster(config, runner.unit_gpus)
     unit = cluster.prefill_units[0]

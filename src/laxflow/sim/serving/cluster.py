@@ -24,6 +24,14 @@ lone flow there (the MFS paper's Fig. 6b: one all-to-all flow and one KV
 flow into a port get 50/50), and the group's completion time is unchanged
 (bytes / (P x per-pair rate)). Pairs of one group carry equal bytes here
 (uniform all-to-alls, rings, KV shards), so per-pair units are exact.
+
+Per-group fairness (``ClusterConfig.fairness = "group"``, the MFS paper's
+fair-sharing baseline, see ``config.FAIRNESS``): the group counts as ONE
+flow at its busiest link instead. Its weights are divided by their largest
+value W and its size multiplied by W (``Pattern.pairs`` becomes P / W, the
+group's units), so max-min gives the group the share of one flow at the link
+where it has the most pairs; bytes per link and the idle completion time are
+the same as under per-pair units.
 """
 
 from __future__ import annotations
@@ -66,7 +74,9 @@ class Pattern:
     net_bytes: float
     intra_bytes: float
     bottleneck: float  # bytes/s of the whole group alone on an idle network (inf if no network part)
-    pairs: int = 1  # inter-server GPU pairs (point-to-point flows) of the group; flow size = bytes / pairs
+    # The group's units on the network: its inter-server GPU pairs (point-to-point flows) under per-QP
+    # fairness, pairs / (largest weight) under per-group fairness; flow size = bytes / pairs.
+    pairs: float = 1
 
 
 class Cluster:
@@ -241,8 +251,12 @@ class Cluster:
         links, weights, total = self.topology.usage(net)
         bottleneck = float(np.min(self.topology.capacity[links] / weights))
         weights = weights * len(net)
+        units: float = len(net)
+        if self.config is not None and self.config.fairness == "group":
+            top = float(weights.max())
+            weights, units = weights / top, units / top
         # Read-only: every flow of this shape shares these arrays, and the
         # network engine merges and checks a frozen pair once per run.
         links.flags.writeable = False
         weights.flags.writeable = False
-        return Pattern(links, weights, total, intra_bytes, bottleneck, len(net))
+        return Pattern(links, weights, total, intra_bytes, bottleneck, units)

@@ -23,6 +23,26 @@ TOPOLOGIES = ("fat-tree", "big-switch", "testbed")
 # caches it too (vLLM-style per-instance prefix caching), so hot prefixes are
 # copied everywhere and fetches are rare.
 KV_PLACEMENTS = ("pool", "local-cache")
+# How links are shared among the flow groups crossing them (ClusterConfig.fairness; cluster.py):
+# "qp": per queue pair, as RDMA congestion control shares a link (a group of P point-to-point flows
+# there gets P shares); "group": per flow group (a collective or a KV transfer counts once at its
+# busiest link), the MFS paper's fair-sharing baseline (§6.3 "Baselines", Fig. 6b).
+FAIRNESS = ("qp", "group")
+# When a prompt's KV blocks become reusable by later requests (ServingConfig.reuse_from): "stored",
+# when its prefill's compute ends and its unit stores them; "routed", from its arrival, so the
+# workload's own reuse ratio is realized whatever the load (the MFS paper's §6.1/§6.3 workloads).
+REUSE_FROM = ("stored", "routed")
+# The modeling choices where laxflow's faithful simulator and the MFS paper differ (README / results
+# "why they differ"), as ServingConfig field values; ``--physics NAME`` sets them all, each field
+# (``--ep-comm``, ``--fairness``, ``--comm-share``, ``--reuse-from``) can also be set on its own.
+# "paper": pair-wise EP dispatch (§6.1/§6.3 simulator, top-k dispatch per token); fair sharing per
+# flow group (§6.3 "Baselines"); compute set so the collectives are 60 % of an idle layer (§2.2:
+# collectives are "40-60 % of end-to-end latency"; Fig. 5: CCT 1.8x under contention gives TTFT
+# about +50 %, so about 0.5 / 0.8 = 0.62 of it was collective); the workload's reuse realized (§6.1).
+PHYSICS: dict[str, dict[str, Any]] = {
+    "faithful": {"ep_comm": None, "fairness": "qp", "comm_share": None, "reuse_from": "stored"},
+    "paper": {"ep_comm": "pairwise", "fairness": "group", "comm_share": 0.6, "reuse_from": "routed"},
+}
 
 
 @dataclass
@@ -44,6 +64,7 @@ class ClusterConfig:
     prefill_fraction: float = 0.5  # share of servers that run prefill
     nvswitch_gbps: float | None = None  # per GPU intra-node fabric (NVSwitch: 900 GB/s = 7200), not shared with the network
     decode_unit_gpus: int | None = None  # GPUs per decode unit; None: as many as a prefill unit
+    fairness: str = "qp"  # one of FAIRNESS (see there): how a link is shared among the flow groups crossing it
 
     def __post_init__(self) -> None:
         self.validate()
@@ -72,6 +93,8 @@ class ClusterConfig:
             raise UserError(f"cluster.servers: need at least 2 (one prefill, one decode), got {self.servers}")
         if self.decode_unit_gpus is not None:
             _positive_int("decode_unit_gpus", self.decode_unit_gpus)
+        if self.fairness not in FAIRNESS:
+            raise UserError(f"cluster.fairness: unknown {self.fairness!r} (expected one of {', '.join(FAIRNESS)})")
 
     @property
     def prefill_servers(self) -> int:
@@ -125,9 +148,30 @@ class ServingConfig:
     # with a cached prefix go to the least-loaded unit that does not hold most of it (their reuse is
     # fetched remotely), the rest to that holder (router.GlobalRouter._steer; laxflow sim map --remote-reuse).
     remote_reuse: float | None = None
+    # Physics (PHYSICS above): None, the deployment's MoE exchange, or one of models.spec.EP_COMMS for
+    # every MoE unit; None, the roofline's compute, or the share in (0, 1) of an idle layer its blocking
+    # collectives take (compute scaled to match, plan.ModelRunner); and when KV becomes reusable (REUSE_FROM).
+    ep_comm: str | None = None
+    comm_share: float | None = None
+    reuse_from: str = "stored"
 
     def __post_init__(self) -> None:
         self.validate()
+
+    def with_physics(self, name: str) -> "ServingConfig":
+        """A copy with every field of ``PHYSICS[name]`` set (``--physics``), or one UserError naming it."""
+        if name not in PHYSICS:
+            raise UserError(f"physics: unknown {name!r} (expected one of {', '.join(PHYSICS)})")
+        values = dict(PHYSICS[name])
+        fairness = values.pop("fairness")
+        return replace(self, cluster=replace(self.cluster, fairness=fairness), **values)
+
+    @property
+    def physics(self) -> str:
+        """The name of the PHYSICS entry these fields match, or "custom"."""
+        mine = {"ep_comm": self.ep_comm, "fairness": self.cluster.fairness, "comm_share": self.comm_share,
+                "reuse_from": self.reuse_from}
+        return next((n for n, v in PHYSICS.items() if v == mine), "custom")
 
     def validate(self) -> None:
         """Raise UserError naming the first bad field; runs on construction (and ``replace``)."""
@@ -146,6 +190,16 @@ class ServingConfig:
         if self.remote_reuse is not None and (isinstance(self.remote_reuse, bool) or not isinstance(
                 self.remote_reuse, (int, float)) or not 0.0 <= self.remote_reuse <= 1.0):
             raise UserError(f"remote_reuse: expected None or a share in [0, 1], got {self.remote_reuse!r}")
+        if self.ep_comm is not None:
+            from laxflow.sim.models.spec import EP_COMMS
+
+            if self.ep_comm not in EP_COMMS:
+                raise UserError(f"ep_comm: unknown {self.ep_comm!r} (expected one of {', '.join(EP_COMMS)})")
+        if self.comm_share is not None and (isinstance(self.comm_share, bool) or not isinstance(
+                self.comm_share, (int, float)) or not 0.0 < self.comm_share < 1.0):
+            raise UserError(f"comm_share: expected None or a share in (0, 1), got {self.comm_share!r}")
+        if self.reuse_from not in REUSE_FROM:
+            raise UserError(f"reuse_from: unknown {self.reuse_from!r} (expected one of {', '.join(REUSE_FROM)})")
         if self.router_overlap_weight < 0:
             raise UserError(f"router_overlap_weight: expected >= 0, got {self.router_overlap_weight!r}")
         if self.decode_seconds_per_token < 0:

@@ -14,6 +14,7 @@ prefill units.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import queue
@@ -114,10 +115,26 @@ CAPACITY = {
 LOAD_FRACTIONS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
 
-def rates_at(model: str, workload: str, fractions: tuple[float, ...] = LOAD_FRACTIONS) -> tuple[float, ...]:
-    """Per-GPU rates at these fractions of the model's capacity on the workload (2 significant digits)."""
-    cap = CAPACITY[(model, workload)]
+def rates_at(model: str, workload: str, fractions: tuple[float, ...] = LOAD_FRACTIONS,
+             physics: str = "faithful") -> tuple[float, ...]:
+    """Per-GPU rates at these fractions of the model's capacity on the workload (2 significant digits).
+
+    ``physics`` other than "faithful" (``config.PHYSICS``): the capacity under that physics, computed
+    the way ``CAPACITY`` was (:func:`physics_capacity`), so a load fraction means the same under both.
+    """
+    cap = CAPACITY[(model, workload)] if physics == "faithful" else physics_capacity(model, workload, physics)
     return tuple(float(f"{cap * f:.2g}") for f in fractions)
+
+
+@functools.lru_cache(maxsize=None)
+def physics_capacity(model: str, workload: str, physics: str) -> float:
+    """``CAPACITY[(model, workload)]``'s method under ``physics`` (capacity.PAIRS' cluster; about a second)."""
+    from laxflow.sim.serving.capacity import PAIRS, capacity
+
+    if (model, workload) not in PAIRS:
+        raise UserError(f"no capacity method for model {model!r} on workload {workload!r} "
+                        f"(pairs: {', '.join(f'{m}/{w}' for m, w in PAIRS)})")
+    return round(capacity(model, workload, physics=physics, **PAIRS[(model, workload)]).per_gpu_rate, 3)
 
 
 # The instance-engine flags a preset may carry in ``extra`` (command-line flags override them).

@@ -28,7 +28,7 @@ and stage-3 flows move between those GPUs only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from laxflow.sim.serving.cluster import Cluster, Pattern, Unit
@@ -75,9 +75,13 @@ class LayerPlan:
 class ModelRunner:
     """The model and deployment of every unit, as the simulator needs them."""
 
-    def __init__(self, model_name: str, deployment: str | Any | None) -> None:
+    def __init__(self, model_name: str, deployment: str | Any | None, ep_comm: str | None = None,
+                 comm_share: float | None = None) -> None:
         """``deployment``: a catalog name (None: the model's own) or a ``models.Deployment`` given as data
-        (``ServingConfig.deployment`` set by ``laxflow sim map``'s axes and ``--config``)."""
+        (``ServingConfig.deployment`` set by ``laxflow sim map``'s axes and ``--config``). ``ep_comm`` and
+        ``comm_share``: the physics of ``ServingConfig`` of the same names (None: the deployment's exchange,
+        the roofline's compute)."""
+        from laxflow.errors import UserError
         from laxflow.sim import models
 
         self._models = models
@@ -85,11 +89,12 @@ class ModelRunner:
         self.deployment = (deployment if isinstance(deployment, models.Deployment)
                            else models.get_deployment(deployment or model_name))
         if self.deployment.model != self.model.name:
-            from laxflow.errors import UserError
-
             raise UserError(
                 f"deployment {self.deployment.name!r} is for model {self.deployment.model!r}, not {self.model.name!r}"
             )
+        if ep_comm is not None and ep_comm != self.deployment.ep_comm:
+            self.deployment = replace(self.deployment, ep_comm=ep_comm, name=f"{self.deployment.name}/{ep_comm}")
+        self.comm_share = comm_share
         d = self.deployment
         self.num_layers = int(self.model.num_layers)
         self.tp, self.ep, self.sp = int(d.tp), int(d.ep), int(d.sp)
@@ -130,6 +135,8 @@ class ModelRunner:
                 rings = self._nccl_rings(cluster, unit)
                 pattern = cluster.collective(unit, "ring", rings)
                 per_gpu /= len(rings)
+            elif d.ep_comm == "pairwise":
+                pattern = cluster.collective(unit, "uniform", [list(range(gpus))])
             else:
                 gps = int(cluster.config.gpus_per_server)
                 hits = m.ep_node_hits(self.model, d, gps)
@@ -145,7 +152,19 @@ class ModelRunner:
             groups = [list(range(i, i + self.tp)) for i in range(0, gpus - self.tp + 1, self.tp)]
             segs.append(self._coll(cluster, unit, "tp", "ring", groups, traffic.tp_bytes))
         segs = [s for s in segs if not (s.kind == "compute" and s.seconds <= 0)]
-        return LayerPlan(tuple(segs), float(t.total))
+        plan = LayerPlan(tuple(segs), float(t.total))
+        return plan if self.comm_share is None else self._with_comm_share(plan, cluster)
+
+    def _with_comm_share(self, plan: LayerPlan, cluster: Cluster) -> LayerPlan:
+        """``plan`` with its compute scaled so that its blocking collectives, alone on an idle fabric, are
+        ``comm_share`` of the layer (``ServingConfig.comm_share``: the MFS paper's profiled share, in place
+        of the roofline's); a layer without collectives keeps its compute."""
+        cct = plan.idle_cct(cluster.config.nvswitch_bytes_per_s)
+        if cct <= 0 or plan.compute <= 0:
+            return plan
+        scale = cct * (1.0 - self.comm_share) / (self.comm_share * plan.compute)
+        segs = tuple(replace(s, seconds=s.seconds * scale) if s.kind == "compute" else s for s in plan.segments)
+        return LayerPlan(segs, plan.compute * scale)
 
     @staticmethod
     def _nccl_rings(cluster: Cluster, unit: Unit) -> list[list[int]]:

@@ -82,7 +82,7 @@ class ServingSimulator:
         else:
             self.policy = policy
             self.policy_name = type(policy).name or type(policy).__name__
-        self.runner = ModelRunner(config.model, config.deployment)
+        self.runner = ModelRunner(config.model, config.deployment, config.ep_comm, config.comm_share)
         dep = self.runner.deployment
         self.cluster_config = config.cluster.resolve(
             int(dep.gpus_per_node), float(dep.nic_gbps), float(dep.intra_node_gbps or 7200.0)
@@ -168,8 +168,12 @@ class ServingSimulator:
         if self.drivers is not None:
             unit.queued_tokens += state.new_tokens
             self.drivers[unit.index].arrival(state)
+        else:
+            unit.enqueue(state)
+        if self.config.reuse_from == "routed":  # the prompt's blocks are reusable from its arrival (config.REUSE_FROM)
+            self.caches.insert(route.prefill, list(req.block_hashes), block, state.rank)
+        if self.drivers is not None:
             return
-        unit.enqueue(state)
         if not unit.busy and unit.index not in self._start_pending:
             # Form the batch after every arrival of this instant (TIMER runs
             # after ARRIVAL at equal times), so simultaneous requests batch together.
