@@ -4,8 +4,10 @@
         --servers 16 --requests 200 --warmup 100 --jobs 2 --out runs/claims
 
 A point is ``preset@rate`` (requests/s per prefill GPU) or a bare ``preset``,
-whose rate is ``--fraction`` of its model's capacity on its workload
-(``experiment.CAPACITY``, the presets' own normalization). Every policy of
+whose rate is ``--fraction`` (or each of ``--fractions``) of its model's capacity on its workload
+(``experiment.CAPACITY``, the presets' own normalization; with ``--physics
+paper`` the capacity under the MFS paper's physics, ``experiment.rates_at``; ``--physics`` takes a
+comma-separated list, each point runs under each). Every policy of
 the preset runs on seeds 0 .. N-1 (the same requests for every policy of a
 seed); runs are ordered seed by seed over all points, so a cut-short
 campaign has the same seeds at every point. Each finished run is appended
@@ -42,25 +44,38 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
     return sum(values) / len(values), ci95(values) or 0.0
 
 
-def point_specs(point: str, args: argparse.Namespace, seed: int) -> tuple[str, list[RunSpec]]:
-    """The point's key (``preset@rate``) and its runs on one seed."""
+def expand(args: argparse.Namespace) -> list[tuple[str, str, float | None]]:
+    """Every (point, physics, fraction) to run: a bare preset at each ``--fractions``, ``preset@rate`` once,
+    each under every ``--physics``."""
+    fractions = [float(f) for f in (args.fractions or str(args.fraction)).split(",")]
+    out = []
+    for physics in args.physics.split(","):
+        for pt in args.points.split(","):
+            out += [(pt, physics, None)] if "@" in pt else [(pt, physics, f) for f in fractions]
+    return out
+
+
+def point_specs(item: tuple[str, str, float | None], args: argparse.Namespace, seed: int) -> tuple[str, list[RunSpec]]:
+    """The point's key (``preset@rate``, with ``|physics`` unless faithful) and its runs on one seed."""
+    point, physics, fraction = item
     name, _, rate = point.partition("@")
     preset = PRESETS[name]
-    cfg = preset.config()
+    cfg = preset.config().with_physics(physics)
     if not rate:
-        rate = str(rates_at(cfg.model, preset.workload, (args.fraction,))[0])
+        rate = str(rates_at(cfg.model, preset.workload, (fraction,), physics)[0])
     servers = min(args.servers, preset.servers) if args.servers else preset.servers
     cfg = replace(cfg, cluster=replace(cfg.cluster, servers=servers),
                   warmup=preset.warmup if args.warmup is None else args.warmup)
     if args.kv_placement:
         cfg = replace(cfg, kv_placement=args.kv_placement)
     n = args.requests or preset.requests
-    return f"{name}@{float(rate)}", [RunSpec(cfg, preset.workload, float(rate), p, n, seed) for p in preset.policies]
+    key = f"{name}@{float(rate)}" + ("" if cfg.physics == "faithful" else f"|{cfg.physics}")
+    return key, [RunSpec(cfg, preset.workload, float(rate), p, n, seed) for p in preset.policies]
 
 
-def summary(key: str, rows: list[dict], specs: list[RunSpec]) -> dict:
+def summary(key: str, rows: list[dict], specs: list[RunSpec], fraction: float | None = None) -> dict:
     """One point's JSON line from its runs (every seed that has all policies)."""
-    name, _, rate = key.partition("@")
+    name, _, rate = key.split("|")[0].partition("@")
     spec = specs[0]
     policies = [s.policy for s in specs]
     by_seed: dict[int, dict[str, dict]] = {}
@@ -69,7 +84,8 @@ def summary(key: str, rows: list[dict], specs: list[RunSpec]) -> dict:
     seeds = sorted(s for s, got in by_seed.items() if all(p in got for p in policies))
     line: dict = {"preset": name, "rate": float(rate), "servers": spec.config.cluster.servers,
                   "requests": spec.requests, "warmup": spec.config.warmup, "seeds": len(seeds),
-                  "kv_placement": spec.config.kv_placement, "policies": {}}
+                  "kv_placement": spec.config.kv_placement, "physics": spec.config.physics, "fraction": fraction,
+                  "policies": {}}
     if not seeds:
         return line
     for p in policies:
@@ -113,11 +129,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--points", required=True, help="comma-separated preset or preset@rate")
     ap.add_argument("--fraction", type=float, default=0.8, help="a bare preset's rate, as a fraction of capacity")
+    ap.add_argument("--fractions", default=None, help="comma-separated fractions instead (a load sweep)")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--servers", type=int, default=None)
     ap.add_argument("--requests", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--kv-placement", default=None)
+    ap.add_argument("--physics", default="faithful",
+                    help="comma-separated: faithful, paper, or field=value;... over faithful (one choice at a time: "
+                    "config.parse_physics); a bare preset's rate is a fraction of the capacity under each")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default="out/claims")
     ap.add_argument("--summary", action="store_true", help="only summarize the runs already in OUT/runs.jsonl")
@@ -130,7 +150,7 @@ def main() -> None:
         for text in log.read_text().splitlines():
             r = json.loads(text)
             done[(r["point"], r["seed"], r["policy"])] = r
-    points = args.points.split(",")
+    points = expand(args)
     keys = {pt: point_specs(pt, args, 0)[0] for pt in points}
     t0 = time.perf_counter()
     for seed in ([] if args.summary else range(args.seeds)):
@@ -153,7 +173,7 @@ def main() -> None:
     for pt in points:
         key, specs = point_specs(pt, args, 0)
         rows = [r for (k, _, _), r in done.items() if k == key]
-        print(json.dumps(summary(key, rows, specs)), flush=True)
+        print(json.dumps(summary(key, rows, specs, pt[2])), flush=True)
 
 
 if __name__ == "__main__":

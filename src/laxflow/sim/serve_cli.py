@@ -285,7 +285,7 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         raise UserError("--physics and its flags: only for the MFS unit-level engine, not with --prefill/--router/"
                         "--pools/--instances of the instance engine")
     pair = (config.model, chosen.workload)
-    if (preset and config.physics not in ("faithful", "custom") and pair in CAPACITY
+    if (preset and config.physics != "faithful" and pair in CAPACITY
             and tuple(chosen.rates) == rates_at(*pair)):
         # A figure preset sweeps fractions of capacity: keep the fractions, under this physics' capacity.
         meta["preset_rates"] = list(rates_at(*pair, physics=config.physics))

@@ -140,10 +140,19 @@ def test_with_physics_sets_every_choice_and_faithful_is_the_default():
     assert paper.physics == "paper"
     assert (paper.ep_comm, paper.cluster.fairness, paper.comm_share, paper.reuse_from) == (
         "pairwise", "group", 0.6, "routed")
-    assert replace(paper, comm_share=0.5).physics == "custom"
+    half = replace(paper, comm_share=0.5)
+    assert half.physics == "ep_comm=pairwise;fairness=group;comm_share=0.5;reuse_from=routed"
+    assert ServingConfig().with_physics(half.physics) == half  # the spec reads back
+    one = ServingConfig().with_physics("reuse_from=routed")
+    assert one.physics_values == {**PHYSICS["faithful"], "reuse_from": "routed"}
     assert set(PHYSICS["paper"]) == set(PHYSICS["faithful"])
-    with pytest.raises(UserError, match="physics.*paper"):
-        ServingConfig().with_physics("vidur")
+    for bad in ("vidur", "fairness", "speed=2"):
+        with pytest.raises(UserError, match="physics.*paper"):
+            ServingConfig().with_physics(bad)
+    with pytest.raises(UserError, match="comm_share.*fast"):
+        ServingConfig().with_physics("comm_share=fast")
+    with pytest.raises(UserError, match="fairness"):
+        ServingConfig().with_physics("fairness=per-byte")
 
 
 def test_faithful_rates_are_the_capacity_table():

@@ -117,17 +117,15 @@ def capacity(model: str, workload: str, *, deployment: str | None = None, server
              credit_reuse: bool | None = None, reqs: Sequence | None = None, physics: str = "faithful") -> Capacity:
     """Capacity of ``model`` on ``workload`` (``reqs`` given: those requests instead of generating them).
 
-    ``physics``: a name of ``config.PHYSICS``; its MoE exchange and compute share shape every step, and
-    ``credit_reuse`` left at None credits the workload's reuse exactly when that physics realizes it
+    ``physics``: ``config.parse_physics``'s spec; its MoE exchange and compute share shape every step,
+    and ``credit_reuse`` left at None credits the workload's reuse exactly when that physics realizes it
     (``reuse_from="routed"``: reuse no longer depends on load, so the unit computes only the new tokens).
     """
     from laxflow.errors import UserError
     from laxflow.sim import workload as wl
-    from laxflow.sim.serving.config import PHYSICS
+    from laxflow.sim.serving.config import parse_physics
 
-    if physics not in PHYSICS:
-        raise UserError(f"physics: unknown {physics!r} (expected one of {', '.join(PHYSICS)})")
-    phys = PHYSICS[physics]
+    phys = parse_physics(physics)
     if credit_reuse is None:
         credit_reuse = phys["reuse_from"] == "routed"
     runner = ModelRunner(model, deployment, phys["ep_comm"], phys["comm_share"])

@@ -45,6 +45,38 @@ PHYSICS: dict[str, dict[str, Any]] = {
 }
 
 
+def parse_physics(spec: str) -> dict[str, Any]:
+    """The four physics values of ``spec``: a name of PHYSICS, or ``field=value[;field=value]`` over
+    "faithful" (``comm_share=0.6;reuse_from=routed``: one choice at a time, for ablations); one UserError.
+    The values are checked where they are used (``ServingConfig`` / ``ClusterConfig``)."""
+    if spec in PHYSICS:
+        return dict(PHYSICS[spec])
+    values = dict(PHYSICS["faithful"])
+    for part in (p.strip() for p in str(spec).split(";")):
+        key, eq, text = part.partition("=")
+        if not eq or key not in values:
+            raise UserError(f"physics: unknown {spec!r} (expected one of {', '.join(PHYSICS)}, or field=value;... "
+                            f"with fields {', '.join(values)})")
+        if key == "comm_share":
+            try:
+                values[key] = None if text == "none" else float(text)
+            except ValueError:
+                raise UserError(f"physics: comm_share: expected a number or none, got {text!r}") from None
+        else:
+            values[key] = None if key == "ep_comm" and text == "none" else text
+    return values
+
+
+def physics_name(values: dict[str, Any]) -> str:
+    """The name of the PHYSICS entry ``values`` match, else their differences from "faithful" as
+    ``field=value;...`` (what :func:`parse_physics` reads back)."""
+    for name, known in PHYSICS.items():
+        if known == values:
+            return name
+    base = PHYSICS["faithful"]
+    return ";".join(f"{k}={'none' if v is None else v}" for k, v in values.items() if v != base[k])
+
+
 @dataclass
 class ClusterConfig:
     """Servers, GPUs, NICs and the fabric between them.
@@ -158,20 +190,21 @@ class ServingConfig:
     def __post_init__(self) -> None:
         self.validate()
 
-    def with_physics(self, name: str) -> "ServingConfig":
-        """A copy with every field of ``PHYSICS[name]`` set (``--physics``), or one UserError naming it."""
-        if name not in PHYSICS:
-            raise UserError(f"physics: unknown {name!r} (expected one of {', '.join(PHYSICS)})")
-        values = dict(PHYSICS[name])
+    def with_physics(self, spec: str) -> "ServingConfig":
+        """A copy with the four physics fields of ``spec`` set (:func:`parse_physics`: ``--physics``)."""
+        values = parse_physics(spec)
         fairness = values.pop("fairness")
         return replace(self, cluster=replace(self.cluster, fairness=fairness), **values)
 
     @property
-    def physics(self) -> str:
-        """The name of the PHYSICS entry these fields match, or "custom"."""
-        mine = {"ep_comm": self.ep_comm, "fairness": self.cluster.fairness, "comm_share": self.comm_share,
+    def physics_values(self) -> dict[str, Any]:
+        return {"ep_comm": self.ep_comm, "fairness": self.cluster.fairness, "comm_share": self.comm_share,
                 "reuse_from": self.reuse_from}
-        return next((n for n, v in PHYSICS.items() if v == mine), "custom")
+
+    @property
+    def physics(self) -> str:
+        """The name of the PHYSICS entry these fields match, else ``field=value;...`` (:func:`physics_name`)."""
+        return physics_name(self.physics_values)
 
     def validate(self) -> None:
         """Raise UserError naming the first bad field; runs on construction (and ``replace``)."""

@@ -119,16 +119,20 @@ def rates_at(model: str, workload: str, fractions: tuple[float, ...] = LOAD_FRAC
              physics: str = "faithful") -> tuple[float, ...]:
     """Per-GPU rates at these fractions of the model's capacity on the workload (2 significant digits).
 
-    ``physics`` other than "faithful" (``config.PHYSICS``): the capacity under that physics, computed
-    the way ``CAPACITY`` was (:func:`physics_capacity`), so a load fraction means the same under both.
+    ``physics`` other than "faithful" (``config.parse_physics``): the capacity under that physics,
+    computed the way ``CAPACITY`` was (:func:`physics_capacity`), so a load fraction means the same under both.
     """
+    from laxflow.sim.serving.config import parse_physics, physics_name
+
+    physics = physics_name(parse_physics(physics))
     cap = CAPACITY[(model, workload)] if physics == "faithful" else physics_capacity(model, workload, physics)
     return tuple(float(f"{cap * f:.2g}") for f in fractions)
 
 
 @functools.lru_cache(maxsize=None)
 def physics_capacity(model: str, workload: str, physics: str) -> float:
-    """``CAPACITY[(model, workload)]``'s method under ``physics`` (capacity.PAIRS' cluster; about a second)."""
+    """``CAPACITY[(model, workload)]``'s method under ``physics`` (capacity.PAIRS' cluster; about a second
+    per physics' step model)."""
     from laxflow.sim.serving.capacity import PAIRS, capacity
 
     if (model, workload) not in PAIRS:
