@@ -22,15 +22,41 @@ class Bench:
     fresh: tuple[str, ...] = field(default=())  # scratch paths removed before a fresh run
 
 
-CLAIMS_POINTS = "fig10-mixtral,fig11-mixtral,fig13,testbed-qwenA,fig12-agent,fig11-dbrx"
+CLAIMS_POINTS = "fig10-mixtral,fig10-dbrx,fig11-mixtral,fig11-dbrx,fig12-conv,fig12-agent,fig13,testbed-qwenA"
+PHYSICS_POINTS = "fig10-mixtral,fig10-dbrx,fig11-mixtral,fig11-dbrx,fig12-conv,fig12-agent,fig13"  # Figs. 10-13
+SWEEP_POINTS = "fig10-mixtral,fig10-dbrx,fig11-mixtral,fig11-dbrx,fig12-conv,fig12-agent"  # fig13 = fig10-dbrx's point
+ABLATION_POINTS = "fig10-mixtral,fig11-dbrx,fig12-agent,fig13"
+# Each of the paper's four modeling choices alone over the faithful model (config.parse_physics), and both ends.
+ABLATION_PHYSICS = "faithful,ep_comm=pairwise,fairness=group,comm_share=0.6,reuse_from=routed,paper"
+CLAIMS_SCALE = ("--seeds", "5", "--servers", "16", "--requests", "200", "--warmup", "100", "--jobs", "2")
 
 BENCHES: dict[str, Bench] = {b.name: b for b in (
     # Paper reproductions (docs/results/<paper>.md).
-    Bench("sim_claims", ("bench/sim_claims.py", "--points", CLAIMS_POINTS, "--fraction", "0.8", "--seeds", "2",
-                         "--servers", "16", "--requests", "200", "--warmup", "100", "--jobs", "1",
+    Bench("sim_claims", ("bench/sim_claims.py", "--points", CLAIMS_POINTS, "--fraction", "0.8", *CLAIMS_SCALE,
                          "--out", "out/results/sim_claims"),
-          "MFS Figs. 9-13: SLO attainment per policy at 0.8 of capacity, 16 servers, 2 seeds (more on a quiet box: the run resumes with --resume)",
+          "MFS Figs. 9-13: SLO attainment per policy at 0.8 of capacity, 16 servers, 5 seeds (the run resumes with --resume)",
           fresh=("out/results/sim_claims",)),
+    Bench("sim_claims_paper", ("bench/sim_claims.py", "--points", PHYSICS_POINTS, "--fraction", "0.8", *CLAIMS_SCALE,
+                               "--physics", "paper", "--out", "out/results/sim_claims_paper"),
+          "MFS Figs. 10-13 under the paper's physics (--physics paper), as sim_claims otherwise",
+          fresh=("out/results/sim_claims_paper",)),
+    Bench("sim_physics_sweep", ("bench/sim_claims.py", "--points", SWEEP_POINTS, "--fractions", "0.5,0.6,0.7,0.8",
+                                *CLAIMS_SCALE, "--physics", "faithful,paper", "--out", "out/results/sim_physics_sweep"),
+          "MFS Figs. 10-12 against load (0.5-0.8 of capacity) under both physics",
+          fresh=("out/results/sim_physics_sweep",)),
+    Bench("sim_physics_ablation", ("bench/sim_claims.py", "--points", ABLATION_POINTS, "--fraction", "0.8",
+                                   *CLAIMS_SCALE, "--physics", ABLATION_PHYSICS,
+                                   "--out", "out/results/sim_physics_ablation"),
+          "which of the paper's four modeling choices moves MFS's margin: each alone at 0.8 of capacity",
+          fresh=("out/results/sim_physics_ablation",)),
+    Bench("codesign", ("bench/codesign.py", "--presets", "fig12-conv,fig13", "--physics", "faithful,paper",
+                       "--slo-scales", "1.5,2,3", "--loads", "0.8,1.0,1.2", *CLAIMS_SCALE,
+                       "--out", "out/results/codesign"),
+          "MFS pruning feeding FlowPrefill's deferral: MFS, FlowPrefill, both blind and both coupled, where MFS prunes",
+          fresh=("out/results/codesign",)),
+    Bench("sim_map", ("bench/sim_map.py", "--out", "out/results/sim_map", "--plot", "docs/results/map", "--jobs", "2"),
+          "laxflow sim map at its defaults (star grid, Mixtral-8x22B and DBRX, 3 seeds): where MFS pays",
+          fresh=("out/results/sim_map",)),
     Bench("workload_calibration", ("bench/workload_calibration.py",),
           "the synthetic workloads' mean prompt length and prefix reuse against their targets"),
     Bench("flowprefill_goodput", ("bench/flowprefill.py", "goodput", "--model", "llama3-8b", "--seeds", "3",

@@ -262,6 +262,224 @@ MFS_CLAIMS = [
 ]
 
 
+# ---- the same figures under the MFS paper's physics (bench sim_claims_paper: --physics paper)
+
+PHYSICS_TEXT = (
+    "`--physics paper` (`ServingConfig.with_physics`, `laxflow sim serve --physics paper`) switches the four modeling "
+    "choices the reasons above name, for every policy alike, each also a flag of its own: pair-wise EP dispatch, "
+    "every token straight to each of its top-k experts' GPUs (`--ep-comm pairwise`; the paper's simulator sizes "
+    "dispatch per token and expert, §6.1, §6.3); fair sharing per flow group, a collective counting as one flow at a "
+    "link (`--fairness group`; §6.3 Baselines, Fig. 6b); compute scaled so that a layer's blocking "
+    "collectives are 60 % of it on an idle fabric (`--comm-share 0.6`; §2.2: collectives are 40-60 % of end-to-end "
+    "latency, Fig. 5: CCT 1.8x gives TTFT about +50 %, so about 0.5 / 0.8 of a layer was collective); and the "
+    "workload's reuse realized, a prompt's blocks reusable from its arrival (`--reuse-from routed`; §6.1, §6.3 "
+    "reuse ratios). The paper gives no per-layer latencies in its text, so the compute share is inferred from Fig. 5, "
+    "not read from a profile. Each point runs at 0.8 of the capacity under its own physics (the same method as "
+    "`experiment.CAPACITY`), so both columns are equally loaded; the map's verdict applies the rule of `laxflow sim "
+    "map` (paired MFS minus the best baseline; it pays where the 95 % interval excludes 0) to each column.")
+
+
+def _margin_cell(res: dict, preset: str) -> str:
+    p = _point(res, preset)
+    pol, best = get(p, "policies"), get(p, "best_baseline")
+    m, b, d = pol["mfs"], pol[best], get(p, "paired_diff")
+    return (f"**{num(get(p, 'mfs_over_best'))}x** over {best} (MFS {num(m['slo_attainment'])} ± "
+            f"{num(m['slo_attainment_ci95'], 2)}, {best} {num(b['slo_attainment'])} ± {num(b['slo_attainment_ci95'], 2)}; "
+            f"CCT inflation FS {num(pol['fs']['cct_inflation'])}, MFS {num(m['cct_inflation'])}; {p['seeds']} seeds, "
+            f"{p['rate']} req/s/GPU)")
+
+
+def _verdict(res: dict, preset: str) -> str:
+    d = get(_point(res, preset), "paired_diff")
+    word = "pays" if d.get("excludes_0") and d["mean"] > 0 else ("loses" if d.get("excludes_0") else "tie")
+    return f"{word} ({d['mean']:+.3f} ± {d['ci95']:.3f})"
+
+
+def _fs_cell(res: dict, preset: str, key: str) -> str:
+    p = _point(res, preset)
+    return f"{pct(get(p, f'mfs_vs_fs.{key}'))} ({p['seeds']} seeds, ratio of the means)"
+
+
+@dataclass(frozen=True)
+class PhysicsClaim:
+    what: str
+    paper: str
+    preset: str
+    key: str | None = None  # None: MFS over the best baseline; else mfs_vs_fs.<key>
+
+
+PHYSICS_CLAIMS = [
+    PhysicsClaim("Fig. 10a: Mixtral-8x22B, QwenA conversation, over the best baseline", "1.4-1.8x", "fig10-mixtral"),
+    PhysicsClaim("Fig. 10b: DBRX, QwenA conversation, over the best baseline", "up to 2.4x", "fig10-dbrx"),
+    PhysicsClaim("Fig. 11: Mixtral-8x22B, QwenB agent, over the best baseline", "1.4-1.7x", "fig11-mixtral"),
+    PhysicsClaim("Fig. 11: DBRX, QwenB agent, over the best baseline", "2.0x", "fig11-dbrx"),
+    PhysicsClaim("Fig. 12a: Llama3-8B TP4 SP4, Mooncake conversation, over Karuna", "1.3-1.6x", "fig12-conv"),
+    PhysicsClaim("Fig. 12b: Llama3-8B TP4 SP4, Mooncake agent, over Karuna", "1.4-1.9x", "fig12-agent"),
+    PhysicsClaim("Fig. 13: DBRX, QwenA, over the best baseline", "2.2x", "fig13"),
+    PhysicsClaim("Fig. 13a: CCT vs FS", "-52 %", "fig13", "cct_mean"),
+    PhysicsClaim("Fig. 13b: non-negative earliness vs FS", "-42 %", "fig13", "nonneg_earliness"),
+]
+
+
+def physics_rows(recs: dict[str, Record]) -> list[str]:
+    """Per figure: the paper, laxflow faithful, laxflow under the paper's physics, and the map's verdict of each."""
+    lines = ["| figure (preset) | paper | laxflow, faithful physics | laxflow, the paper's physics | map's verdict: "
+             "faithful / paper's physics |", "|---|---|---|---|---|"]
+    for c in PHYSICS_CLAIMS:
+        cells, verdicts = [], []
+        for name in ("sim_claims", "sim_claims_paper"):
+            rec = recs[name]
+            if not rec.ok:
+                cells.append(not_run(rec))
+                verdicts.append("-")
+                continue
+            try:
+                cells.append(_margin_cell(rec.result, c.preset) if c.key is None else
+                             _fs_cell(rec.result, c.preset, c.key))
+                verdicts.append(_verdict(rec.result, c.preset) if c.key is None else "-")
+            except (Missing, KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+                cells.append(f"*not in this run's JSON ({exc})*")
+                verdicts.append("-")
+        lines.append(f"| {c.what} (`{c.preset}`) | {c.paper} | {cells[0]} | {cells[1]} | {' / '.join(verdicts)} |")
+    lines.append("")
+    return lines
+
+
+def _lines(rec: Record) -> list[dict]:
+    res = rec.result
+    return get(res, "lines") if isinstance(res, dict) and "lines" in res else [res]
+
+
+def _diff_cell(line: dict) -> str:
+    d, best = get(line, "paired_diff"), get(line, "best_baseline")
+    star = " *" if d.get("excludes_0") else ""
+    return (f"{d['mean']:+.3f} ± {d['ci95']:.3f}{star} vs {best} (MFS {num(line['policies']['mfs']['slo_attainment'])}, "
+            f"{num(get(line, 'mfs_over_best'))}x)")
+
+
+def physics_sweep_rows(recs: dict[str, Record]) -> list[str]:
+    """Per figure and load fraction: MFS minus the best baseline (paired) under each physics."""
+    rec = recs["sim_physics_sweep"]
+    if not rec.ok:
+        return [not_run(rec), ""]
+    table: dict[str, dict[float, dict[str, dict]]] = {}
+    for line in _lines(rec):
+        if line.get("fraction") is not None and line.get("seeds"):
+            table.setdefault(line["preset"], {}).setdefault(line["fraction"], {})[line["physics"]] = line
+    lines = ["Paired MFS minus the best baseline on the same requests (mean ± 95 % half-width over seeds; * where "
+             "the interval excludes 0), with MFS's attainment and its ratio to the best baseline.", "",
+             "| figure | load (of capacity) | faithful | the paper's physics |", "|---|---|---|---|"]
+    for preset, by_fraction in table.items():
+        for fraction, by_physics in sorted(by_fraction.items()):
+            cells = []
+            for physics in ("faithful", "paper"):
+                line = by_physics.get(physics)
+                try:
+                    cells.append(_diff_cell(line) if line else "-")
+                except (Missing, KeyError, TypeError):
+                    cells.append("-")
+            lines.append(f"| `{preset}` | {fraction:g} | {cells[0]} | {cells[1]} |")
+    lines.append("")
+    return lines
+
+
+def physics_ablation_rows(recs: dict[str, Record]) -> list[str]:
+    """Per figure: each of the paper's four choices alone over the faithful model, and all four."""
+    rec = recs["sim_physics_ablation"]
+    if not rec.ok:
+        return [not_run(rec), ""]
+    lines = ["| figure | physics | MFS minus the best baseline (paired) | CCT inflation FS / MFS | bytes: reuse / "
+             "collective / P2D (FS) | rate (req/s/GPU) |", "|---|---|---|---|---|---|"]
+    for line in _lines(rec):
+        if not line.get("seeds"):
+            continue
+        try:
+            pol = line["policies"]
+            bs = pol["fs"]["byte_share"]
+            lines.append(f"| `{line['preset']}` | `{line['physics']}` | {_diff_cell(line)} | "
+                         f"{num(pol['fs']['cct_inflation'])} / {num(pol['mfs']['cct_inflation'])} | "
+                         f"{bs['reuse'] * 100:.1f} / {bs['collective'] * 100:.1f} / {bs['p2d'] * 100:.1f} % | "
+                         f"{line['rate']} |")
+        except (Missing, KeyError, TypeError):
+            continue
+    lines.append("")
+    return lines
+
+
+CODESIGN_TEXT = (
+    "MFS prunes a request (Algorithm 1) only when its deadline is infeasible, so pruning can feed FlowPrefill's "
+    "deferral only where such requests exist: SLOs tight against the idle TTFT (SLO scale) or arrivals beyond "
+    "capacity (load above 1). Each cell runs on the same requests per seed: MFS alone with pruning (FCFS batches), "
+    "FlowPrefill alone (FS on the network), both blind (the pruned set not passed on) and both coupled (pruned "
+    "tasks deferred). Paired differences: coupled minus blind is what the coupling itself adds; coupled minus the "
+    "better one alone is what running both buys; * where the 95 % interval excludes 0.")
+
+
+def _att(c: dict) -> str:
+    return f"{num(c['slo_attainment'])} ± {num(c['slo_attainment_ci95'], 2)}"
+
+
+def _paired_text(d: dict) -> str:
+    return f"{d['mean']:+.3f} ± {d['ci95']:.3f}{' *' if d.get('excludes_0') else ''}"
+
+
+def codesign_rows(recs: dict[str, Record]) -> list[str]:
+    rec = recs["codesign"]
+    if not rec.ok:
+        return [not_run(rec), ""]
+    lines = ["| preset | physics | SLO scale | load | MFS alone | FlowPrefill alone | blind | coupled | pruned / "
+             "deferred (coupled) | coupled − blind | coupled − best alone |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for line in _lines(rec):
+        if not line.get("seeds"):
+            continue
+        try:
+            c = line["combos"]
+            lines.append(f"| `{line['preset']}` | {line['physics']} | {line['slo_scale']:g} | {line['load']:g} | "
+                         f"{_att(c['mfs'])} | {_att(c['flowprefill'])} | {_att(c['blind'])} | {_att(c['coupled'])} | "
+                         f"{c['coupled']['pruned']:g} / {c['coupled']['deferred']:g} | "
+                         f"{_paired_text(line['coupled_minus_blind'])} | "
+                         f"{_paired_text(line['coupled_minus_best_alone'])} ({line['best_alone']}) |")
+        except (KeyError, TypeError):
+            continue
+    lines.append("")
+    return lines
+
+
+MAP_AXES = ("nic_gbps", "ep", "ep_comm", "kv_placement", "remote_reuse", "prompt_scale", "load")
+
+
+def map_rows(recs: dict[str, Record]) -> list[str]:
+    """The map's cells per row: the axis each cell varies from the row's base point, MFS minus the best
+    baseline (paired; * where the interval excludes 0), FS's CCT inflation; then the heatmaps."""
+    rec = recs["sim_map"]
+    if not rec.ok:
+        return [not_run(rec), ""]
+    res = rec.result
+    cells = get(res, "cells")
+    lines = [f"{len(cells)} cells, {sum(len(c.get('seeds', [])) * len(c.get('policies', {})) for c in cells)} runs, "
+             f"{res.get('wall_s', '?')} s of wall time (`{res.get('command', 'laxflow sim map')}`). Each cell: every "
+             "policy on the same requests per seed, at the cell's load times its own capacity.", "",
+             "| row | cell (what differs from the row's base point) | rate (req/s/GPU) | MFS − best baseline "
+             "(paired) | FS CCT inflation | remote reuse |", "|---|---|---|---|---|---|"]
+    for row in dict.fromkeys(c["row"] for c in cells):
+        mine = [c for c in cells if c["row"] == row]
+        base = {a: statistics.mode([c[a] for c in mine]) for a in MAP_AXES}
+        for c in mine:
+            diff = [f"{a} {c[a]}" for a in MAP_AXES if c[a] != base[a]]
+            d = c.get("paired_diff") or {}
+            cell = "base: " + ", ".join(f"{a} {base[a]}" for a in MAP_AXES) if not diff else ", ".join(diff)
+            pd = "-" if d.get("mean") is None else _paired_text({**d, "ci95": d.get("ci95") or 0.0})
+            fs = "-" if c.get("fs_cct_inflation") is None else (
+                f"{num(c['fs_cct_inflation'])} ± {num(c.get('fs_cct_inflation_ci95') or 0.0, 2)}")
+            lines.append(f"| {row} | {cell} | {num(c['rate'])} | {pd} (vs {c.get('best_baseline') or '-'}) | {fs} | "
+                         f"{num(c.get('remote_reuse_share') or 0.0)} |")
+    lines.append("")
+    for path in res.get("plots", []):
+        name = Path(path).name
+        lines += [f"![{name}](map/{name})", ""]
+    return lines
+
+
 def testbed_ratio_value(key: str) -> Callable[[dict], str]:
     def value(res: dict) -> str:
         f = get(res, key)
@@ -279,14 +497,15 @@ MFS_TESTBED_CLAIMS = [
 ]
 
 
-def mfs_detail(recs: dict[str, Record]) -> list[str]:
+def mfs_detail(recs: dict[str, Record], name: str = "sim_claims") -> list[str]:
     """Per point: every policy's attainment with its interval, TTFT, CCT inflation and byte shares."""
-    rec = recs["sim_claims"]
+    rec = recs[name]
     if not rec.ok:
         return [not_run(rec), ""]
     lines = []
+    physics = " under the paper's physics" if name == "sim_claims_paper" else ""
     for key, p in get(rec.result, "points").items():
-        lines += [f"### `{key}` at {p['rate']} req/s per prefill GPU ({p['servers']} servers, {p['warmup']} + "
+        lines += [f"### `{key}`{physics} at {p['rate']} req/s per prefill GPU ({p['servers']} servers, {p['warmup']} + "
                   f"{p['requests']} requests, {p['seeds']} seeds)", "",
                   "| policy | SLO attainment (mean ± 95 % half-width, per seed) | mean TTFT (ms) | CCT inflation | "
                   "bytes: reuse / collective / P2D | remote-reuse share |", "|---|---|---|---|---|---|"]
@@ -321,17 +540,32 @@ def workload_rows(recs: dict[str, Record]) -> list[str]:
 
 def page_mfs(recs: dict[str, Record], now: str) -> list[str]:
     lines = header("MFS (paper 001): the paper's figures and laxflow's",
-                   [recs[n] for n in ("sim_claims", "testbed_ratio", "workload_calibration")], now)
+                   [recs[n] for n in ("sim_claims", "sim_claims_paper", "sim_physics_sweep", "sim_physics_ablation",
+                                      "codesign", "sim_map", "testbed_ratio", "workload_calibration")], now)
     lines += ["The serving simulator runs every policy (MFS and the baselines FS, SJF, EDF, Karuna) on the same "
               "requests per seed, each point at 0.8 of its model's capacity on its workload (never a rate picked per "
               "policy). A margin inside both intervals is a tie; the paired difference (MFS minus the best baseline "
               "on the same seed's requests) shows whether a small margin is consistent.", "",
               "## Figures 9-13 in the simulator", ""]
     lines += claim_rows(MFS_CLAIMS, recs)
+    lines += ["## Figures 10-13 under both physics: is laxflow's MFS the paper's MFS?", "", PHYSICS_TEXT, ""]
+    lines += physics_rows(recs)
+    lines += ["### Against load", ""]
+    lines += physics_sweep_rows(recs)
+    lines += ["### Which of the four choices matters", "",
+              "Each choice alone over the faithful model (`--physics field=value`), at 0.8 of the capacity under "
+              "that physics.", ""]
+    lines += physics_ablation_rows(recs)
+    lines += ["## The map: where MFS pays", ""]
+    lines += map_rows(recs)
+    lines += ["## Co-design where MFS prunes: MFS with FlowPrefill", "", CODESIGN_TEXT, ""]
+    lines += codesign_rows(recs)
     lines += ["## Figure 9 on the emulated testbed", ""]
     lines += claim_rows(MFS_TESTBED_CLAIMS, recs)
     lines += ["## Every policy at every point", ""]
     lines += mfs_detail(recs)
+    lines += ["## Every policy at every point, under the paper's physics", ""]
+    lines += mfs_detail(recs, "sim_claims_paper")
     lines += ["## Workloads (§6.1): synthetic generators against their published targets", ""]
     lines += workload_rows(recs)
     return lines

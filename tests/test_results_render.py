@@ -158,3 +158,88 @@ def test_arrow_fairbatching_proserve_values_render_from_their_json_shapes(tmp_pa
     assert "not in this run's JSON" not in text, text
     assert "**+0.0 %** (peak of the seed means); per seed 0 %" in text
     assert "**+0.0 %** at 8.0 req/s per instance over sarathi+dplb" in text
+
+
+def test_mfs_page_puts_both_physics_beside_the_paper(tmp_path, monkeypatch):
+    """Figs. 10-13 under faithful and paper physics side by side, the map's verdict of each, the load sweep
+    and the one-choice-at-a-time ablation, all from the benches' JSON."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    for mod in ("results", "results_render", "results_benches"):
+        sys.modules.pop(mod, None)
+    results_render = importlib.import_module("results_render")
+    data = tmp_path / "results"
+    data.mkdir()
+    faithful = _claims_point("fig10-mixtral")
+    paper = {**_claims_point("fig10-mixtral"), "physics": "paper", "rate": 1.5, "mfs_over_best": 1.5,
+             "paired_diff": {"mean": 0.2, "ci95": 0.05, "excludes_0": True}}
+    tie = {**faithful, "paired_diff": {"mean": 0.01, "ci95": 0.03, "excludes_0": False}}
+    (data / "sim_claims.json").write_text(json.dumps(_record("sim_claims", {"points": {"fig10-mixtral": tie}})))
+    (data / "sim_claims_paper.json").write_text(json.dumps(_record("sim_claims_paper",
+                                                                   {"points": {"fig10-mixtral": paper}})))
+    sweep = [{**tie, "physics": "faithful", "fraction": 0.6}, {**paper, "fraction": 0.6}]
+    (data / "sim_physics_sweep.json").write_text(json.dumps(_record("sim_physics_sweep", {"lines": sweep})))
+    ablation = [{**tie, "physics": "faithful", "fraction": 0.8},
+                {**paper, "physics": "fairness=group", "fraction": 0.8}]
+    (data / "sim_physics_ablation.json").write_text(json.dumps(_record("sim_physics_ablation", {"lines": ablation})))
+    root = tmp_path / "root"
+    written = results_render.render_all(data, root, now="2026-01-02 05:06 UTC")
+    mfs = next(p for p in written if p.name == "mfs.md").read_text()
+    row = next(line for line in mfs.splitlines() if line.startswith("| Fig. 10a: Mixtral-8x22B, QwenA conversation, over"))
+    assert "| 1.4-1.8x |" in row and "**1.07x** over fs" in row and "**1.50x** over fs" in row
+    assert "tie (+0.010 ± 0.030) / pays (+0.200 ± 0.050)" in row
+    row = next(line for line in mfs.splitlines() if line.startswith("| Fig. 10b"))
+    assert "not in this run's JSON" in row  # no fig10-dbrx point in either record
+    sweep_row = next(line for line in mfs.splitlines() if line.startswith("| `fig10-mixtral` | 0.6 |"))
+    assert "+0.010 ± 0.030 vs fs" in sweep_row and "+0.200 ± 0.050 * vs fs" in sweep_row
+    assert any(line.startswith("| `fig10-mixtral` | `fairness=group` | +0.200 ± 0.050 *") for line in mfs.splitlines())
+
+
+def test_mfs_page_shows_the_codesign_cells(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    for mod in ("results", "results_render", "results_benches"):
+        sys.modules.pop(mod, None)
+    results_render = importlib.import_module("results_render")
+    data = tmp_path / "results"
+    data.mkdir()
+
+    def combo(att, pruned=0, deferred=0):
+        return {"slo_attainment": att, "slo_attainment_ci95": 0.02, "slo_attainment_seeds": [att] * 3,
+                "pruned": pruned, "deferred": deferred}
+    line = {"preset": "fig12-conv", "physics": "faithful", "slo_scale": 1.5, "load": 1.2, "rate": 0.58, "seeds": 3,
+            "combos": {"mfs": combo(0.5, 22), "flowprefill": combo(0.66), "blind": combo(0.7, 20),
+                       "coupled": combo(0.72, 20, 4)}, "best_alone": "flowprefill",
+            "coupled_minus_blind": {"mean": 0.02, "ci95": 0.03, "excludes_0": False},
+            "coupled_minus_best_alone": {"mean": 0.06, "ci95": 0.02, "excludes_0": True}}
+    (data / "codesign.json").write_text(json.dumps(_record("codesign", {"lines": [line, {"seeds": 0}]})))
+    written = results_render.render_all(data, tmp_path / "root", now="2026-01-02 05:06 UTC")
+    mfs = next(p for p in written if p.name == "mfs.md").read_text()
+    row = next(ln for ln in mfs.splitlines() if ln.startswith("| `fig12-conv` | faithful | 1.5 | 1.2 |"))
+    assert "| 0.720 ± 0.020 |" in row and "| 20 / 4 |" in row
+    assert "| +0.020 ± 0.030 | +0.060 ± 0.020 * (flowprefill) |" in row
+
+
+def test_mfs_page_shows_the_map_cells_and_heatmaps(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    for mod in ("results", "results_render", "results_benches"):
+        sys.modules.pop(mod, None)
+    results_render = importlib.import_module("results_render")
+    data = tmp_path / "results"
+    data.mkdir()
+
+    def cell(nic, load, diff):
+        return {"row": "dbrx", "nic_gbps": nic, "ep": 16, "ep_comm": "hierarchical", "kv_placement": "pool",
+                "remote_reuse": "router", "prompt_scale": 1.0, "load": load, "rate": 0.6251, "seeds": [0, 1, 2],
+                "policies": {"fs": {}, "mfs": {}}, "fs_cct_inflation": 1.4, "fs_cct_inflation_ci95": 0.05,
+                "remote_reuse_share": 0.37, "best_baseline": "sjf", "paired_diff": diff}
+    cells = [cell(200.0, 0.8, {"mean": 0.01, "ci95": 0.02, "excludes_0": False}),
+             cell(25.0, 0.8, {"mean": 0.08, "ci95": 0.03, "excludes_0": True}),
+             cell(200.0, 0.5, {"mean": 0.0, "ci95": None, "excludes_0": False})]
+    doc = {"settings": {}, "cells": cells, "wall_s": 321.0, "plots": ["docs/results/map/map-dbrx.png"],
+           "command": "laxflow sim map --jobs 2"}
+    (data / "sim_map.json").write_text(json.dumps(_record("sim_map", doc)))
+    written = results_render.render_all(data, tmp_path / "root", now="2026-01-02 05:06 UTC")
+    mfs = next(p for p in written if p.name == "mfs.md").read_text()
+    assert "3 cells, 18 runs, 321.0 s of wall time" in mfs
+    assert "| dbrx | nic_gbps 25.0 | 0.625 | +0.080 ± 0.030 * (vs sjf) | 1.40 ± 0.050 | 0.370 |" in mfs
+    assert "| dbrx | load 0.5 |" in mfs and "| dbrx | base: nic_gbps 200.0, ep 16" in mfs
+    assert "![map-dbrx.png](map/map-dbrx.png)" in mfs

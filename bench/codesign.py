@@ -1,0 +1,153 @@
+"""MFS and FlowPrefill together where MFS prunes: does pruning feed deferral? JSON lines, one per cell.
+
+    python bench/codesign.py --presets fig12-conv,fig13 --physics faithful,paper --slo-scales 1.5,2,3 \
+        --loads 0.8,1.0,1.2 --seeds 5 --servers 16 --requests 200 --warmup 100 --jobs 2 --out out/codesign
+
+MFS prunes a request (Algorithm 1, ``drop_budget`` 1: ``prefill_driver.MfsPruning``) only when its
+deadline is infeasible, so the coupling can matter only where infeasible requests exist: SLOs tight
+against the request's idle TTFT (``--slo-scales``) or arrivals beyond what the units sustain
+(``--loads``, fractions of the preset's capacity, ``experiment.rates_at``; above 1 is overload), under
+each ``--physics``. Each cell runs, on the same requests per seed:
+
+* ``mfs``: MFS alone (pruning on) over the MFS paper's run-to-completion FCFS batch former;
+* ``flowprefill``: FlowPrefill (S-EDF, operator-level preemption) alone, FS on the network;
+* ``blind``: FlowPrefill and pruning MFS side by side, the pruned set not passed on
+  (``ServingConfig.prefill_coupling`` False);
+* ``coupled``: the same with the pruned set reaching FlowPrefill, which defers pruned tasks.
+
+Per cell and combination: SLO attainment (mean ± 95 % half-width over seeds), pruned requests and
+deferred tasks (means); then the paired differences on the same requests: ``coupled - blind`` (what
+the coupling itself adds) and ``coupled - best alone`` (the higher of ``mfs`` and ``flowprefill``),
+each with its interval and whether it excludes 0. Finished runs go to ``OUT/runs.jsonl`` at once; a
+rerun skips them. Not a test: only wall time depends on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from laxflow.sim.serving.experiment import PRESETS, RunSpec, rates_at, run_all
+from laxflow.sim.serving.report import ci95
+
+PRUNING = "laxflow.sim.serving.prefill_driver:MfsPruning"
+COMBOS = {  # name -> (prefill scheduler or None: the legacy batch former, flow policy, coupling)
+    "mfs": (None, PRUNING, True),
+    "flowprefill": ("flowprefill", "fs", True),
+    "blind": ("flowprefill", PRUNING, False),
+    "coupled": ("flowprefill", PRUNING, True),
+}
+
+
+def _floats(text: str, flag: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"codesign: {flag}: expected comma-separated numbers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise SystemExit(f"codesign: {flag}: expected positive numbers, got {text!r}")
+    return values
+
+
+def cell_specs(preset_name: str, physics: str, scale: float, load: float, seed: int,
+               a: argparse.Namespace) -> dict[str, RunSpec]:
+    preset = PRESETS[preset_name]
+    cfg = preset.config().with_physics(physics)
+    cfg = replace(cfg, cluster=replace(cfg.cluster, servers=min(a.servers, preset.servers)), warmup=a.warmup,
+                  slo_scale=scale)
+    rate = rates_at(cfg.model, preset.workload, (load,), physics)[0]
+    out = {}
+    for name, (prefill, policy, coupling) in COMBOS.items():
+        out[name] = RunSpec(replace(cfg, prefill_coupling=coupling), preset.workload, rate, policy, a.requests, seed,
+                            prefill=prefill)
+    return out
+
+
+def _paired(a: list[float], b: list[float]) -> dict:
+    d = [x - y for x, y in zip(a, b)]
+    mean = sum(d) / len(d)
+    half = ci95(d) or 0.0
+    return {"mean": round(mean, 4), "ci95": round(half, 4), "excludes_0": len(d) > 1 and abs(mean) > half}
+
+
+def summary(key: tuple, rows: dict[tuple, dict], seeds: list[int], rate: float) -> dict:
+    preset, physics, scale, load = key
+    line: dict = {"preset": preset, "physics": physics, "slo_scale": scale, "load": load, "rate": rate,
+                  "seeds": len(seeds), "combos": {}}
+    if not seeds:
+        return line
+    att = {c: [rows[(key, s, c)]["slo_attainment"] for s in seeds] for c in COMBOS}
+    for c in COMBOS:
+        mine = [rows[(key, s, c)] for s in seeds]
+        line["combos"][c] = {
+            "slo_attainment": round(sum(att[c]) / len(att[c]), 4), "slo_attainment_ci95": round(ci95(att[c]) or 0.0, 4),
+            "slo_attainment_seeds": [round(x, 4) for x in att[c]],
+            "pruned": round(sum(r.get("pruned") or 0 for r in mine) / len(mine), 2),
+            "deferred": round(sum(r.get("deferred") or 0 for r in mine) / len(mine), 2),
+        }
+    best = max(("mfs", "flowprefill"), key=lambda c: sum(att[c]))  # ties: mfs
+    line["best_alone"] = best
+    line["coupled_minus_blind"] = _paired(att["coupled"], att["blind"])
+    line["coupled_minus_best_alone"] = _paired(att["coupled"], att[best])
+    return line
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--presets", default="fig12-conv,fig13")
+    ap.add_argument("--slo-scales", default="1.5,2,3")
+    ap.add_argument("--loads", default="0.8,1.0,1.2")
+    ap.add_argument("--physics", default="faithful",
+                    help="comma-separated: faithful, paper or field=value;... (config.parse_physics)")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--servers", type=int, default=16)
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out", default="out/codesign")
+    a = ap.parse_args(argv)
+    presets = [p for p in a.presets.split(",") if p]
+    for p in presets:
+        if p not in PRESETS:
+            ap.error(f"--presets: unknown {p!r}")
+    scales, loads = _floats(a.slo_scales, "--slo-scales"), _floats(a.loads, "--loads")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "runs.jsonl"
+    done: dict[tuple, dict] = {}
+    if log.exists():
+        for text in log.read_text().splitlines():
+            r = json.loads(text)
+            done[(tuple(r["cell"]), r["seed"], r["combo"])] = r
+    cells = [(p, ph, s, ld) for p in presets for ph in a.physics.split(",") for s in scales for ld in loads]
+    t0 = time.perf_counter()
+    for seed in range(a.seeds):
+        todo = [(cell, name, spec) for cell in cells for name, spec in cell_specs(*cell, seed, a).items()
+                if (cell, seed, name) not in done]
+        if not todo:
+            continue
+        owner = {id(spec): (cell, name) for cell, name, spec in todo}
+
+        def save(spec: RunSpec, row: dict, owner=owner) -> None:
+            cell, name = owner[id(spec)]
+            keep = {k: row.get(k) for k in ("slo_attainment", "pruned", "deferred", "ttft_mean", "wall_s")}
+            keep.update(cell=list(cell), seed=spec.seed, combo=name, rate=spec.rate)
+            done[(cell, spec.seed, name)] = keep
+            with log.open("a") as f:
+                f.write(json.dumps(keep) + "\n")
+
+        run_all([spec for _, _, spec in todo], jobs=a.jobs, on_done=save)
+        print(f"# seed {seed} done, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    for cell in cells:
+        seeds = sorted({s for (c, s, _) in done if c == cell and all((cell, s, n) in done for n in COMBOS)})
+        rate = cell_specs(*cell, 0, a)["mfs"].rate
+        print(json.dumps(summary(cell, done, seeds, rate)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
