@@ -1,6 +1,6 @@
 """MFS and FlowPrefill together where MFS prunes: does pruning feed deferral? JSON lines, one per cell.
 
-    python bench/codesign.py --presets fig12-conv,fig13 --physics faithful,paper --slo-scales 1.5,2,3 \
+    python bench/codesign.py --presets fig12-conv,fig12-agent --physics faithful,paper --slo-scales 1.5,2,3 \
         --loads 0.8,1.0,1.2 --seeds 5 --servers 16 --requests 200 --warmup 100 --jobs 2 --out out/codesign
 
 MFS prunes a request (Algorithm 1, ``drop_budget`` 1: ``prefill_driver.MfsPruning``) only when its
@@ -98,7 +98,9 @@ def summary(key: tuple, rows: dict[tuple, dict], seeds: list[int], rate: float) 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--presets", default="fig12-conv,fig13")
+    ap.add_argument("--presets", default="fig12-conv,fig12-agent",
+                    help="MFS presets whose prefill units are one attention group (FlowPrefill's unit: Llama3-8B "
+                    "TP4 SP4 here; an MoE unit with attention-DP ranks is refused)")
     ap.add_argument("--slo-scales", default="1.5,2,3")
     ap.add_argument("--loads", default="0.8,1.0,1.2")
     ap.add_argument("--physics", default="faithful",
@@ -111,9 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="out/codesign")
     a = ap.parse_args(argv)
     presets = [p for p in a.presets.split(",") if p]
+    from laxflow.sim.serving.plan import ModelRunner
+
     for p in presets:
         if p not in PRESETS:
             ap.error(f"--presets: unknown {p!r}")
+        ranks = ModelRunner(PRESETS[p].model, PRESETS[p].deployment).attn_dp
+        if ranks != 1:
+            ap.error(f"--presets: {p!r} has {ranks} attention-DP ranks per prefill unit; FlowPrefill drives a unit "
+                     "of one attention group (fig12-conv, fig12-agent)")
     scales, loads = _floats(a.slo_scales, "--slo-scales"), _floats(a.loads, "--loads")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -49,7 +49,7 @@ BENCHES: dict[str, Bench] = {b.name: b for b in (
                                    "--out", "out/results/sim_physics_ablation"),
           "which of the paper's four modeling choices moves MFS's margin: each alone at 0.8 of capacity",
           fresh=("out/results/sim_physics_ablation",)),
-    Bench("codesign", ("bench/codesign.py", "--presets", "fig12-conv,fig13", "--physics", "faithful,paper",
+    Bench("codesign", ("bench/codesign.py", "--presets", "fig12-conv,fig12-agent", "--physics", "faithful,paper",
                        "--slo-scales", "1.5,2,3", "--loads", "0.8,1.0,1.2", *CLAIMS_SCALE,
                        "--out", "out/results/codesign"),
           "MFS pruning feeding FlowPrefill's deferral: MFS, FlowPrefill, both blind and both coupled, where MFS prunes",
