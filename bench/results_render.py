@@ -350,11 +350,14 @@ def _lines(rec: Record) -> list[dict]:
     return get(res, "lines") if isinstance(res, dict) and "lines" in res else [res]
 
 
+def _paired_text(d: dict) -> str:
+    """``mean ± half-width`` of a paired difference, `` *`` where the interval excludes 0."""
+    return f"{d['mean']:+.3f} ± {d['ci95']:.3f}{' *' if d.get('excludes_0') else ''}"
+
+
 def _diff_cell(line: dict) -> str:
-    d, best = get(line, "paired_diff"), get(line, "best_baseline")
-    star = " *" if d.get("excludes_0") else ""
-    return (f"{d['mean']:+.3f} ± {d['ci95']:.3f}{star} vs {best} (MFS {num(line['policies']['mfs']['slo_attainment'])}, "
-            f"{num(get(line, 'mfs_over_best'))}x)")
+    return (f"{_paired_text(get(line, 'paired_diff'))} vs {get(line, 'best_baseline')} "
+            f"(MFS {num(line['policies']['mfs']['slo_attainment'])}, {num(get(line, 'mfs_over_best'))}x)")
 
 
 def physics_sweep_rows(recs: dict[str, Record]) -> list[str]:
@@ -383,27 +386,34 @@ def physics_sweep_rows(recs: dict[str, Record]) -> list[str]:
     return lines
 
 
-def physics_ablation_rows(recs: dict[str, Record]) -> list[str]:
-    """Per figure: each of the paper's four choices alone over the faithful model, and all four."""
-    rec = recs["sim_physics_ablation"]
+def _line_table(rec: Record, header: list[str], row: Callable[[dict], str]) -> list[str]:
+    """A table of one row per JSON line of ``rec`` that has runs (a line missing a key is left out)."""
     if not rec.ok:
         return [not_run(rec), ""]
-    lines = ["| figure | physics | MFS minus the best baseline (paired) | CCT inflation FS / MFS | bytes: reuse / "
-             "collective / P2D (FS) | rate (req/s/GPU) |", "|---|---|---|---|---|---|"]
+    lines = list(header)
     for line in _lines(rec):
         if not line.get("seeds"):
             continue
         try:
-            pol = line["policies"]
-            bs = pol["fs"]["byte_share"]
-            lines.append(f"| `{line['preset']}` | `{line['physics']}` | {_diff_cell(line)} | "
-                         f"{num(pol['fs']['cct_inflation'])} / {num(pol['mfs']['cct_inflation'])} | "
-                         f"{bs['reuse'] * 100:.1f} / {bs['collective'] * 100:.1f} / {bs['p2d'] * 100:.1f} % | "
-                         f"{line['rate']} |")
+            lines.append(row(line))
         except (Missing, KeyError, TypeError):
             continue
-    lines.append("")
-    return lines
+    return lines + [""]
+
+
+def _ablation_row(line: dict) -> str:
+    pol = line["policies"]
+    bs = pol["fs"]["byte_share"]
+    return (f"| `{line['preset']}` | `{line['physics']}` | {_diff_cell(line)} | "
+            f"{num(pol['fs']['cct_inflation'])} / {num(pol['mfs']['cct_inflation'])} | "
+            f"{bs['reuse'] * 100:.1f} / {bs['collective'] * 100:.1f} / {bs['p2d'] * 100:.1f} % | {line['rate']} |")
+
+
+def physics_ablation_rows(recs: dict[str, Record]) -> list[str]:
+    """Per figure: each of the paper's four choices alone over the faithful model, and all four."""
+    return _line_table(recs["sim_physics_ablation"], [
+        "| figure | physics | MFS minus the best baseline (paired) | CCT inflation FS / MFS | bytes: reuse / "
+        "collective / P2D (FS) | rate (req/s/GPU) |", "|---|---|---|---|---|---|"], _ablation_row)
 
 
 CODESIGN_TEXT = (
@@ -419,30 +429,19 @@ def _att(c: dict) -> str:
     return f"{num(c['slo_attainment'])} ± {num(c['slo_attainment_ci95'], 2)}"
 
 
-def _paired_text(d: dict) -> str:
-    return f"{d['mean']:+.3f} ± {d['ci95']:.3f}{' *' if d.get('excludes_0') else ''}"
+def _codesign_row(line: dict) -> str:
+    c = line["combos"]
+    return (f"| `{line['preset']}` | {line['physics']} | {line['slo_scale']:g} | {line['load']:g} | "
+            f"{_att(c['mfs'])} | {_att(c['flowprefill'])} | {_att(c['blind'])} | {_att(c['coupled'])} | "
+            f"{c['coupled']['pruned']:g} / {c['coupled']['deferred']:g} | {_paired_text(line['coupled_minus_blind'])} | "
+            f"{_paired_text(line['coupled_minus_best_alone'])} ({line['best_alone']}) |")
 
 
 def codesign_rows(recs: dict[str, Record]) -> list[str]:
-    rec = recs["codesign"]
-    if not rec.ok:
-        return [not_run(rec), ""]
-    lines = ["| preset | physics | SLO scale | load | MFS alone | FlowPrefill alone | blind | coupled | pruned / "
-             "deferred (coupled) | coupled − blind | coupled − best alone |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for line in _lines(rec):
-        if not line.get("seeds"):
-            continue
-        try:
-            c = line["combos"]
-            lines.append(f"| `{line['preset']}` | {line['physics']} | {line['slo_scale']:g} | {line['load']:g} | "
-                         f"{_att(c['mfs'])} | {_att(c['flowprefill'])} | {_att(c['blind'])} | {_att(c['coupled'])} | "
-                         f"{c['coupled']['pruned']:g} / {c['coupled']['deferred']:g} | "
-                         f"{_paired_text(line['coupled_minus_blind'])} | "
-                         f"{_paired_text(line['coupled_minus_best_alone'])} ({line['best_alone']}) |")
-        except (KeyError, TypeError):
-            continue
-    lines.append("")
-    return lines
+    return _line_table(recs["codesign"], [
+        "| preset | physics | SLO scale | load | MFS alone | FlowPrefill alone | blind | coupled | pruned / "
+        "deferred (coupled) | coupled − blind | coupled − best alone |", "|---|---|---|---|---|---|---|---|---|---|---|"],
+        _codesign_row)
 
 
 MAP_AXES = ("nic_gbps", "ep", "ep_comm", "kv_placement", "remote_reuse", "prompt_scale", "load")

@@ -39,14 +39,25 @@ def _claims_point(preset: str) -> dict:
 
 
 @pytest.fixture()
-def render(tmp_path, monkeypatch):
-    """Render the pages from a fixture folder holding sim_claims, flowprefill_goodput and policy; return (root, pages)."""
+def renderer(tmp_path, monkeypatch):
+    """A fresh ``results_render`` module, an empty results folder, and a function rendering it: page name -> text."""
     monkeypatch.syspath_prepend(str(BENCH))
     for mod in ("results", "results_render", "results_benches"):
         sys.modules.pop(mod, None)
     results_render = importlib.import_module("results_render")
     data = tmp_path / "results"
     data.mkdir()
+
+    def pages() -> dict[str, str]:
+        written = results_render.render_all(data, tmp_path / "root", now="2026-01-02 05:06 UTC")
+        return {p.name: p.read_text() for p in written}
+    return results_render, data, pages
+
+
+@pytest.fixture()
+def render(tmp_path, renderer):
+    """Render the pages from a fixture folder holding sim_claims, flowprefill_goodput and policy; return (root, pages)."""
+    results_render, data, _ = renderer
     claims = {"points": {"fig10-mixtral": _claims_point("fig10-mixtral")}}
     (data / "sim_claims.json").write_text(json.dumps(_record("sim_claims", claims)))
     goodput = {"metric": "goodput", "requests": 400, "warmup": 100, "unit": "instance requests/s",
@@ -160,15 +171,10 @@ def test_arrow_fairbatching_proserve_values_render_from_their_json_shapes(tmp_pa
     assert "**+0.0 %** at 8.0 req/s per instance over sarathi+dplb" in text
 
 
-def test_mfs_page_puts_both_physics_beside_the_paper(tmp_path, monkeypatch):
+def test_mfs_page_puts_both_physics_beside_the_paper(renderer):
     """Figs. 10-13 under faithful and paper physics side by side, the map's verdict of each, the load sweep
     and the one-choice-at-a-time ablation, all from the benches' JSON."""
-    monkeypatch.syspath_prepend(str(BENCH))
-    for mod in ("results", "results_render", "results_benches"):
-        sys.modules.pop(mod, None)
-    results_render = importlib.import_module("results_render")
-    data = tmp_path / "results"
-    data.mkdir()
+    _, data, pages = renderer
     faithful = _claims_point("fig10-mixtral")
     paper = {**_claims_point("fig10-mixtral"), "physics": "paper", "rate": 1.5, "mfs_over_best": 1.5,
              "paired_diff": {"mean": 0.2, "ci95": 0.05, "excludes_0": True}}
@@ -181,9 +187,7 @@ def test_mfs_page_puts_both_physics_beside_the_paper(tmp_path, monkeypatch):
     ablation = [{**tie, "physics": "faithful", "fraction": 0.8},
                 {**paper, "physics": "fairness=group", "fraction": 0.8}]
     (data / "sim_physics_ablation.json").write_text(json.dumps(_record("sim_physics_ablation", {"lines": ablation})))
-    root = tmp_path / "root"
-    written = results_render.render_all(data, root, now="2026-01-02 05:06 UTC")
-    mfs = next(p for p in written if p.name == "mfs.md").read_text()
+    mfs = pages()["mfs.md"]
     row = next(line for line in mfs.splitlines() if line.startswith("| Fig. 10a: Mixtral-8x22B, QwenA conversation, over"))
     assert "| 1.4-1.8x |" in row and "**1.07x** over fs" in row and "**1.50x** over fs" in row
     assert "tie (+0.010 ± 0.030) / pays (+0.200 ± 0.050)" in row
@@ -194,13 +198,8 @@ def test_mfs_page_puts_both_physics_beside_the_paper(tmp_path, monkeypatch):
     assert any(line.startswith("| `fig10-mixtral` | `fairness=group` | +0.200 ± 0.050 *") for line in mfs.splitlines())
 
 
-def test_mfs_page_shows_the_codesign_cells(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    for mod in ("results", "results_render", "results_benches"):
-        sys.modules.pop(mod, None)
-    results_render = importlib.import_module("results_render")
-    data = tmp_path / "results"
-    data.mkdir()
+def test_mfs_page_shows_the_codesign_cells(renderer):
+    _, data, pages = renderer
 
     def combo(att, pruned=0, deferred=0):
         return {"slo_attainment": att, "slo_attainment_ci95": 0.02, "slo_attainment_seeds": [att] * 3,
@@ -211,20 +210,14 @@ def test_mfs_page_shows_the_codesign_cells(tmp_path, monkeypatch):
             "coupled_minus_blind": {"mean": 0.02, "ci95": 0.03, "excludes_0": False},
             "coupled_minus_best_alone": {"mean": 0.06, "ci95": 0.02, "excludes_0": True}}
     (data / "codesign.json").write_text(json.dumps(_record("codesign", {"lines": [line, {"seeds": 0}]})))
-    written = results_render.render_all(data, tmp_path / "root", now="2026-01-02 05:06 UTC")
-    mfs = next(p for p in written if p.name == "mfs.md").read_text()
+    mfs = pages()["mfs.md"]
     row = next(ln for ln in mfs.splitlines() if ln.startswith("| `fig12-conv` | faithful | 1.5 | 1.2 |"))
     assert "| 0.720 ± 0.020 |" in row and "| 20 / 4 |" in row
     assert "| +0.020 ± 0.030 | +0.060 ± 0.020 * (flowprefill) |" in row
 
 
-def test_mfs_page_shows_the_map_cells_and_heatmaps(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    for mod in ("results", "results_render", "results_benches"):
-        sys.modules.pop(mod, None)
-    results_render = importlib.import_module("results_render")
-    data = tmp_path / "results"
-    data.mkdir()
+def test_mfs_page_shows_the_map_cells_and_heatmaps(renderer):
+    _, data, pages = renderer
 
     def cell(nic, load, diff):
         return {"row": "dbrx", "nic_gbps": nic, "ep": 16, "ep_comm": "hierarchical", "kv_placement": "pool",
@@ -237,8 +230,7 @@ def test_mfs_page_shows_the_map_cells_and_heatmaps(tmp_path, monkeypatch):
     doc = {"settings": {}, "cells": cells, "wall_s": 321.0, "plots": ["docs/results/map/map-dbrx.png"],
            "command": "laxflow sim map --jobs 2"}
     (data / "sim_map.json").write_text(json.dumps(_record("sim_map", doc)))
-    written = results_render.render_all(data, tmp_path / "root", now="2026-01-02 05:06 UTC")
-    mfs = next(p for p in written if p.name == "mfs.md").read_text()
+    mfs = pages()["mfs.md"]
     assert "3 cells, 18 runs, 321.0 s of wall time" in mfs
     assert "| dbrx | nic_gbps 25.0 | 0.625 | +0.080 ± 0.030 * (vs sjf) | 1.40 ± 0.050 | 0.370 |" in mfs
     assert "| dbrx | load 0.5 |" in mfs and "| dbrx | base: nic_gbps 200.0, ep 16" in mfs
