@@ -5,8 +5,8 @@ Registers one DRAM buffer of SIZE bytes (argv[1]) holding ``i % 251``
 shared-memory transports need),
 prints one JSON line (its agent metadata and descriptor list, hex-encoded;
 the buffer's address), then answers stdin lines: ``sha OFFSET LEN`` -> the
-SHA-256 of that slice; ``notifs`` -> the notification messages received so
-far (JSON list); ``quit``.
+SHA-256 of that slice; ``notifs [N]`` -> the notification messages received so
+far (JSON list), once there are at least N of them or after 10 s; ``quit``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 
 import numpy as np
 from nixl._api import nixl_agent, nixl_agent_config
@@ -43,8 +44,14 @@ def main() -> None:
             off, n = int(cmd[1]), int(cmd[2])
             print(hashlib.sha256(buf[off : off + n].tobytes()).hexdigest(), file=out, flush=True)
         elif cmd[0] == "notifs":
-            for msgs in agent.get_new_notifs().values():
-                notifs.extend(m.decode() for m in msgs)
+            # A notification lands after the initiator saw its transfer DONE: wait (up to 10 s) for the count asked.
+            want, end = int(cmd[1]) if len(cmd) > 1 else 0, time.monotonic() + 10.0
+            while True:
+                for msgs in agent.get_new_notifs().values():
+                    notifs.extend(m.decode() for m in msgs)
+                if len(notifs) >= want or time.monotonic() > end:
+                    break
+                time.sleep(0.005)
             print(json.dumps(notifs), file=out, flush=True)
 
 

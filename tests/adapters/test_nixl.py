@@ -132,7 +132,7 @@ def test_fail_open_without_daemon_moves_the_bytes(peer, wrap):
     assert eng.gate.stats["bypassed"] == 2 and eng.gate.stats["released"] == 0
     assert [(r.op, r.nbytes, r.msg_id, r.status) for r in eng.records] == [("WRITE", SIZE, 0, "DONE"),
                                                                           ("READ", SIZE, 0, "DONE")]
-    assert "w1" in json.loads(peer["ask"]("notifs"))  # NIXL's notification still reaches the target
+    assert "w1" in json.loads(peer["ask"]("notifs 1"))  # NIXL's notification still reaches the target
 
 
 def test_held_transfer_waits_while_the_permitted_one_goes(peer, wrap):

@@ -109,7 +109,7 @@ def main() -> None:
     daemon.wait_for(lambda evs: any(e["kind"] == EventKind.COMPLETION for e in evs))
     out["submits"] = [{k: e[k] for k in ("request_id", "stage", "layer", "bytes")}
                       for e in daemon.of_kind(EventKind.SUBMIT)]
-    out["notifs"] = json.loads((target.stdin.write("notifs\n"), target.stdin.flush(), target.stdout.readline())[2])
+    out["notifs"] = json.loads((target.stdin.write("notifs 1\n"), target.stdin.flush(), target.stdout.readline())[2])
     out["records"] = [[r.op, r.remote_agent == peer, r.level, r.dscp] for r in agent.records]
     target.stdin.write("quit\n")
     target.stdin.close()
