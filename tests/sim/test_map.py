@@ -89,6 +89,33 @@ def test_resume_refuses_a_file_of_other_settings(laxflow_cli, tmp_path: Path) ->
     assert err.strip().count("\n") == 0 and "requests" in err and "another file" in err
 
 
+def test_physics_sets_every_cells_choices_and_capacity_but_not_its_exchange(laxflow_cli, tmp_path: Path,
+                                                                           count_runs) -> None:
+    """--physics paper: the cells run with the paper's fairness, compute share and reuse and at the capacity
+    under them; the exchange stays the cell's --ep-comm; a file of another physics is not resumed, one made
+    before the flag existed resumes as faithful."""
+    js = tmp_path / "m.json"
+    code, _, err = laxflow_cli("sim", "map", *TINY, "--nics", "200", "--physics", "paper", "--json", str(js))
+    assert code == 0, err
+    assert "exchange stays the --ep-comm axis" in err
+    doc = json.loads(js.read_text())
+    assert doc["settings"]["physics"] == "fairness=group;comm_share=0.6;reuse_from=routed"
+    (paper_cell,) = doc["cells"]
+    assert paper_cell["ep_comm"] == "hierarchical"
+    faithful = tmp_path / "f.json"
+    assert laxflow_cli("sim", "map", *TINY, "--nics", "200", "--json", str(faithful))[0] == 0
+    (faithful_cell,) = json.loads(faithful.read_text())["cells"]
+    assert paper_cell["capacity"] > faithful_cell["capacity"]  # compute at 40 % of a layer, reuse credited
+    code, _, err = laxflow_cli("sim", "map", *TINY, "--nics", "200", "--json", str(js))
+    assert code == 2 and "physics" in err and "another file" in err
+    old = json.loads(faithful.read_text())
+    del old["settings"]["physics"]
+    faithful.write_text(json.dumps(old))
+    runs = len(count_runs)
+    code, _, err = laxflow_cli("sim", "map", *TINY, "--nics", "200", "--json", str(faithful))
+    assert code == 0 and "1 already in" in err and len(count_runs) == runs
+
+
 @pytest.mark.parametrize("args, words", [
     (["--nics", "50,fast"], ["--nics", "positive numbers", "50,fast"]),
     (["--nics", "0"], ["--nics"]),
@@ -98,6 +125,7 @@ def test_resume_refuses_a_file_of_other_settings(laxflow_cli, tmp_path: Path) ->
     (["--remote-reuse", "1.5"], ["--remote-reuse", "[0, 1]", "router"]),
     (["--loads", "5"], ["--loads"]),
     (["--grid", "cube"], ["--grid", "star", "product"]),
+    (["--physics", "vidur"], ["--physics", "vidur", "paper"]),
     (["--models", "gpt-9"], ["--models", "gpt-9"]),
     (["--policies", "mfs"], ["--policies", "baseline"]),
 ])

@@ -41,6 +41,9 @@ OTHER = {
     "servers": ("--servers", 16, "Servers of each catalog row, half prefill, half decode."),
     "topology": ("--topology", "fat-tree", "Fabric of each catalog row: fat-tree, big-switch or testbed."),
     "slo_scale": ("--slo-scale", 3.0, "SLO = this x TTFT alone on the idle cluster."),
+    "physics": ("--physics", "faithful", "faithful, paper, or field=value;... (as laxflow sim serve --physics): "
+                "every cell's fairness, compute share and reuse, and its capacity under them; the MoE exchange "
+                "stays the --ep-comm axis (give pairwise there for the paper's)."),
 }
 OUTPUTS = {
     "json_out": ("--json", "Write the cells (parameters and figures) to this file; a rerun with the same file "
@@ -165,7 +168,9 @@ def _map(ctx: typer.Context, v: dict[str, Any]) -> None:
         if plot_dir.exists() and not plot_dir.is_dir():
             raise UserError(f"--plot: {str(plot_dir)!r} is not a directory")
         plot_dir.mkdir(parents=True, exist_ok=True)
-    settings = Settings(requests, warmup, list(range(first, first + nseeds)), slo_scale, policies, g, base_load)
+    physics = _physics(str(v["physics"]))
+    settings = Settings(requests, warmup, list(range(first, first + nseeds)), slo_scale, policies, g, base_load,
+                        physics)
     if v["dry_run"]:
         out = settings.as_dict(rows)
         out["cells"] = len(cells)
@@ -190,6 +195,20 @@ def _map(ctx: typer.Context, v: dict[str, Any]) -> None:
             path = output.plot_file(plot_dir, r.label)
             output.plot_row(path, r.label, mine, grid.slice_base(r, axes, g, base_load))
             print(f"laxflow: plot written to {str(path)!r}", file=sys.stderr)
+
+
+def _physics(spec: str) -> str:
+    """``--physics`` as the map runs it: its choices but the MoE exchange (the --ep-comm axis), by name."""
+    from laxflow.sim.serving.config import parse_physics, physics_name
+
+    try:
+        values = parse_physics(spec)
+    except UserError as exc:
+        raise UserError(f"--physics: {str(exc).replace('physics: ', '', 1)}") from None
+    if values["ep_comm"] is not None:
+        print(f"laxflow: --physics {spec}: the MoE exchange stays the --ep-comm axis (ep_comm={values['ep_comm']} "
+              "is not applied; give --ep-comm for it)", file=sys.stderr)
+    return physics_name({**values, "ep_comm": None})
 
 
 def _cells(n: int) -> str:
@@ -254,6 +273,7 @@ def map_command(
     servers: int = typer.Option(16, "--servers", help=OTHER["servers"][2]),
     topology: str = typer.Option("fat-tree", "--topology", help=OTHER["topology"][2]),
     slo_scale: float = typer.Option(3.0, "--slo-scale", help=OTHER["slo_scale"][2]),
+    physics: str = typer.Option("faithful", "--physics", help=OTHER["physics"][2]),
     json_out: Optional[Path] = typer.Option(None, "--json", help=OUTPUTS["json_out"][1]),
     csv_out: Optional[Path] = typer.Option(None, "--csv", help=OUTPUTS["csv_out"][1]),
     plot_dir: Optional[Path] = typer.Option(None, "--plot", help=OUTPUTS["plot_dir"][1]),

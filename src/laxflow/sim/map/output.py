@@ -19,7 +19,8 @@ from laxflow.sim.map.grid import AXIS_NAMES, AXES
 
 FORMAT = 1  # version of the JSON layout below
 # Settings a cell's figures depend on besides its own parameters: a file made with others is not resumed.
-SETTINGS = ("requests", "warmup", "seeds", "slo_scale", "policies", "grid", "base_load")
+SETTINGS = ("requests", "warmup", "seeds", "slo_scale", "policies", "grid", "base_load", "physics")
+OLDER = {"physics": "faithful"}  # a setting a file made before it existed ran with
 
 CSV_COLUMNS = ("row", "model", "workload", *AXIS_NAMES, "deployment", "servers", "topology", "capacity", "rate",
                "seeds", "best_baseline", "mfs_slo_attainment", "mfs_slo_attainment_ci95", "best_slo_attainment",
@@ -42,8 +43,9 @@ def load(path: Path | None, settings: dict[str, Any]) -> dict[str, dict[str, Any
         raise UserError(f"{where}: not a laxflow sim map file (format {FORMAT}); give another file")
     theirs = data.get("settings", {})
     for key in SETTINGS:
-        if theirs.get(key) != settings[key]:
-            raise UserError(f"{where}: made with {key} = {theirs.get(key)!r}, this map has {settings[key]!r}; "
+        made = theirs.get(key, OLDER.get(key))
+        if made != settings[key]:
+            raise UserError(f"{where}: made with {key} = {made!r}, this map has {settings[key]!r}; "
                             f"give another file or the same settings to resume it")
     return {c["key"]: c for c in data["cells"] if isinstance(c, dict) and "key" in c}
 

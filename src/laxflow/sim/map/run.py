@@ -33,6 +33,7 @@ class Settings:
     policies: list[str]
     grid: str
     base_load: float
+    physics: str = "faithful"  # config.parse_physics spec without an exchange (the --ep-comm axis decides it)
 
     def as_dict(self, rows: Sequence[Row]) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in output.SETTINGS}
@@ -53,8 +54,9 @@ class Capacities:
     deployment, NIC and prompt lengths, so a load fraction means the same thing in every cell.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, physics: str = "faithful") -> None:
         self._known: dict[tuple, float] = {}
+        self.physics = physics
 
     def get(self, row: Row, cell: Cell) -> float:
         key = (row.label, cell.nic_gbps, cell.ep, cell.ep_comm, cell.prompt_scale)
@@ -65,7 +67,7 @@ class Capacities:
             dep = variant(row, cell.nic_gbps, cell.ep, cell.ep_comm)
             reqs = wl.generate(row.workload, 1.0, CAPACITY_REQUESTS, 0, cell.prompt_scale)
             self._known[key] = capacity(row.model, row.workload, deployment=dep, servers=max(row.servers, 2 * dep.nodes),
-                                        topology=row.topology, reqs=reqs).per_gpu_rate
+                                        topology=row.topology, reqs=reqs, physics=self.physics).per_gpu_rate
         return self._known[key]
 
 
@@ -78,7 +80,8 @@ def specs_of(row: Row, cell: Cell, rate: float, settings: Settings) -> list[Any]
     config = ServingConfig(model=row.model, deployment=dep,
                            cluster=ClusterConfig(servers=row.servers, topology=row.topology),
                            slo_scale=settings.slo_scale, warmup=settings.warmup, kv_placement=cell.kv_placement,
-                           remote_reuse=None if cell.remote_reuse == "router" else float(cell.remote_reuse))
+                           remote_reuse=None if cell.remote_reuse == "router" else float(cell.remote_reuse)
+                           ).with_physics(settings.physics)
     return [RunSpec(config, row.workload, rate, p, settings.requests, seed, prompt_scale=cell.prompt_scale)
             for seed in settings.seeds for p in settings.policies]
 
@@ -106,7 +109,7 @@ def run_map(rows: Sequence[Row], cells: Sequence[Cell], settings: Settings, json
     results: dict[str, dict[str, Any]] = dict(done)
     if not todo:
         return [results[c.key] for c in wanted]
-    caps = Capacities()
+    caps = Capacities(settings.physics)
     if not quiet and todo:
         say(f"measuring the capacity of {len({(c.row, c.nic_gbps, c.ep, c.ep_comm, c.prompt_scale) for c in todo})} "
             "configurations (one unit alone, about half a second each)")
