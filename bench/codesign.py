@@ -31,8 +31,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from laxflow.sim.map.figures import mean_ci, paired_diff
 from laxflow.sim.serving.experiment import PRESETS, RunSpec, rates_at, run_all
-from laxflow.sim.serving.report import ci95
 
 PRUNING = "laxflow.sim.serving.prefill_driver:MfsPruning"
 COMBOS = {  # name -> (prefill scheduler or None: the legacy batch former, flow policy, coupling)
@@ -68,10 +68,8 @@ def cell_specs(preset_name: str, physics: str, scale: float, load: float, seed: 
 
 
 def _paired(a: list[float], b: list[float]) -> dict:
-    d = [x - y for x, y in zip(a, b)]
-    mean = sum(d) / len(d)
-    half = ci95(d) or 0.0
-    return {"mean": round(mean, 4), "ci95": round(half, 4), "excludes_0": len(d) > 1 and abs(mean) > half}
+    mean, half, excludes = paired_diff(a, b)
+    return {"mean": round(mean, 4), "ci95": round(half or 0.0, 4), "excludes_0": excludes}
 
 
 def summary(key: tuple, rows: dict[tuple, dict], seeds: list[int], rate: float) -> dict:
@@ -83,8 +81,9 @@ def summary(key: tuple, rows: dict[tuple, dict], seeds: list[int], rate: float) 
     att = {c: [rows[(key, s, c)]["slo_attainment"] for s in seeds] for c in COMBOS}
     for c in COMBOS:
         mine = [rows[(key, s, c)] for s in seeds]
+        mean, half = mean_ci(att[c])
         line["combos"][c] = {
-            "slo_attainment": round(sum(att[c]) / len(att[c]), 4), "slo_attainment_ci95": round(ci95(att[c]) or 0.0, 4),
+            "slo_attainment": round(mean, 4), "slo_attainment_ci95": round(half or 0.0, 4),
             "slo_attainment_seeds": [round(x, 4) for x in att[c]],
             "pruned": round(sum(r.get("pruned") or 0 for r in mine) / len(mine), 2),
             "deferred": round(sum(r.get("deferred") or 0 for r in mine) / len(mine), 2),

@@ -23,6 +23,13 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float | None]:
     return float(sum(values) / len(values)), ci95(values)
 
 
+def paired_diff(a: Sequence[float], b: Sequence[float]) -> tuple[float, float | None, bool]:
+    """Mean of ``a[i] - b[i]`` (the same seed's requests), its 95 % half-width (None for one pair), and whether
+    that interval excludes 0: the rule of a margin that "pays" (the map, ``bench/sim_claims.py``, ``bench/codesign.py``)."""
+    diff, ci = mean_ci([float(x) - float(y) for x, y in zip(a, b)])
+    return diff, ci, ci is not None and abs(diff) > ci
+
+
 def _round(x: float | None, digits: int) -> float | None:
     return None if x is None else round(float(x), digits)
 
@@ -46,9 +53,8 @@ def paired_margin(by_seed: dict[int, dict[str, dict[str, Any]]],
 
     # Rounded so that a tie (the same mean summed in another order) goes to the first in BASELINES order.
     best = max(bases, key=lambda b: round(mean_of(b), 9))
-    diff, ci = mean_ci([float(by_seed[s]["mfs"]["slo_attainment"]) - float(by_seed[s][best]["slo_attainment"])
-                        for s in seeds])
-    return best, diff, ci, ci is not None and abs(diff) > ci
+    return (best, *paired_diff([by_seed[s]["mfs"]["slo_attainment"] for s in seeds],
+                               [by_seed[s][best]["slo_attainment"] for s in seeds]))
 
 
 def cell_figures(rows: Sequence[dict[str, Any]], policies: Sequence[str]) -> dict[str, Any]:

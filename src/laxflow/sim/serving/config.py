@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from laxflow.errors import UserError
+from laxflow.sim.models.spec import EP_COMMS
 
 TOPOLOGIES = ("fat-tree", "big-switch", "testbed")
 # Where reusable KV lives (stage 1). "pool": a block lives only on the unit
@@ -223,11 +224,8 @@ class ServingConfig:
         if self.remote_reuse is not None and (isinstance(self.remote_reuse, bool) or not isinstance(
                 self.remote_reuse, (int, float)) or not 0.0 <= self.remote_reuse <= 1.0):
             raise UserError(f"remote_reuse: expected None or a share in [0, 1], got {self.remote_reuse!r}")
-        if self.ep_comm is not None:
-            from laxflow.sim.models.spec import EP_COMMS
-
-            if self.ep_comm not in EP_COMMS:
-                raise UserError(f"ep_comm: unknown {self.ep_comm!r} (expected one of {', '.join(EP_COMMS)})")
+        if self.ep_comm is not None and self.ep_comm not in EP_COMMS:
+            raise UserError(f"ep_comm: unknown {self.ep_comm!r} (expected one of {', '.join(EP_COMMS)})")
         if self.comm_share is not None and (isinstance(self.comm_share, bool) or not isinstance(
                 self.comm_share, (int, float)) or not 0.0 < self.comm_share < 1.0):
             raise UserError(f"comm_share: expected None or a share in (0, 1), got {self.comm_share!r}")

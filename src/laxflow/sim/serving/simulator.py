@@ -171,7 +171,7 @@ class ServingSimulator:
         else:
             unit.enqueue(state)
         if self.config.reuse_from == "routed":  # the prompt's blocks are reusable from its arrival (config.REUSE_FROM)
-            self.caches.insert(route.prefill, list(req.block_hashes), block, state.rank)
+            self.caches.insert(route.prefill, req.block_hashes, block, state.rank)
         if self.drivers is not None:
             return
         if not unit.busy and unit.index not in self._start_pending:
