@@ -127,7 +127,8 @@ def test_disaggregated_kv_crosses_the_network_before_decode():
     assert res.p2d_bytes == kv
     port = get_deployment(DEP).nic_gbps * 1e9 / 8
     # Second token: after the KV lands on the decode instance, one decode step there.
-    assert s.token_times[1] == pytest.approx(s.token_times[0] + kv / port + t.seconds([(1, 2000)]), rel=1e-6)
+    assert s.kv_landed == s.token_times[0] == pytest.approx(s.prefill_end + kv / port, rel=1e-9)
+    assert s.token_times[1] == pytest.approx(s.prefill_end + kv / port + t.seconds([(1, 2000)]), rel=1e-6)
     assert s.prefill_instance == "i0" and s.decode_instance == "i1"
     assert res.instances["i1"]["steps"] == 2 and res.instances["i0"]["steps"] == 4  # 2000 tokens in 512 chunks
 
@@ -138,7 +139,7 @@ def test_ideal_network_lands_the_kv_at_once_and_counts_its_bytes():
     res = {net: eng.run() for net, eng in runs.items()}
     kv = 2000 * StepTimer(DEP).kv_bytes_per_token()
     fab, ideal = res["fabric"].seqs[0], res["ideal"].seqs[0]
-    assert ideal.token_times[0] == fab.token_times[0]  # the prefill is the same
+    assert ideal.prefill_end == fab.prefill_end  # the prefill is the same
     port = get_deployment(DEP).nic_gbps * 1e9 / 8
     assert ideal.token_times[1] == pytest.approx(fab.token_times[1] - kv / port, rel=1e-9)  # no transfer time
     assert res["ideal"].network_events == 0 < res["fabric"].network_events
@@ -222,3 +223,20 @@ def test_admission_control_rejects_under_overload_and_counts_misses():
     served = 1 - pab["rejected"] / 120
     assert pab["slo_attainment"] <= served + 1e-9 and pab["envelope_attainment"] <= served + 1e-9
     assert pab["ttft_p99"] < fb["ttft_p99"]  # the admitted ones are not queued behind an overload
+
+
+def test_a_disaggregated_first_token_reaches_the_user_when_its_kv_has_landed():
+    # TTFT ends at the last P2D byte, as on the unit engine: the prefill instance's first token rides with the KV.
+    reqs = [_req(0, 0.0, 2000, 3)]
+    res = {net: InstanceEngine(_cfg(instances=2, prefill_instances=1, network=net), reqs).run().seqs[0]
+           for net in ("fabric", "ideal")}
+    fab, ideal = res["fabric"], res["ideal"]
+    kv = 2000 * StepTimer(DEP).kv_bytes_per_token()
+    port = get_deployment(DEP).nic_gbps * 1e9 / 8
+    assert fab.prefill_end == ideal.prefill_end == ideal.token_times[0]  # the same prefill; ideal: lands at once
+    assert fab.kv_landed == pytest.approx(fab.prefill_end + kv / port, rel=1e-9)
+    assert fab.token_times[0] == fab.kv_landed > fab.prefill_end
+    assert request_metrics(fab)["ttft"] == fab.kv_landed  # arrival 0
+    assert request_metrics(fab)["tpot"] == pytest.approx((fab.token_times[2] - fab.kv_landed) / 2)
+    colo = InstanceEngine(_cfg(instances=1), reqs).run().seqs[0]  # nothing moves: TTFT is the emission
+    assert colo.kv_landed is None and colo.token_times[0] == colo.prefill_end

@@ -46,17 +46,20 @@ def test_a_prompts_kv_leaves_per_layer_and_only_the_last_layer_is_left_after_its
     old = InstanceEngine(_cfg(), [_req(0, 0.0, 2000, 3)]).run().seqs[0]
     t = StepTimer(DEP)
     per_token = t.kv_bytes_per_token()
-    assert s.token_times[0] == old.token_times[0]  # the first token is emitted on the prefill instance, as before
+    assert s.prefill_end == old.prefill_end  # the first token is emitted on the prefill instance, as before
+    assert old.token_times[0] - old.prefill_end == pytest.approx(2000 * StepTimer(DEP).kv_bytes_per_token() / PORT)
+    assert s.token_times[0] == s.kv_landed < old.kv_landed  # and seen when the KV lands: sooner, layer by layer
     # 4 chunks (512, 512, 512, 464) x 32 layers; only the last chunk's last layer moves after the step's end.
     assert [f.id for _, f in flows] == [f"r0.L{j}.p2d" for _ in range(4) for j in range(L)]
     assert [f.layer for _, f in flows] == list(range(L)) * 4
     assert {f.deadline for _, f in flows} == {1.0} and {f.batch for _, f in flows[:L]} == {"i0.s0"}
     assert sum(f.size for _, f in flows) == pytest.approx(2000 * per_token)
-    assert flows[-1][0] == s.token_times[0] and flows[-1][1].downstream == 0.0 and flows[-1][1].compute_done
+    assert flows[-1][0] == s.prefill_end and flows[-1][1].downstream == 0.0 and flows[-1][1].compute_done
     assert flows[0][1].downstream == pytest.approx(t.seconds([(512, 0)]) * (L - 1) / L)
     assert not flows[L - 1][1].compute_done  # an earlier chunk: the prompt still computes
     last = 464 * per_token / L
-    assert s.token_times[1] == pytest.approx(s.token_times[0] + last / PORT + t.seconds([(1, 2000)]), rel=1e-9)
+    assert s.kv_landed == pytest.approx(s.prefill_end + last / PORT, rel=1e-9)
+    assert s.token_times[1] == pytest.approx(s.prefill_end + last / PORT + t.seconds([(1, 2000)]), rel=1e-9)
     assert s.token_times[1] < old.token_times[1]
     assert eng.p2d_bytes == 2000 * per_token == eng.fabric.delivered["p2d"]
     _leak_free(eng)
@@ -68,7 +71,7 @@ def test_layer_boundaries_split_the_step_and_the_last_is_its_end():
     s = eng.run().seqs[0]
     secs = StepTimer(DEP).seconds([(400, 0)])
     assert [at for at, _ in flows[:-1]] == [secs * (j + 1) / L for j in range(L - 1)]
-    assert flows[-1][0] == secs == s.token_times[0]
+    assert flows[-1][0] == secs == s.prefill_end
 
 
 def test_ideal_network_layered_equals_prompt_and_moves_no_flow():

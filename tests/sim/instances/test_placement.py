@@ -83,5 +83,6 @@ def test_two_instances_on_one_server_move_kv_over_nvswitch():
     s, t, dep = res.seqs[0], StepTimer(DEP), get_deployment(DEP)
     kv = 2000 * t.kv_bytes_per_token()
     nvswitch = dep.intra_node_gbps * 1e9 / 8
-    assert s.token_times[1] == pytest.approx(s.token_times[0] + kv / nvswitch + t.seconds([(1, 2000)]), rel=1e-9)
+    assert s.token_times[0] == s.kv_landed == pytest.approx(s.prefill_end + kv / nvswitch, rel=1e-9)
+    assert s.token_times[1] == pytest.approx(s.prefill_end + kv / nvswitch + t.seconds([(1, 2000)]), rel=1e-9)
     assert res.network_events == 0 and eng.fabric.delivered["p2d"] == 0.0 and res.p2d_bytes == kv

@@ -99,6 +99,7 @@ def test_vllm_disagg_prefills_on_tp4_and_moves_every_kv_to_the_decode_tp4():
     t = engine.timer
     for s in result.seqs:
         assert (s.prefill_instance, s.decode_instance) == ("i0", "i1")
-        assert s.token_times[0] - s.arrival == pytest.approx(t.seconds([(512, 0)]) + t.seconds([(188, 512)]))
+        assert s.prefill_end - s.arrival == pytest.approx(t.seconds([(512, 0)]) + t.seconds([(188, 512)]))
+        assert s.token_times[0] == s.kv_landed > s.prefill_end  # seen when its KV has landed
     assert engine.p2d_bytes == pytest.approx(3 * 700 * t.kv_bytes_per_token())
     assert dispatcher.result_keys() == {"flips_p2d": 0, "flips_d2p": 0, "pools_end": "1:1"}

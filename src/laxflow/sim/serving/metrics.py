@@ -20,10 +20,12 @@ without pools, a rejection without admission control) is 0.
 Where one key means two things (each engine keeps the meaning it had before
 the two shared a row; compare engines on the keys marked "both"):
 
-* TTFT (``ttft_*``, the attainments, earliness): unit: arrival to the last
-  P2D byte landing on the decode unit (MFS's TTFT); instance: arrival to the
-  first token, emitted at the end of the prompt's last prefill step (its KV
-  moves afterwards, so P2D delays the second token, not the first).
+* TTFT (``ttft_*``, the attainments, earliness): both arrival to the first
+  token the user sees. unit: the last P2D byte landing on the decode unit
+  (MFS's TTFT); instance: the first token is emitted at the end of the
+  prompt's last prefill step and, for a request whose KV moves to a decode
+  instance, seen when its last P2D byte lands there (``Seq.kv_landed``); the
+  same definition, so P2D shows in TTFT on both.
 * ``slo_attainment``: unit: TTFT <= its SLO; instance: TTFT <= TTFT SLO and
   TPOT <= TPOT SLO, a request rejected by admission control counting as a miss.
   ``ttft_attainment`` (both) is TTFT alone; on the unit engine it equals

@@ -372,6 +372,10 @@ class InstanceEngine:
 
     def _kv_landed(self, moved: tuple[Seq, Instance, Instance]) -> None:
         seq, src, dst = moved
+        # The first token reaches the user with its KV (TTFT ends at the last P2D byte, as on the unit engine).
+        seq.kv_landed = now = self.queue.now
+        if seq.token_times[0] < now:
+            seq.token_times[0] = now
         del src.outbound[seq.id]
         self._kick(src)  # freed KV may let a deferred prefill in
         self.place(seq, dst.id)

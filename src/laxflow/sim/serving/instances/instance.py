@@ -40,7 +40,12 @@ class Seq:
     outputs: int = 0
     folded: int = 0  # outputs recomputed into the prompt after a preemption
     preemptions: int = 0
+    # When the user sees each output token. The first is emitted at the end of the prompt's last prefill
+    # step (prefill_end); a disaggregated request's rides with its KV and is seen when the last P2D byte
+    # lands on the decode instance (kv_landed; the engine moves token_times[0] there).
     token_times: list[float] = field(default_factory=list)
+    prefill_end: float | None = None
+    kv_landed: float | None = None
     prefill_instance: str | None = None
     decode_instance: str | None = None  # the router's decode choice (disaggregated)
     rejected: bool = False  # refused at arrival by admission control (fairbatching-pab): never served
@@ -166,6 +171,8 @@ class Instance:
                 if s.computed < s.prompt_tokens:
                     continue
                 prefilled.append(s)
+            if s.prefill_end is None and e.is_prefill:
+                s.prefill_end = now
             s.outputs += 1
             s.token_times.append(now)
             if s.done:

@@ -24,7 +24,7 @@ role) rides with its next layered chunk. At every layer boundary the live
 P2D flows of the step's requests get ``current_layer`` (and, at the end of
 a prompt's last chunk, ``compute_done``) and the network reschedules them
 (when any is live).
-The engine then ends the step as usual (first token on this instance at the
+The engine then ends the step as usual (first token emitted on this instance at the
 step's end); the prompt's KV is held here until its last flow lands
 (``engine._layer_landed``), and only then joins the decode instance.
 """
