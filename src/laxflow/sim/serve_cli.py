@@ -179,6 +179,8 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         raise UserError(f"--slo-scale: expected a positive number, got {v['slo_scale']}")
     if v["jobs"] < 0:
         raise UserError(f"--jobs: expected 0 (one per CPU) or a positive number of processes, got {v['jobs']}")
+    if v.get("nic_gbps") is not None and not (math.isfinite(v["nic_gbps"]) and v["nic_gbps"] > 0):
+        raise UserError(f"--nic-gbps: expected a positive number of Gbit/s, got {v['nic_gbps']}")
     if v["topology"] is not None and v["topology"] not in TOPOLOGIES:
         raise UserError(f"--topology: unknown {v['topology']!r} (expected one of {', '.join(TOPOLOGIES)})")
     trace = v["trace"]
@@ -241,6 +243,8 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         if v["dispatch"] not in ("load", "ttft"):
             raise UserError(f"--dispatch: expected load or ttft, got {v['dispatch']!r}")
         config = replace(config, router_dispatch=v["dispatch"])
+    if v.get("nic_gbps") is not None:
+        config = replace(config, cluster=replace(config.cluster, nic_gbps=float(v["nic_gbps"])))
     config.validate()
     from laxflow.sim import models, workload as wl
 
@@ -266,6 +270,7 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         "seeds": seeds,
         "servers": config.cluster.servers,
         "topology": config.cluster.topology,
+        "nic_gbps": config.cluster.nic_gbps,  # None: the deployment's
         "prefill_gpus": gpus,
         "slo_scale": config.slo_scale,
         "token_budget": config.token_budget,

@@ -78,6 +78,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("servers", "--servers", "int", "Servers, half prefill, half decode (256)."),
     Flag("slo_scale", "--slo-scale", "float", "SLO = this x TTFT alone on the idle cluster (3)."),
     Flag("topology", "--topology", "str", "fat-tree, big-switch or testbed."),
+    Flag("nic_gbps", "--nic-gbps", "float", "NIC bandwidth per GPU in Gbit/s, both engines (default: the "
+         "deployment's); a preset's rates stay as they are (sim map normalizes load per NIC)."),
     Flag("kv_placement", "--kv-placement", "str", "Where reusable KV lives: pool (the paper's: on the unit that "
          "computed it, others fetch it) or local-cache (every unit keeps a copy). Default: the preset's."),
     Flag("physics", "--physics", "str", "faithful (default: laxflow's model) or paper (the MFS paper's "

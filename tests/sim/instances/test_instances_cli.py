@@ -139,3 +139,22 @@ def test_admission_control_from_the_cli(laxflow_cli):
     code, _, err = laxflow_cli(*ARGS, "--prefill", "fairbatching-pab", "--instances", "1:1")
     assert code != 0 and len(err.strip().splitlines()) == 1
     assert "fairbatching-pab: admission by the prefill admission budget needs PD-colocated instances" in err
+
+
+def test_nic_gbps_sets_the_instance_ports_and_the_unit_cluster(laxflow_cli):
+    rows = {}
+    for nic in ("200", "25"):
+        code, out, err = laxflow_cli(*ARGS, "--prefill", "sarathi", "--instances", "1:1", "--nic-gbps", nic,
+                                     "--json", "-")
+        assert code == 0, err
+        data = json.loads(out)
+        assert data["config"]["nic_gbps"] == float(nic)
+        (rows[nic],) = data["results"]
+    # The same KV bytes through an 8x slower port: the first token is seen later.
+    assert rows["25"]["network_bytes_by_stage"] == rows["200"]["network_bytes_by_stage"]
+    assert rows["25"]["ttft_mean"] > rows["200"]["ttft_mean"]
+    code, out, err = laxflow_cli("sim", "serve", "--quiet", "--model", "mixtral-8x7b", "--servers", "2",
+                                 "--requests", "6", "--warmup", "0", "--jobs", "1", "--policies", "fs",
+                                 "--nic-gbps", "50", "--json", "-")
+    assert code == 0, err
+    assert json.loads(out)["config"]["nic_gbps"] == 50.0

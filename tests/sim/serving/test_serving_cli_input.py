@@ -118,6 +118,8 @@ def test_a_trace_with_no_request_left_after_warmup_is_refused(capsys, tmp_path):
     (["--requests-out", "rows.txt"], "--requests-out: 'rows.txt': expected a .csv or .jsonl file name"),
     (["--requests", "abc"], "laxflow sim serve: Invalid value for '--requests'"),
     (["--bogus"], "laxflow sim serve: No such option: --bogus"),
+    (["--nic-gbps", "0"], "--nic-gbps: expected a positive number of Gbit/s, got 0.0"),
+    (["--nic-gbps", "nan"], "--nic-gbps: expected a positive number of Gbit/s, got nan"),
 ])
 def test_bad_flags_are_one_line(capsys, args, needle):
     assert needle in _one_line(*cli(capsys, "sim", "serve", "--quiet", *args)[::2])

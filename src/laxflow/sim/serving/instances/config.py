@@ -54,7 +54,8 @@ class InstanceSimConfig:
     router_options: dict[str, Any] = field(default_factory=dict)
     network: str = "fabric"  # --network: fabric (transfers are flows, instances/fabric.py) or ideal (free, instant)
     placement: str = "ports"  # one of PLACEMENTS: where the instances' GPUs sit (instances/fabric.py)
-    cluster: ClusterConfig | None = None  # placement "cluster": servers, topology, NICs (None: ClusterConfig())
+    cluster: ClusterConfig | None = None  # placement "cluster": servers, topology, NICs (None: ClusterConfig());
+    # placement "ports" reads its nic_gbps only (None: the deployment's)
     p2d: str = "prompt"  # one of P2D_MODES: the KV of a prompt leaves whole after it, or per layer (layers.py)
 
     def __post_init__(self) -> None:

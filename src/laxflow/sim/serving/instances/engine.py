@@ -20,7 +20,7 @@ completed leaves for ``decode_target``: its KV (the prompt's tokens) is one
 P2D transfer through the run's :class:`~.fabric.Fabric` (``config.network``
 ``fabric``: one flow on ``laxflow.sim.network`` under the run's flow policy,
 placed by :func:`~.fabric.instance_ports`: a non-blocking switch, one port
-per instance at the deployment's NIC bandwidth times its GPUs; ``ideal``: it
+per instance at the NIC bandwidth (``cluster.nic_gbps``, else the deployment's) times its GPUs; ``ideal``: it
 costs nothing and lands at once) and joins the decode instance when the last
 byte lands; the prefill instance holds that KV until then. With
 ``config.p2d`` ``layer`` the KV leaves instead layer by layer as each chunk's
@@ -182,7 +182,8 @@ class InstanceEngine:
                                                   int(dep.gpus))
             nvswitch = config.nvswitch_bytes_per_s
         else:
-            port = dep.nic_gbps * 1e9 / 8 * dep.gpus  # every GPU's NIC carries its TP shard of the KV
+            nic = (self.config.cluster and self.config.cluster.nic_gbps) or dep.nic_gbps
+            port = nic * 1e9 / 8 * dep.gpus  # every GPU's NIC carries its TP shard of the KV
             cluster, self.gpus = instance_ports(list(self.instances), port)
             nvswitch = dep.intra_node_gbps * 1e9 / 8
         self.cluster = cluster
