@@ -240,3 +240,14 @@ def test_a_disaggregated_first_token_reaches_the_user_when_its_kv_has_landed():
     assert request_metrics(fab)["tpot"] == pytest.approx((fab.token_times[2] - fab.kv_landed) / 2)
     colo = InstanceEngine(_cfg(instances=1), reqs).run().seqs[0]  # nothing moves: TTFT is the emission
     assert colo.kv_landed is None and colo.token_times[0] == colo.prefill_end
+
+
+def test_a_prompts_kv_flow_belongs_to_the_prefill_step_that_finished_it():
+    # The flow policy's batch is the prefill step (as the layered P2D's flows): MFS ranks and prunes per step.
+    reqs = [_req(0, 0.0, 700, 2), _req(1, 0.001, 200, 2), _req(2, 0.5, 100, 2)]  # r0: 512 + 188 with r1's 200
+    eng = InstanceEngine(_cfg(instances=2, prefill_instances=1), reqs)
+    seen, add = [], eng.network.add_flow
+    eng.network.add_flow = lambda flow, done=None: (seen.append(flow), add(flow, done))[1]
+    eng.run()
+    assert [(f.id, f.batch, f.request) for f in seen] == [("r0.kv", "i0.s1", "r0"), ("r1.kv", "i0.s1", "r1"),
+                                                         ("r2.kv", "i0.s2", "r2")]

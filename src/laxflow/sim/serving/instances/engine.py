@@ -273,9 +273,10 @@ class InstanceEngine:
         now = self.queue.now
         prefilled, finished = inst.end_step(now)
         if inst.role == "prefill":
+            step = f"{inst.id}.s{inst.steps - 1}"  # the flow policy's batch: the step that finished the prompt
             for s in prefilled:
                 if not s.done:
-                    (self._hand_off_layered if self.config.p2d == "layer" else self._hand_off)(inst, s, now)
+                    (self._hand_off_layered if self.config.p2d == "layer" else self._hand_off)(inst, s, now, step)
         elif self.config.p2d == "layer":
             for s in prefilled:  # the role changed during the step: it decodes here, its KV stays
                 s.p2d_target, s.p2d_sent = None, 0
@@ -287,7 +288,7 @@ class InstanceEngine:
         self._refresh(inst)
         self._kick(inst)
 
-    def _hand_off(self, src: Instance, seq: Seq, now: float) -> None:
+    def _hand_off(self, src: Instance, seq: Seq, now: float, step: str) -> None:
         target = self.dispatcher.decode_target(self, seq, now)
         if target == src.id:
             return
@@ -299,7 +300,7 @@ class InstanceEngine:
         self.p2d_bytes += size
         # The whole prompt's KV after its last chunk (no layer, nothing downstream, compute done).
         shape = self.fabric.move(Stage.P2D, size, self.gpus[src.id], self.gpus[dst.id])
-        self.fabric.issue(f"{seq.id}.kv", shape, None, seq.arrival + seq.ttft_slo, 0.0, seq.id, "", None, True,
+        self.fabric.issue(f"{seq.id}.kv", shape, None, seq.arrival + seq.ttft_slo, 0.0, seq.id, step, None, True,
                           self.p2d_flows, self._kv_landed, (seq, src, dst))
 
     # -- per-layer P2D (config.p2d "layer", layers.py) ------------------------------------
@@ -337,7 +338,7 @@ class InstanceEngine:
             sends.append(Send(s, shape, end >= s.prompt_tokens))
         return sends
 
-    def _hand_off_layered(self, src: Instance, seq: Seq, now: float) -> None:
+    def _hand_off_layered(self, src: Instance, seq: Seq, now: float, step: str) -> None:
         """``seq``'s prompt ended on prefill-role ``src``: hold its KV until its last layer lands."""
         target = seq.p2d_target
         if target is None or target == src.id:  # no layered chunk sent it anywhere: ask now, as "prompt" mode
@@ -357,7 +358,7 @@ class InstanceEngine:
             seq.p2d_sent = seq.kv_tokens
             shape = self.fabric.move(Stage.P2D, size, self.gpus[src.id], self.gpus[dst.id])
             seq.p2d_pending += self.fabric.issue(f"{seq.id}.kv", shape, None, seq.arrival + seq.ttft_slo, 0.0, seq.id,
-                                                 "", None, True, seq.p2d_live, self._layer_landed, seq)
+                                                 step, None, True, seq.p2d_live, self._layer_landed, seq)
         if seq.p2d_pending == 0:  # everything landed already: join the decode instance after this event
             self.queue.push(now, Priority.COMPLETION, self._land, seq)
 
