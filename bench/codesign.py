@@ -27,12 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
+from _campaign import run_campaign
 from laxflow.sim.map.figures import mean_ci, paired_diff
-from laxflow.sim.serving.experiment import PRESETS, RunSpec, rates_at, run_all
+from laxflow.sim.serving.experiment import PRESETS, RunSpec, rates_at
 
 PRUNING = "laxflow.sim.serving.prefill_driver:MfsPruning"
 COMBOS = {  # name -> (prefill scheduler or None: the legacy batch former, flow policy, coupling)
@@ -124,31 +124,18 @@ def main(argv: list[str] | None = None) -> int:
     scales, loads = _floats(a.slo_scales, "--slo-scales"), _floats(a.loads, "--loads")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    log = out / "runs.jsonl"
-    done: dict[tuple, dict] = {}
-    if log.exists():
-        for text in log.read_text().splitlines():
-            r = json.loads(text)
-            done[(tuple(r["cell"]), r["seed"], r["combo"])] = r
     cells = [(p, ph, s, ld) for p in presets for ph in a.physics.split(",") for s in scales for ld in loads]
-    t0 = time.perf_counter()
-    for seed in range(a.seeds):
-        todo = [(cell, name, spec) for cell in cells for name, spec in cell_specs(*cell, seed, a).items()
-                if (cell, seed, name) not in done]
-        if not todo:
-            continue
-        owner = {id(spec): (cell, name) for cell, name, spec in todo}
 
-        def save(spec: RunSpec, row: dict, owner=owner) -> None:
-            cell, name = owner[id(spec)]
-            keep = {k: row.get(k) for k in ("slo_attainment", "pruned", "deferred", "ttft_mean", "wall_s")}
-            keep.update(cell=list(cell), seed=spec.seed, combo=name, rate=spec.rate)
-            done[(cell, spec.seed, name)] = keep
-            with log.open("a") as f:
-                f.write(json.dumps(keep) + "\n")
+    def todo_for(seed: int) -> list[tuple[tuple, RunSpec]]:
+        return [((cell, seed, name), spec) for cell in cells for name, spec in cell_specs(*cell, seed, a).items()]
 
-        run_all([spec for _, _, spec in todo], jobs=a.jobs, on_done=save)
-        print(f"# seed {seed} done, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    def record(key: tuple, spec: RunSpec, row: dict) -> dict:
+        cell, seed, name = key
+        keep = {k: row.get(k) for k in ("slo_attainment", "pruned", "deferred", "ttft_mean", "wall_s")}
+        return {**keep, "cell": list(cell), "seed": seed, "combo": name, "rate": spec.rate}
+
+    done = run_campaign(out / "runs.jsonl", range(a.seeds), todo_for, record,
+                        lambda r: (tuple(r["cell"]), r["seed"], r["combo"]), a.jobs)
     for cell in cells:
         seeds = sorted({s for (c, s, _) in done if c == cell and all((cell, s, n) in done for n in COMBOS)})
         rate = cell_specs(*cell, 0, a)["mfs"].rate

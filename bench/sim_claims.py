@@ -27,21 +27,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from dataclasses import replace
 from pathlib import Path
 
-from laxflow.sim.map.figures import paired_margin
-from laxflow.sim.serving.experiment import PRESETS, RunSpec, rates_at, run_all
-from laxflow.sim.serving.report import ci95
+from _campaign import run_campaign
+from laxflow.sim.map.figures import mean_ci, paired_margin
+from laxflow.sim.serving.experiment import PRESETS, RunSpec, rates_at
 from laxflow.stage import STAGE_NAMES
 
 COST = {"mfs": 3, "karuna": 2}  # rough relative run time, to start the slowest runs first
-
-
-def mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean and 95 % half-width (0 for one value)."""
-    return sum(values) / len(values), ci95(values) or 0.0
 
 
 def expand(args: argparse.Namespace) -> list[tuple[str, str, float | None]]:
@@ -91,6 +85,7 @@ def summary(key: str, rows: list[dict], specs: list[RunSpec], fraction: float | 
     for p in policies:
         mine = [by_seed[s][p] for s in seeds]
         att, ci = mean_ci([r["slo_attainment"] for r in mine])
+        ci = ci or 0.0
         net = {k: sum(r["network_bytes_by_stage"].get(k, 0.0) for r in mine) for k in STAGE_NAMES}
         total = sum(net.values()) or 1.0
         line["policies"][p] = {
@@ -144,32 +139,18 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    log = out / "runs.jsonl"
-    done: dict[tuple[str, int, str], dict] = {}
-    if log.exists():
-        for text in log.read_text().splitlines():
-            r = json.loads(text)
-            done[(r["point"], r["seed"], r["policy"])] = r
     points = expand(args)
     keys = {pt: point_specs(pt, args, 0)[0] for pt in points}
-    t0 = time.perf_counter()
-    for seed in ([] if args.summary else range(args.seeds)):
-        todo = [(keys[pt], s) for pt in points for s in point_specs(pt, args, seed)[1]
-                if (keys[pt], seed, s.policy) not in done]
-        if not todo:
-            continue
-        todo.sort(key=lambda ks: COST.get(ks[1].policy, 0), reverse=True)  # slowest first: no idle worker at the end
-        owner = {id(s): k for k, s in todo}
 
-        def save(spec: RunSpec, row: dict, owner=owner) -> None:
-            row = {k: v for k, v in row.items() if k not in ("ttft_samples", "slo_samples")}
-            row["point"] = owner[id(spec)]
-            done[(row["point"], spec.seed, spec.policy)] = row
-            with log.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+    def todo_for(seed: int) -> list[tuple[tuple[str, int, str], RunSpec]]:
+        return [((keys[pt], seed, s.policy), s) for pt in points for s in point_specs(pt, args, seed)[1]]
 
-        run_all([s for _, s in todo], jobs=args.jobs, on_done=save)
-        print(f"# seed {seed} done, {time.perf_counter() - t0:.0f} s", flush=True)
+    def record(key: tuple[str, int, str], spec: RunSpec, row: dict) -> dict:
+        return {**{k: v for k, v in row.items() if k not in ("ttft_samples", "slo_samples")}, "point": key[0]}
+
+    done = run_campaign(out / "runs.jsonl", [] if args.summary else range(args.seeds), todo_for, record,
+                        lambda r: (r["point"], r["seed"], r["policy"]), args.jobs,
+                        cost=lambda s: COST.get(s.policy, 0))
     for pt in points:
         key, specs = point_specs(pt, args, 0)
         rows = [r for (k, _, _), r in done.items() if k == key]

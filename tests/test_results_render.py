@@ -216,6 +216,24 @@ def test_mfs_page_shows_the_codesign_cells(renderer):
     assert "| +0.020 ± 0.030 | +0.060 ± 0.020 * (flowprefill) |" in row
 
 
+def test_mfs_page_shows_the_instance_engine_policies(renderer):
+    _, data, pages = renderer
+
+    def pol(ttft, tpot):
+        return {"ttft_attainment": ttft, "ttft_attainment_ci95": 0.02, "tpot_mean": tpot}
+    line = {"experiment": "p2d", "manager": "6:2", "nic_gbps": 25.0, "rate": 3.0, "seeds": 5,
+            "policies": {"fs": pol(0.75, 0.0124), "mfs": pol(0.5, 0.0125), "mfs-prune": pol(0.91, 0.0127)},
+            "paired_vs_fs": {"mfs": {"ttft_attainment": {"mean": -0.25, "ci95": 0.05, "excludes_0": True},
+                                     "tpot_mean_ms": {"mean": 0.1, "ci95": 0.2, "excludes_0": False}},
+                             "mfs-prune": {"ttft_attainment": {"mean": 0.16, "ci95": 0.04, "excludes_0": True},
+                                           "tpot_mean_ms": {"mean": 0.3, "ci95": 0.1, "excludes_0": True}}}}
+    (data / "instance_policies.json").write_text(json.dumps(_record("instance_policies", {"lines": [line]})))
+    mfs = pages()["mfs.md"]
+    row = next(ln for ln in mfs.splitlines() if ln.startswith("| p2d | 6:2 | 25 | 3 |"))
+    assert "| fs 0.750 ± 0.020; mfs 0.500 ± 0.020; mfs-prune 0.910 ± 0.020 |" in row
+    assert "| -0.250 ± 0.050 * | +0.160 ± 0.040 * | 12.4 | +0.100 ± 0.200 |" in row
+
+
 def test_mfs_page_shows_the_map_cells_and_heatmaps(renderer):
     _, data, pages = renderer
 
