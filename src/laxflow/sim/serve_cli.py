@@ -243,6 +243,15 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         if v["dispatch"] not in ("load", "ttft"):
             raise UserError(f"--dispatch: expected load or ttft, got {v['dispatch']!r}")
         config = replace(config, router_dispatch=v["dispatch"])
+    if v.get("decode") is not None:
+        from laxflow.sim.serving.config import DECODES
+
+        if v["decode"] not in DECODES:
+            raise UserError(f"--decode: expected one of {', '.join(DECODES)}, got {v['decode']!r}")
+        if engine:
+            raise UserError("--decode: only for the MFS prefill units; the instance engine (--prefill BATCH_SCHEDULER, "
+                            "--router, --pools or --instances) always runs decode steps")
+        config = replace(config, decode=v["decode"])
     if v.get("nic_gbps") is not None:
         config = replace(config, cluster=replace(config.cluster, nic_gbps=float(v["nic_gbps"])))
     config.validate()
@@ -281,6 +290,7 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         "pools": None if pools == [None] else pools,
         "instances": (v["instances"] or "1") if engine else None,
         "dispatch": config.router_dispatch,
+        "decode": "steps" if engine else config.decode,
         "network": network,
         "preset_rates": list(chosen.rates),
     }

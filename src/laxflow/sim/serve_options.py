@@ -67,6 +67,9 @@ FLAGS: tuple[Flag, ...] = (
          "instances (disaggregated); the rate is then requests/s per instance (default 1)."),
     Flag("network", "--network", "str", "Instance engine: fabric (every transfer is a flow on the network under "
          "the flow policy; default) or ideal (transfers cost nothing and land at once)."),
+    Flag("decode", "--decode", "str", "Prefill-unit engine: hold (a decode unit is held output tokens x 30 ms "
+         "for the router's load; default) or steps (decode units run continuous decode batches with KV memory: "
+         "TPOT and TBT are measured). The instance engine always runs decode steps."),
     Flag("dispatch", "--dispatch", "str", "Prefill-unit routing: load (prefix overlap + queued tokens; default) "
          "or ttft (network-inclusive TTFT estimate, as the hooks' dispatch_advice)."),
     Flag("requests", "--requests", "int", "Measured requests per run (default 1024; at most 1,000,000 with "

@@ -33,6 +33,11 @@ FAIRNESS = ("qp", "group")
 # when its prefill's compute ends and its unit stores them; "routed", from its arrival, so the
 # workload's own reuse ratio is realized whatever the load (the MFS paper's §6.1/§6.3 workloads).
 REUSE_FROM = ("stored", "routed")
+# What a request does on its decode unit after its last P2D byte (ServingConfig.decode): "hold", it
+# holds the unit's load (for the router) output_tokens x decode_seconds_per_token, no decode is run;
+# "steps", the decode units are decode instances of the instance engine (instances/decode.py:
+# continuous batches, KV memory, recompute preemption) and every output token is timed (TPOT, TBT).
+DECODES = ("hold", "steps")
 # The modeling choices where laxflow's faithful simulator and the MFS paper differ (README / results
 # "why they differ"), as ServingConfig field values; ``--physics NAME`` sets them all, each field
 # (``--ep-comm``, ``--fairness``, ``--comm-share``, ``--reuse-from``) can also be set on its own.
@@ -175,7 +180,8 @@ class ServingConfig:
     reuse_lookahead: int | None = None
     cache_tokens_per_unit: int = 1 << 20  # prefix-cache capacity of one prefill unit (LRU), in tokens
     router_overlap_weight: float = 1.0  # weight of non-cached prefix blocks against queued blocks (Dynamo's default)
-    decode_seconds_per_token: float = 0.03  # how long a request holds its decode unit per output token (decode load)
+    decode_seconds_per_token: float = 0.03  # decode "hold": how long a request holds its decode unit per output token
+    decode: str = "hold"  # one of DECODES
     kv_placement: str = "pool"  # one of KV_PLACEMENTS (see there)
     # None: the router trades prefix overlap against load. A share in [0, 1]: that share of requests
     # with a cached prefix go to the least-loaded unit that does not hold most of it (their reuse is
@@ -233,6 +239,8 @@ class ServingConfig:
             raise UserError(f"reuse_from: unknown {self.reuse_from!r} (expected one of {', '.join(REUSE_FROM)})")
         if self.router_overlap_weight < 0:
             raise UserError(f"router_overlap_weight: expected >= 0, got {self.router_overlap_weight!r}")
+        if self.decode not in DECODES:
+            raise UserError(f"decode: unknown {self.decode!r} (expected one of {', '.join(DECODES)})")
         if self.decode_seconds_per_token < 0:
             raise UserError(f"decode_seconds_per_token: expected >= 0, got {self.decode_seconds_per_token!r}")
         if self.router_dispatch not in ("load", "ttft"):

@@ -56,15 +56,22 @@ the two shared a row; compare engines on the keys marked "both"):
   network: the KV leaves after the prompt's last step).
 * ``reuse_share``, ``remote_reuse_share``: instance: 0.0 (its instances keep
   no prefix cache: no token is reused).
-* ``preemptions``: instance: recompute preemptions for KV memory; unit: None
-  (a prefill driver's preemptions at boundaries are another thing).
+* ``preemptions``: instance: recompute preemptions for KV memory; unit: the
+  decode units' with ``--decode steps``, else None (a prefill driver's
+  preemptions at boundaries are another thing).
 
 Decode and TDG keys (``tpot_*``, ``tbt_*``, ``max_tbt_attainment``,
 ``envelope_attainment``, ``token_deadline_attainment``, ``tdg_*``,
 ``effective_rps``, ``tpot_slo``, per priority ``*_high``/``*_low``) are None on
-the unit engine: it runs no decode iterations (a decode unit holds a request
-``output_tokens x decode_seconds_per_token`` for the router's load, nothing
-more). ``busy_share`` is None there too (not measured). Per priority keys are
+the unit engine with ``decode = "hold"`` (the default): it runs no decode
+iterations (a decode unit holds a request ``output_tokens x
+decode_seconds_per_token`` for the router's load, nothing more). With
+``decode = "steps"`` (``--decode steps``) its decode units run as decode
+instances and it fills the measured ones, ``tpot_mean/p50/p90/p99``,
+``tbt_p50/p99/max`` and ``preemptions`` (recompute preemptions on the decode
+units), the same way as the instance engine; the attainments, TDG keys and
+``tpot_slo`` stay None (its workloads have no TPOT SLO). ``busy_share`` is
+None there too (not measured). Per priority keys are
 None on the instance engine when the workload has one priority.
 
 Keys both engines fill from what ran: ``prefill`` (unit: the ``--prefill``
@@ -226,7 +233,17 @@ def _unit(result: SimResult, rate: float) -> dict[str, Any]:
         "pools_end": None,
         "pruned": result.pruned,
         "deferred": result.deferred,
+        **_unit_decode(result),
     }
+
+
+def _unit_decode(result: SimResult) -> dict[str, Any]:
+    """Decode "steps": the decode units' measured keys (the workloads here have no TPOT SLO, so the
+    attainments and TDG keys stay None); "hold": none."""
+    if result.decode is None:
+        return {}
+    seqs = [result.decode[s.index] for s in result.measured]
+    return _decode_latencies(seqs, np.array([request_metrics(s)["tpot"] for s in seqs], dtype=float))
 
 
 # -- the iteration-level engine ----------------------------------------------------
@@ -243,6 +260,17 @@ def request_metrics(s: Seq) -> dict[str, float]:
 
 def _pct(x: np.ndarray, q: float) -> float:
     return float(np.percentile(x, q)) if len(x) else 0.0
+
+
+def _decode_latencies(seqs: list[Seq], tpot: np.ndarray) -> dict[str, Any]:
+    """Both engines' measured decode keys: TPOT over the requests with more than one token (``tpot``: per
+    request, ``request_metrics``), the gaps between consecutive tokens, recompute preemptions."""
+    multi = np.array([len(s.token_times) > 1 for s in seqs])
+    tbt = np.concatenate([np.diff(s.token_times) for s in seqs if len(s.token_times) > 1] or [np.zeros(0)])
+    return {"tpot_mean": float(tpot[multi].mean()) if multi.any() else 0.0, "tpot_p50": _pct(tpot[multi], 50),
+            "tpot_p90": _pct(tpot[multi], 90), "tpot_p99": _pct(tpot[multi], 99),
+            "tbt_p50": _pct(tbt, 50), "tbt_p99": _pct(tbt, 99), "tbt_max": float(tbt.max()) if len(tbt) else 0.0,
+            "preemptions": sum(s.preemptions for s in seqs)}
 
 
 def _group(all_seqs: list[Seq], weights: TdgWeights) -> dict[str, Any]:
@@ -287,8 +315,6 @@ def _instance(result: InstanceResult, rate: float, label: dict[str, Any],
     everyone, seqs = seqs, g["served"]  # rejected requests (admission control) count below as misses
     if not seqs:
         raise UserError("every measured request was rejected by admission control: no latency to report")
-    multi = np.array([len(s.token_times) > 1 for s in seqs])
-    tbt = np.concatenate([np.diff(s.token_times) for s in seqs if len(s.token_times) > 1] or [np.zeros(0)])
     on_time = sum(sum(1 for i, t in enumerate(s.token_times) if t <= s.arrival + s.ttft_slo + i * s.tpot_slo)
                   for s in seqs)
     tokens = sum(len(s.token_times) for s in seqs)
@@ -318,14 +344,11 @@ def _instance(result: InstanceResult, rate: float, label: dict[str, Any],
         "instances": label.get("instances"), "ttft_attainment": g["ttft_attainment"],
         "tpot_attainment": g["tpot_attainment"],
         "max_tbt_attainment": float(np.mean(max_tbt_ok)), "envelope_attainment": float(np.mean(envelope_ok)),
-        "tpot_mean": float(tpot[multi].mean()) if multi.any() else 0.0, "tpot_p50": _pct(tpot[multi], 50),
-        "tpot_p90": _pct(tpot[multi], 90), "tpot_p99": _pct(tpot[multi], 99),
-        "tbt_p50": _pct(tbt, 50), "tbt_p99": _pct(tbt, 99), "tbt_max": float(tbt.max()) if len(tbt) else 0.0,
+        **_decode_latencies(seqs, tpot),
         "token_deadline_attainment": on_time / tokens, "tdg_gain": g["gain"], "tdg_ratio": g["tdg_ratio"],
         "tdg_w_p": result.w_p, "tdg_w_d": result.w_d,
         "effective_rps": g["slo_attainment"] * (len(everyone) - 1) / span if span > 0 else 0.0,
         "tpot_slo": float(np.mean([s.tpot_slo for s in seqs])),
-        "preemptions": sum(s.preemptions for s in seqs),
         "busy_share": float(np.mean([i["busy_s"] for i in stats]) / result.sim_time)
         if result.sim_time > 0 else 0.0,
         **dict.fromkeys(_PRIORITY),

@@ -17,6 +17,7 @@ idle unit asks its local scheduler for each rank's batch and starts a
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -52,6 +53,8 @@ class SimResult:
     prefill: str | None = None  # the --prefill scheduler (None: the run-to-completion FCFS batch former)
     pruned: int | None = None  # requests in the flow policy's pruned set at the end (None: it keeps none)
     deferred: int | None = None  # tasks the --prefill drivers deferred as pruned (None: no driver ran)
+    # decode "steps": each request's decode (an instances.instance.Seq, by request index); None: "hold"
+    decode: dict[int, Any] | None = None
 
     @property
     def measured(self) -> list[RequestState]:
@@ -109,6 +112,8 @@ class ServingSimulator:
             for u in self.cluster.prefill_units
         ]
         self.drivers = self._drivers() if config.prefill else None
+        self.decode = self._decode_units() if config.decode == "steps" else None
+        self.decode_seqs: dict[int, Any] = {}
         self.context = BatchContext(self.queue, self.network, self.runner, self.cluster, config.reuse_lookahead,
                                     self.batch_compute_done, self.request_done)
         self.decode_tokens = [0.0] * len(self.cluster.decode_units)
@@ -140,6 +145,7 @@ class ServingSimulator:
             prefill=self.config.prefill,
             pruned=pruned_count(self.policy),
             deferred=None if self.drivers is None else sum(d.deferrals for d in self.drivers),
+            decode=None if self.decode is None else self.decode_seqs,
         )
 
     # -- events ------------------------------------------------------------------
@@ -317,10 +323,38 @@ class ServingSimulator:
         """Called when a request's last P2D byte lands: its TTFT ends; it decodes, then leaves its decode unit."""
         state.finish = now
         self.done += 1
-        hold = int(getattr(state.request, "output_tokens", 0) or 0) * self.config.decode_seconds_per_token
-        self.queue.push(now + hold, Priority.TIMER, self._leave_decode, state)
+        outputs = int(getattr(state.request, "output_tokens", 0) or 0)
+        if self.decode is None:
+            self.queue.push(now + outputs * self.config.decode_seconds_per_token, Priority.TIMER, self._leave_decode,
+                            state)
+        else:
+            from laxflow.sim.serving.instances.instance import Seq
+
+            # Its prompt's KV and its first token arrive together; the rest of its outputs decode there.
+            seq = Seq(state.id, state.arrival, state.input_tokens, max(1, outputs), state.slo, math.inf,
+                      computed=state.input_tokens, outputs=1, token_times=[now], prefill_end=state.compute_end,
+                      kv_landed=now)
+            self.decode_seqs[state.index] = seq
+            self._states_by_id[seq.id] = state
+            if seq.done:
+                self._leave_decode(state)
+            else:
+                self.decode.join(state.route.decode, seq)
         if self._progress is not None:
             self._progress(1)
+
+    def _decode_units(self) -> Any:
+        from laxflow.sim.serving.instances.config import GPU_MEMORY_UTILIZATION
+        from laxflow.sim.serving.instances.decode import DecodeUnits
+
+        dep = self.runner.deployment
+        sizes = {len(u.gpus) for u in self.cluster.decode_units}
+        if sizes != {int(dep.gpus)}:
+            raise UserError(f"--decode steps: a decode unit runs one replica of {dep.name!r} ({dep.gpus} GPUs), "
+                            f"but the cluster's decode units have {', '.join(map(str, sorted(sizes)))} GPUs")
+        self._states_by_id: dict[str, RequestState] = {}
+        return DecodeUnits(self.queue, dep, len(self.cluster.decode_units), GPU_MEMORY_UTILIZATION,
+                           lambda seq: self._leave_decode(self._states_by_id.pop(seq.id)))
 
     def _leave_decode(self, state: RequestState) -> None:
         self.decode_tokens[state.route.decode] -= state.input_tokens

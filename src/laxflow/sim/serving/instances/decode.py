@@ -1,17 +1,24 @@
-"""The batch former of a disaggregated decode instance: every decode, within KV memory.
+"""Decode instances: their batch former (every decode, within KV memory) and the unit engine's decode units.
 
-Called by :class:`.instance.Instance` before each step when its role is
+:class:`DecodeAll` is called by :class:`.instance.Instance` before each step when its role is
 ``decode``. A decode instance holds sequences whose prompt KV arrived over
 the network; each step runs one token of every one of them (continuous
 batching, as vLLM and DistServe decode instances do), oldest first when KV
 is short. A sequence that was preempted there (recompute) prefills again in
 chunks of at most ``token_budget`` tokens after the decodes.
+
+:class:`DecodeUnits` runs the unit-level engine's decode units as such
+instances (``ServingConfig.decode = "steps"``): one per decode unit, each a
+replica of the deployment timed by :class:`.profile.StepTimer` with vLLM's
+KV sizing, stepping on the simulator's event queue and thread. A request
+joins its unit when its last P2D byte lands, with its prompt's KV and its
+first token (seen then), and decodes its other output tokens there.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from laxflow.integrations.prefill.iteration import (
     BatchEntry,
@@ -57,3 +64,38 @@ class DecodeAll(BatchScheduler):
             budget -= take
             left -= take
         return IterationBatch(tuple(entries), 0.0, 0.0)
+
+
+class DecodeUnits:
+    """The unit engine's decode units as decode-role instances (module docstring)."""
+
+    def __init__(self, queue: Any, deployment: Any, units: int, gpu_memory_utilization: float,
+                 finished: Callable[[Any], None]) -> None:
+        from laxflow.errors import UserError
+        from laxflow.sim.serving.instances.instance import Instance
+        from laxflow.sim.serving.instances.profile import StepTimer
+
+        self.queue = queue
+        self.timer = StepTimer(deployment)
+        kv = self.timer.kv_capacity_tokens(gpu_memory_utilization)
+        if kv < 1:
+            raise UserError(f"--decode steps: deployment {self.timer.dep.name!r} leaves no GPU memory for KV")
+        self.instances = [Instance(f"d{k}", "decode", {"decode": DecodeAll()}, kv, self.timer) for k in range(units)]
+        self._finished = finished
+
+    def join(self, unit: int, seq: Any) -> None:
+        """``seq`` (prompt computed, first token seen now) decodes on decode unit ``unit`` from now."""
+        inst = self.instances[unit]
+        if seq.prompt + seq.target_outputs > inst.kv_capacity:
+            from laxflow.errors import UserError
+
+            raise UserError(f"request {seq.id}: {seq.prompt} prompt + {seq.target_outputs} output tokens exceed a "
+                            f"decode unit's KV memory ({inst.kv_capacity} tokens)")
+        inst.add(seq)
+        inst.kick(self.queue, self._step_end)
+
+    def _step_end(self, inst: Any) -> None:
+        _, finished = inst.end_step(self.queue.now)
+        for s in finished:
+            self._finished(s)
+        inst.kick(self.queue, self._step_end)

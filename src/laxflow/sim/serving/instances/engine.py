@@ -65,7 +65,6 @@ from laxflow.sim.serving.instances.profile import StepTimer, profile_samples
 from laxflow.sim.workload.request import Request
 from laxflow.sim.workload.slo_traces import PRIORITY_WEIGHTS
 
-IDLE_POLL = 1e-3  # s: a scheduler that deferred everything is asked again after this
 KV_BLOCK = 16  # tokens per KV block in the routers' free-block counts (vLLM's default block size)
 
 
@@ -252,22 +251,15 @@ class InstanceEngine:
         self.place(seq, target)
 
     def _kick(self, inst: Instance) -> None:
-        if inst.busy or inst.polling:
-            return
-        secs = inst.begin_step(self.queue.now)
-        if secs is not None:
-            sends = self._layer_sends(inst) if self.config.p2d == "layer" and inst.role == "prefill" else None
-            if sends:
-                LayeredStep(self, inst, secs, sends).begin()  # ends in _step_end at the same time
-            else:
-                self.queue.push(self.queue.now + secs, Priority.COMPUTE, self._step_end, inst)
-        elif inst.seqs:
-            inst.polling = True
-            self.queue.push(self.queue.now + IDLE_POLL, Priority.TIMER, self._poll, inst)
+        inst.kick(self.queue, self._step_end, self._layered if self.config.p2d == "layer" else None)
 
-    def _poll(self, inst: Instance) -> None:
-        inst.polling = False
-        self._kick(inst)
+    def _layered(self, inst: Instance, secs: float) -> bool:
+        """A prefill-role step that sends KV runs layer by layer (layers.py; it ends in _step_end at the
+        same time); any other step is one event."""
+        sends = self._layer_sends(inst) if inst.role == "prefill" else None
+        if sends:
+            LayeredStep(self, inst, secs, sends).begin()
+        return bool(sends)
 
     def _step_end(self, inst: Instance) -> None:
         now = self.queue.now

@@ -19,10 +19,13 @@ far (``folded_outputs``), keeping its next token's index and deadline.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from laxflow.integrations.prefill.iteration import BatchScheduler, IterationBatch, SequenceView
+from laxflow.sim.events import EventQueue, Priority
 
 ROLES = ("colocated", "prefill", "decode")
+IDLE_POLL = 1e-3  # s: a scheduler that deferred everything is asked again after this
 
 
 @dataclass
@@ -106,7 +109,7 @@ class Instance:
         self.last_step_end = -float("inf")
         self.pab = 0.0  # last reported Prefill Admission Budget (pab router)
         self.tokens_done = 0  # tokens computed (prefill + decode) since the start, for monitors
-        self.polling = False  # the engine has an IDLE_POLL wake-up pending for it
+        self.polling = False  # an IDLE_POLL wake-up is pending for it
 
     @property
     def busy(self) -> bool:
@@ -139,6 +142,29 @@ class Instance:
         victim.preemptions += 1
         self.preemptions += 1
         return True
+
+    def kick(self, queue: EventQueue, step_end: Callable[["Instance"], None],
+             run: Callable[["Instance", float], bool] | None = None) -> None:
+        """Start the next step now if idle (an engine's loop, on its one thread).
+
+        The step's end is a COMPUTE event calling ``step_end(self)``, unless
+        ``run(self, seconds)`` takes the step over (returns True: it ends it
+        itself). With nothing to run while sequences are held (the scheduler
+        deferred them all, or KV is short), it asks again after ``IDLE_POLL``.
+        """
+        if self.busy or self.polling:
+            return
+        secs = self.begin_step(queue.now)
+        if secs is not None:
+            if run is None or not run(self, secs):
+                queue.push(queue.now + secs, Priority.COMPUTE, step_end, self)
+        elif self.seqs:
+            self.polling = True
+            queue.push(queue.now + IDLE_POLL, Priority.TIMER, self._poll, (queue, step_end, run))
+
+    def _poll(self, loop: tuple) -> None:
+        self.polling = False
+        self.kick(*loop)
 
     def begin_step(self, now: float) -> float | None:
         """Form the next batch; returns its seconds, or None when there is nothing to run."""

@@ -18,7 +18,7 @@ profiled forwards.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -30,8 +30,9 @@ from laxflow.sim.models.spec import weight_bytes_per_gpu
 class StepTimer:
     """Seconds of one step of one replica of ``deployment``."""
 
-    def __init__(self, deployment: str) -> None:
-        self.dep = get_deployment(deployment)
+    def __init__(self, deployment: Any) -> None:
+        """``deployment``: a catalog name, or a ``models.Deployment`` given as data."""
+        self.dep = get_deployment(deployment) if isinstance(deployment, str) else deployment
         self.model = get_model(self.dep.model)
 
     def seconds(self, entries: Sequence[tuple[int, int]]) -> float:

@@ -1,0 +1,62 @@
+"""``ServingConfig.decode = "steps"`` (``--decode steps``): the prefill units' requests decode on decode instances."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from cli_runner import cli
+from serving_factories import create_config, create_request, run
+
+from laxflow.errors import UserError
+from laxflow.sim.models import get_deployment
+from laxflow.sim.serving.instances.profile import StepTimer
+from laxflow.sim.serving.metrics import summarize
+
+
+def _requests(outputs: list[int]):
+    return [replace(create_request(i, 0.05 * i, 300 + 40 * i), output_tokens=n) for i, n in enumerate(outputs)]
+
+
+def test_each_request_decodes_its_outputs_after_its_last_p2d_byte():
+    reqs = _requests([5, 1, 3, 8])
+    _, hold = run(create_config(), reqs)
+    sim, steps = run(create_config(decode="steps"), reqs)
+    # One decode unit (2 servers: one prefill, one decode): the same route, so the same TTFT to the last float.
+    assert [s.finish for s in steps.states] == [s.finish for s in hold.states]
+    timer = StepTimer(get_deployment("mixtral-8x7b"))
+    for state in steps.states:
+        seq = steps.decode[state.index]
+        outputs = int(state.request.output_tokens)
+        assert len(seq.token_times) == outputs and seq.done
+        assert seq.token_times[0] == seq.kv_landed == state.finish and seq.prefill_end == state.compute_end
+        assert all(b > a for a, b in zip(seq.token_times, seq.token_times[1:]))
+    alone = steps.decode[3]  # the last to arrive decodes alone at the end: one decode step per token
+    assert alone.token_times[-1] - alone.token_times[-2] == pytest.approx(timer.seconds([(1, 300 + 120 + 6)]))
+    assert sim.decode_tokens == [0.0]  # every request left its decode unit
+    row = summarize(steps, 1.0)
+    assert row["tpot_mean"] > 0 and row["tbt_max"] >= row["tbt_p99"] > 0 and row["preemptions"] == 0
+    assert row["tpot_attainment"] is None and row["tdg_ratio"] is None  # no TPOT SLO on these workloads
+    assert summarize(hold, 1.0)["tpot_mean"] is None
+
+
+def test_decode_units_must_be_one_replica_and_the_mode_must_be_known():
+    with pytest.raises(UserError, match=r"decode: unknown 'real' \(expected one of hold, steps\)"):
+        create_config(decode="real")
+    with pytest.raises(UserError, match="a decode unit runs one replica of 'mixtral-8x7b' .8 GPUs., but the "
+                                        "cluster's decode units have 4 GPUs"):
+        run(create_config(decode="steps", decode_unit_gpus=4), _requests([2]))
+
+
+def test_decode_flag_on_the_command_line(capsys):
+    base = ["sim", "serve", "--quiet", "--model", "mixtral-8x7b", "--servers", "2", "--requests", "6", "--warmup",
+            "0", "--jobs", "1", "--policies", "fs", "--workload", "qwen-conv"]
+    code, out, err = cli(capsys, *base, "--decode", "steps", "--json", "-")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["config"]["decode"] == "steps" and data["results"][0]["tpot_mean"] > 0
+    code, _, err = cli(capsys, *base, "--decode", "real")
+    assert code == 2 and "--decode: expected one of hold, steps, got 'real'" in err
+    code, _, err = cli(capsys, *base, "--decode", "steps", "--instances", "1:1")
+    assert code == 2 and "--decode: only for the MFS prefill units" in err
