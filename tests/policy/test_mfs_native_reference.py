@@ -262,7 +262,7 @@ def _fluid_run(native: bool, external: bool = False, drop_budget: int = 0) -> tu
         live = list(net.live)
         s = policy.state
         states.append(repr((s.live_batches(), sorted(s.gone_batches()), sorted(s.pruned_names()), s.owners(live),
-                            [(s.queue_level(f), s.rmlq_level(f)) for f in live], sorted(policy.infeasible))))
+                            [(s.level(f, True), s.level(f, False)) for f in live], sorted(policy.infeasible))))
 
     for k in range(60):
         net.queue.push(k * 2.3e-5, Priority.TIMER, state)

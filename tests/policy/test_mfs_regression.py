@@ -74,4 +74,4 @@ def assert_same_state(ref: MfsPolicy, core: MfsPolicy, flows=()) -> None:
         sorted(map(repr, b.gone_batches()))
     assert repr(a.owners(flows)) == repr(b.owners(flows))
     for f in flows:
-        assert (a.queue_level(f), a.rmlq_level(f)) == (b.queue_level(f), b.rmlq_level(f)), f.id
+        assert (a.level(f, True), a.level(f, False)) == (b.level(f, True), b.level(f, False)), f.id

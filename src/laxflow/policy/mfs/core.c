@@ -1,15 +1,16 @@
-/* The mfs core's Python type (see core.h): Core(config, thresholds, red, reorder, notes, decision),
- * its decide, its methods, the module laxflow.policy.mfs._core. */
+/* The mfs core's Python type (see core.h): Core(levels, period, window, prunes, thresholds, dscp, red,
+ * reorder, notes), its decide, its methods, the module laxflow.policy.mfs._core. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
+#include "structmember.h"
 
-PyObject *np_empty, *np_contiguous, *dt_f64, *dt_i64, *dt_u8, *flow_type, *stage_codes, *p2d, *empty_tuple;
+PyObject *np_empty, *np_contiguous, *dt_f64, *dt_i64, *dt_u8, *decision_type, *stage_codes, *empty_tuple;
 PyObject *s_flows, *s_now, *s_capacity, *s_remaining, *s_tag, *s_kept, *s_progressed, *s_link_load,
-    *s_link_load_in_use, *s_batch, *s_request, *s_deadline, *s_downstream, *s_size, *s_links, *s_weights,
-    *s_stage, *s_layer, *s_current_layer, *s_compute_done, *s_due, *s_explicit, *s_id, *s_timers;
+    *s_link_load_in_use, *s_batch, *s_request, *s_deadline, *s_size, *s_links, *s_weights, *s_stage, *s_layer,
+    *s_current_layer, *s_compute_done, *s_due, *s_explicit, *s_id, *s_timers;
 
 /* ------------------------------------------------------------ scratch and per-link arrays */
 
@@ -86,39 +87,43 @@ int mfs_attr_true(PyObject *o, PyObject *name)
 }
 
 /* A C-contiguous 1-D buffer of `count` or more items of `kind` ('d' float64, 'q' int64) over obj,
- * converted by numpy.ascontiguousarray when obj is not one (*tmp holds the copy). */
-int mfs_get_buffer(PyObject *obj, char kind, Py_ssize_t count, Py_buffer *b, PyObject **tmp, const char *what)
+ * converted by numpy.ascontiguousarray when obj is not one.  mfs_put_buffer releases it (and a Buf
+ * that holds nothing, as {0} does). */
+int mfs_get_buffer(PyObject *obj, char kind, Py_ssize_t count, Buf *b, const char *what)
 {
-    *tmp = NULL;
-    if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
-        const char *f = b->format ? b->format : "B";
+    b->copy = NULL;
+    b->held = 0;
+    if (PyObject_GetBuffer(obj, &b->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
+        const char *f = b->view.format ? b->view.format : "B";
         if (f[0] == '<' || f[0] == '=' || f[0] == '@')
             f++;
-        int match = b->itemsize == 8 && !f[1] && (kind == 'd' ? f[0] == 'd' : (f[0] == 'q' || f[0] == 'l'));
-        if (match && b->ndim <= 1)
+        int match = b->view.itemsize == 8 && !f[1] && (kind == 'd' ? f[0] == 'd' : (f[0] == 'q' || f[0] == 'l'));
+        if (match && b->view.ndim <= 1)
             goto sized;
-        PyBuffer_Release(b);
+        PyBuffer_Release(&b->view);
     } else
         PyErr_Clear();
-    *tmp = PyObject_CallFunctionObjArgs(np_contiguous, obj, kind == 'd' ? dt_f64 : dt_i64, NULL);
-    if (!*tmp || PyObject_GetBuffer(*tmp, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)) {
-        Py_CLEAR(*tmp);
+    b->copy = PyObject_CallFunctionObjArgs(np_contiguous, obj, kind == 'd' ? dt_f64 : dt_i64, NULL);
+    if (!b->copy || PyObject_GetBuffer(b->copy, &b->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)) {
+        Py_CLEAR(b->copy);
         return -1;
     }
 sized:
-    if (b->len / 8 < count) {
-        PyErr_Format(PyExc_ValueError, "mfs: %s has %zd values, %zd needed", what, b->len / 8, count);
-        PyBuffer_Release(b);
-        Py_CLEAR(*tmp);
+    b->held = 1;
+    if (b->view.len / 8 < count) {
+        PyErr_Format(PyExc_ValueError, "mfs: %s has %zd values, %zd needed", what, b->view.len / 8, count);
+        mfs_put_buffer(b);
         return -1;
     }
     return 0;
 }
 
-void mfs_put_buffer(Py_buffer *b, PyObject *tmp)
+void mfs_put_buffer(Buf *b)
 {
-    PyBuffer_Release(b);
-    Py_XDECREF(tmp);
+    if (b->held)
+        PyBuffer_Release(&b->view);
+    Py_CLEAR(b->copy);
+    b->held = 0;
 }
 
 /* The flows' request progress into their slots: every flow's (named NULL), or the named flows' that
@@ -155,56 +160,76 @@ static int read_progress(Core *c, PyObject **flows, int64_t n, PyObject *named)
     return rc;
 }
 
-/* numpy.empty(n, dtype) with its buffer. */
-static PyObject *new_array(int64_t n, PyObject *dtype, Py_buffer *b)
+/* The out-arrays (level, queue, dscp, tag) let go of, and the Decisions over them. */
+static void release_out(Core *c)
 {
-    PyObject *a = PyObject_CallFunction(np_empty, "LO", (long long)n, dtype);
-    if (a && PyObject_GetBuffer(a, b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)) {
+    for (int j = 0; j < 4; j++)
+        if (c->out[j]) {
+            PyBuffer_Release(&c->outbuf[j]);
+            Py_CLEAR(c->out[j]);
+        }
+    c->out_room = 0;
+    if (c->views)
+        PyDict_Clear(c->views);
+}
+
+static PyObject **const out_dtype[4] = {&dt_i64, &dt_i64, &dt_u8, &dt_i64}; /* level, queue, dscp, tag */
+
+/* numpy.empty(n) of out-array j's dtype, with its buffer. */
+static PyObject *new_out(int j, int64_t n, Py_buffer *b)
+{
+    PyObject *a = PyObject_CallFunction(np_empty, "LO", (long long)n, *out_dtype[j]);
+    if (a && PyObject_GetBuffer(a, b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS))
         Py_CLEAR(a);
-    }
     return a;
 }
 
-/* The incremental decision's out-arrays with room for n flows. */
+/* The out-arrays with room for n flows (grown by doubling). */
 static int reserve_out(Core *c, int64_t n)
 {
     if (n <= c->out_room)
         return 0;
     int64_t room = n > 2 * c->out_room ? n : 2 * c->out_room;
-    PyObject *dtypes[4] = {dt_i64, dt_i64, dt_u8, dt_i64};
-    for (int j = 0; j < 4; j++) {
-        if (c->out[j]) {
-            PyBuffer_Release(&c->outbuf[j]);
-            Py_CLEAR(c->out[j]);
-        }
-    }
-    c->out_room = 0;
+    release_out(c);
     for (int j = 0; j < 4; j++)
-        if (!(c->out[j] = new_array(room, dtypes[j], &c->outbuf[j]))) {
-            for (int i = 0; i < j; i++) {
-                PyBuffer_Release(&c->outbuf[i]);
-                Py_CLEAR(c->out[i]);
-            }
+        if (!(c->out[j] = new_out(j, room, &c->outbuf[j]))) {
+            release_out(c);
             return -1;
         }
     c->out_room = room;
-    PyDict_Clear(c->views);
     return 0;
 }
 
-static PyObject *make_decision(Core *c, PyObject *level, PyObject *queue, PyObject *dscp, PyObject *timers,
-                               PyObject *tag)
+/* Decision(level, queue, dscp, timers, tag) over the out-arrays' first n: views of them with the tag
+ * (an incremental owner reads them before the next decision), or copies without (an owner may keep
+ * them). */
+static PyObject *over_out(Core *c, int64_t n, int copy, PyObject *timers)
 {
-    PyObject *kw = Py_BuildValue("{sOsOsOsOsO}", "level", level, "queue", queue, "dscp", dscp, "timers", timers,
-                                 "tag", tag);
-    if (!kw)
-        return NULL;
-    PyObject *d = PyObject_Call(c->decision, empty_tuple, kw);
-    Py_DECREF(kw);
+    PyObject *v[4] = {NULL, NULL, NULL, Py_NewRef(Py_None)}, *d = NULL;
+    int j = 0, arrays = copy ? 3 : 4;
+    for (; j < arrays; j++) {
+        Py_buffer b;
+        if (!copy)
+            Py_XSETREF(v[j], PySequence_GetSlice(c->out[j], 0, n));
+        else if ((v[j] = new_out(j, n, &b))) {
+            memcpy(b.buf, c->outbuf[j].buf, (size_t)b.len);
+            PyBuffer_Release(&b);
+        }
+        if (!v[j])
+            break;
+    }
+    if (j == arrays) {
+        PyObject *kw = Py_BuildValue("{sOsOsOsOsO}", "level", v[0], "queue", v[1], "dscp", v[2], "timers", timers,
+                                     "tag", v[3]);
+        d = kw ? PyObject_Call(decision_type, empty_tuple, kw) : NULL;
+        Py_XDECREF(kw);
+    }
+    for (j = 0; j < 4; j++)
+        Py_XDECREF(v[j]);
     return d;
 }
 
-/* The Decision over the out-arrays' first n (one per n, handed out again), its timers set. */
+/* The view Decision over the out-arrays' first n (one per n, handed out again), its timers set. */
 static PyObject *out_decision(Core *c, int64_t n, PyObject *timers)
 {
     PyObject *key = PyLong_FromLongLong(n), *d;
@@ -213,20 +238,11 @@ static PyObject *out_decision(Core *c, int64_t n, PyObject *timers)
     d = PyDict_GetItemWithError(c->views, key);
     if (d)
         Py_INCREF(d);
-    else if (!PyErr_Occurred()) {
-        PyObject *v[4] = {NULL, NULL, NULL, NULL};
-        int j = 0;
-        for (; j < 4; j++)
-            if (!(v[j] = PySequence_GetSlice(c->out[j], 0, n)))
-                break;
-        if (j == 4 && (d = make_decision(c, v[0], v[1], v[2], empty_tuple, v[3]))) {
-            if (PyDict_GET_SIZE(c->views) >= 4096)
-                PyDict_Clear(c->views);
-            if (PyDict_SetItem(c->views, key, d))
-                Py_CLEAR(d);
-        }
-        for (j = 0; j < 4; j++)
-            Py_XDECREF(v[j]);
+    else if (!PyErr_Occurred() && (d = over_out(c, n, 0, empty_tuple))) {
+        if (PyDict_GET_SIZE(c->views) >= 4096)
+            PyDict_Clear(c->views);
+        if (PyDict_SetItem(c->views, key, d))
+            Py_CLEAR(d);
     }
     Py_DECREF(key);
     if (d && PyObject_SetAttr(d, s_timers, timers))
@@ -234,26 +250,66 @@ static PyObject *out_decision(Core *c, int64_t n, PyObject *timers)
     return d;
 }
 
+/* notes(flows, noted, bad) with a decision's noted (position, RMLQ level) pairs and bad positions. */
+static int call_notes(Core *c, PyObject *flows, int64_t nn, int64_t nb)
+{
+    PyObject *noted = PyList_New(2 * nn), *bad = PyList_New(nb), *r = NULL;
+    for (int64_t j = 0; noted && j < 2 * nn; j++)
+        PyList_SET_ITEM(noted, j, PyLong_FromLongLong(c->noted[j]));
+    for (int64_t j = 0; bad && j < nb; j++)
+        PyList_SET_ITEM(bad, j, PyLong_FromLongLong(c->bad[j]));
+    if (noted && bad)
+        r = PyObject_CallFunctionObjArgs(c->notes, flows, noted, bad, NULL);
+    int rc = r ? 0 : -1;
+    Py_XDECREF(noted);
+    Py_XDECREF(bad);
+    Py_XDECREF(r);
+    return rc;
+}
+
+/* Each flow's slot: the first `kept` from the tags (checked), the others' from slot_of, or new (admitted,
+ * is_new); into pos_slot and the tag out-array. */
+static int find_slots(Core *c, PyObject **flows, int64_t n, const int64_t *tag, int64_t kept)
+{
+    int64_t *slot_out = c->outbuf[3].buf;
+    memset(c->is_new, 0, (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t s;
+        if (i < kept) {
+            s = tag[i];
+            if (s < 0 || s >= c->slot_rows.n || !c->slots[s].used) {
+                PyErr_Format(PyExc_RuntimeError, "mfs: flow %lld's tag %lld is no live RMLQ slot of this policy "
+                             "(an owner's tags out of step)", (long long)i, (long long)s);
+                return -1;
+            }
+        } else {
+            PyObject *so = PyDict_GetItemWithError(c->slot_of, flows[i]);
+            if (so)
+                s = PyLong_AsLongLong(so);
+            else if (PyErr_Occurred() || (s = mfs_admit(c, flows[i], c->capacity)) < 0)
+                return -1;
+            else
+                c->is_new[i] = 1;
+        }
+        c->pos_slot[i] = slot_out[i] = s;
+    }
+    return 0;
+}
+
 /* Core.decide(snap) -> Decision: see reference.Reference.decide. */
 static PyObject *mfs_decide(Core *c, PyObject *snap)
 {
-    PyObject *flows_o = NULL, *cap_o = NULL, *rem_o = NULL, *tag_o = NULL, *load_o = NULL, *prog = NULL;
-    PyObject *cap_t = NULL, *rem_t = NULL, *tag_t = NULL, *load_t = NULL, *result = NULL, *fast = NULL;
-    Py_buffer cap_b, rem_b, tag_b, load_b;
-    int have_cap = 0, have_rem = 0, have_tag = 0, have_load = 0;
+    PyObject *flows_o = NULL, *fast = NULL, *cap_o = NULL, *rem_o = NULL, *tag_o = NULL, *load_o = NULL;
+    PyObject *prog = NULL, *timers = NULL, *result = NULL;
+    Buf cap = {0}, rem = {0}, tag = {0}, load = {0};
     double now;
     if (!(flows_o = PyObject_GetAttr(snap, s_flows))
         || !(fast = PySequence_Fast(flows_o, "mfs: Snapshot.flows must be a sequence")))
         goto out;
-    int64_t n = PySequence_Fast_GET_SIZE(fast);
+    int64_t n = PySequence_Fast_GET_SIZE(fast), kept = 0;
     PyObject **flows = PySequence_Fast_ITEMS(fast);
     if (n == 0) { /* nothing to decide: nothing changes */
-        PyObject *a[3] = {PyObject_CallFunction(np_empty, "iO", 0, dt_i64),
-                          PyObject_CallFunction(np_empty, "iO", 0, dt_i64),
-                          PyObject_CallFunction(np_empty, "iO", 0, dt_u8)};
-        if (a[0] && a[1] && a[2])
-            result = make_decision(c, a[0], a[1], a[2], empty_tuple, Py_None);
-        Py_XDECREF(a[0]), Py_XDECREF(a[1]), Py_XDECREF(a[2]);
+        result = reserve_out(c, 1) ? NULL : over_out(c, 0, 1, empty_tuple);
         goto out;
     }
     PyObject *now_o = PyObject_GetAttr(snap, s_now);
@@ -263,27 +319,19 @@ static PyObject *mfs_decide(Core *c, PyObject *snap)
         || !(tag_o = PyObject_GetAttr(snap, s_tag)))
         goto out;
     Py_ssize_t links = PyObject_Length(cap_o);
-    if (links < 0 || mfs_get_buffer(cap_o, 'd', links, &cap_b, &cap_t, "Snapshot.capacity"))
+    if (links < 0 || mfs_get_buffer(cap_o, 'd', links, &cap, "Snapshot.capacity")
+        || mfs_get_buffer(rem_o, 'd', n, &rem, "Snapshot.remaining"))
         goto out;
-    have_cap = 1;
-    if (mfs_get_buffer(rem_o, 'd', n, &rem_b, &rem_t, "Snapshot.remaining"))
-        goto out;
-    have_rem = 1;
-    if (rem_b.len / 8 != n) {
-        PyErr_Format(PyExc_ValueError, "mfs: Snapshot.remaining has %zd values for %lld flows", rem_b.len / 8,
+    if (rem.view.len / 8 != n) {
+        PyErr_Format(PyExc_ValueError, "mfs: Snapshot.remaining has %zd values for %lld flows", rem.view.len / 8,
                      (long long)n);
         goto out;
     }
-    if (links != c->links && fit_links(c, links))
+    if ((links != c->links && fit_links(c, links)) || reserve_flows(c, n) || reserve_out(c, n))
         goto out;
-    c->capacity = cap_b.buf;
+    c->capacity = cap.view.buf;
     int incremental = tag_o != Py_None;
-    int64_t kept = 0;
-    if (reserve_flows(c, n) || (incremental && reserve_out(c, n)))
-        goto out;
-    memset(c->is_new, 0, (size_t)n);
-    int64_t *tag_out = incremental ? c->outbuf[3].buf : NULL;
-    if (incremental) { /* the kept flows' slots are their tags; the rest are new */
+    if (incremental) { /* the first kept flows' slots are their tags; the rest are new */
         PyObject *kept_o = PyObject_GetAttr(snap, s_kept);
         kept = kept_o ? PyLong_AsLongLong(kept_o) : -1;
         Py_XDECREF(kept_o);
@@ -293,43 +341,16 @@ static PyObject *mfs_decide(Core *c, PyObject *snap)
             PyErr_Format(PyExc_ValueError, "mfs: Snapshot.kept is %lld for %lld flows", (long long)kept, (long long)n);
             goto out;
         }
-        if (mfs_get_buffer(tag_o, 'q', kept, &tag_b, &tag_t, "Snapshot.tag"))
-            goto out;
-        have_tag = 1;
-        const int64_t *tag = tag_b.buf;
-        for (int64_t i = 0; i < kept; i++) {
-            if (tag[i] < 0 || tag[i] >= c->slot_rows.n || !c->slots[tag[i]].used) {
-                PyErr_Format(PyExc_RuntimeError, "mfs: flow %lld's tag %lld is no live RMLQ slot of this policy "
-                             "(an owner's tags out of step)", (long long)i, (long long)tag[i]);
-                goto out;
-            }
-            c->pos_slot[i] = tag_out[i] = tag[i];
-        }
-        for (int64_t i = kept; i < n; i++) {
-            if ((c->pos_slot[i] = tag_out[i] = mfs_admit(c, flows[i], c->capacity)) < 0)
-                goto out;
-            c->is_new[i] = 1;
-        }
-        if (!(prog = PyObject_GetAttr(snap, s_progressed)))
-            goto out;
-        int every = prog == Py_True;
-        if (every ? read_progress(c, flows, n, NULL) : (PyObject_IsTrue(prog) > 0 && read_progress(c, flows, n, prog)))
-            goto out;
-        if (PyErr_Occurred())
-            goto out;
-    } else {
-        for (int64_t i = 0; i < n; i++) {
-            PyObject *so = PyDict_GetItemWithError(c->slot_of, flows[i]);
-            if (so)
-                c->pos_slot[i] = PyLong_AsLongLong(so);
-            else if (PyErr_Occurred() || (c->pos_slot[i] = mfs_admit(c, flows[i], c->capacity)) < 0)
-                goto out;
-            else
-                c->is_new[i] = 1;
-        }
-        if (read_progress(c, flows, n, NULL))
+        if (mfs_get_buffer(tag_o, 'q', kept, &tag, "Snapshot.tag") || !(prog = PyObject_GetAttr(snap, s_progressed)))
             goto out;
     }
+    if (find_slots(c, flows, n, tag.view.buf, kept))
+        goto out;
+    if ((!prog || prog == Py_True) ? read_progress(c, flows, n, NULL)
+                                   : (PyObject_IsTrue(prog) > 0 && read_progress(c, flows, n, prog)))
+        goto out;
+    if (PyErr_Occurred())
+        goto out;
     if (c->order_stale) { /* RED order (reads no level; pruning reads the snapshot) */
         c->order_stale = c->red_moved = 0;
         int hold = c->external || c->prunes ? 0 : mfs_ranks_hold(c);
@@ -346,171 +367,102 @@ static PyObject *mfs_decide(Core *c, PyObject *snap)
     c->last_t = now;
     c->has_last_t = 1;
     int64_t tick = (int64_t)floor(now / c->period + 1e-9);
-    const double *load = NULL;
-    for (int64_t i = 0; i < n && !load; i++) { /* is an explicit flow's MLU due? then the link load */
+    int clip = 0;
+    for (int64_t i = 0; i < n && !load.held; i++) { /* is an explicit flow's MLU due? then the link load */
         const Slot *x = &c->slots[c->pos_slot[i]];
-        if (x->explicit_ && (c->is_new[i] || mfs_eligible(x, tick))) {
-            if (incremental) {
-                load_o = PyObject_GetAttr(snap, s_link_load_in_use);
-                if (load_o == Py_None)
-                    Py_CLEAR(load_o);
-            }
-            if (!load_o && !(load_o = PyObject_GetAttr(snap, s_link_load)))
-                goto out;
-            if (mfs_get_buffer(load_o, 'd', c->links, &load_b, &load_t, "the snapshot's link load"))
-                goto out;
-            have_load = 1;
-            load = load_b.buf;
-        }
+        if (!x->explicit_ || !(c->is_new[i] || mfs_eligible(x, tick)))
+            continue;
+        if (incremental && !(load_o = PyObject_GetAttr(snap, s_link_load_in_use)))
+            goto out;
+        clip = load_o && load_o != Py_None; /* (the in-use column is unclipped) */
+        if (!clip)
+            Py_XSETREF(load_o, PyObject_GetAttr(snap, s_link_load));
+        if (!load_o || mfs_get_buffer(load_o, 'd', c->links, &load, "the snapshot's link load"))
+            goto out;
     }
     if (dt >= 0)
-        mfs_measure(c, n, rem_b.buf, dt);
-    PyObject *arrays[3] = {NULL, NULL, NULL};
-    Py_buffer bufs[3];
-    int64_t *level, *queue;
-    uint8_t *dscp;
-    if (incremental) {
-        level = c->outbuf[0].buf, queue = c->outbuf[1].buf, dscp = c->outbuf[2].buf;
-    } else {
-        PyObject *dtypes[3] = {dt_i64, dt_i64, dt_u8};
-        for (int j = 0; j < 3; j++)
-            if (!(arrays[j] = new_array(n, dtypes[j], &bufs[j]))) {
-                for (int i = 0; i < j; i++) {
-                    PyBuffer_Release(&bufs[i]);
-                    Py_DECREF(arrays[i]);
-                }
-                goto out;
-            }
-        level = bufs[0].buf, queue = bufs[1].buf, dscp = bufs[2].buf;
-    }
+        mfs_measure(c, n, rem.view.buf, dt);
     int64_t nn, nb;
-    double timer = mfs_step(c, n, rem_b.buf, load, 1 - !incremental, now, tick, level, queue, dscp, &nn, &nb);
-    if (!incremental)
-        for (int j = 0; j < 3; j++)
-            PyBuffer_Release(&bufs[j]);
-    PyObject *timers = timer != timer ? Py_NewRef(empty_tuple) : Py_BuildValue("(d)", timer);
-    if (timers && (nn || nb)) { /* the notes on the flows */
-        PyObject *noted = PyList_New(2 * nn), *bad = PyList_New(nb), *r = NULL;
-        for (int64_t j = 0; noted && j < 2 * nn; j++)
-            PyList_SET_ITEM(noted, j, PyLong_FromLongLong(c->noted[j]));
-        for (int64_t j = 0; bad && j < nb; j++)
-            PyList_SET_ITEM(bad, j, PyLong_FromLongLong(c->bad[j]));
-        if (noted && bad)
-            r = PyObject_CallFunctionObjArgs(c->notes, fast, noted, bad, NULL);
-        Py_XDECREF(noted);
-        Py_XDECREF(bad);
-        if (!r)
-            Py_CLEAR(timers);
-        Py_XDECREF(r);
-    }
-    if (timers)
-        result = incremental ? out_decision(c, n, timers)
-                             : make_decision(c, arrays[0], arrays[1], arrays[2], timers, Py_None);
-    Py_XDECREF(timers);
-    for (int j = 0; j < 3; j++)
-        Py_XDECREF(arrays[j]);
+    double timer = mfs_step(c, n, rem.view.buf, load.held ? load.view.buf : NULL, clip, now, tick, c->outbuf[0].buf,
+                            c->outbuf[1].buf, c->outbuf[2].buf, &nn, &nb);
+    timers = timer != timer ? Py_NewRef(empty_tuple) : Py_BuildValue("(d)", timer);
+    if (timers && (!(nn || nb) || !call_notes(c, fast, nn, nb)))
+        result = incremental ? out_decision(c, n, timers) : over_out(c, n, 1, timers);
 out:
     c->capacity = NULL;
-    if (have_cap)
-        mfs_put_buffer(&cap_b, cap_t);
-    if (have_rem)
-        mfs_put_buffer(&rem_b, rem_t);
-    if (have_tag)
-        mfs_put_buffer(&tag_b, tag_t);
-    if (have_load)
-        mfs_put_buffer(&load_b, load_t);
-    Py_XDECREF(fast);
-    Py_XDECREF(flows_o);
-    Py_XDECREF(cap_o);
-    Py_XDECREF(rem_o);
-    Py_XDECREF(tag_o);
-    Py_XDECREF(load_o);
-    Py_XDECREF(prog);
+    mfs_put_buffer(&cap);
+    mfs_put_buffer(&rem);
+    mfs_put_buffer(&tag);
+    mfs_put_buffer(&load);
+    PyObject *refs[] = {fast, flows_o, cap_o, rem_o, tag_o, load_o, prog, timers};
+    for (size_t j = 0; j < sizeof refs / sizeof *refs; j++)
+        Py_XDECREF(refs[j]);
     return result;
 }
 
 /* ------------------------------------------------------------ the type */
 
-/* Core(config, thresholds, red, reorder, notes, decision) */
+/* Core(levels, period, window, prunes, thresholds, dscp, red, reorder, notes): see MfsPolicy.__init__. */
 static int core_init(Core *c, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"config", "thresholds", "red", "reorder", "notes", "decision", NULL};
-    PyObject *config, *thresholds, *red, *reorder, *notes, *decision, *v = NULL, *t = NULL, *codes = NULL;
-    Py_buffer tb, cb;
+    static char *kwlist[] = {"levels", "period", "window", "prunes", "thresholds", "dscp", "red", "reorder", "notes",
+                             NULL};
+    PyObject *thresholds, *red, *reorder, *notes;
+    long long levels;
+    Py_buffer codes;
+    Buf t = {0};
     if (c->slot_of) {
         PyErr_SetString(PyExc_RuntimeError, "mfs: Core is already initialized");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOO", kwlist, &config, &thresholds, &red, &reorder, &notes,
-                                     &decision))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "LddpOy*OOO", kwlist, &levels, &c->period, &c->window, &c->prunes,
+                                     &thresholds, &codes, &red, &reorder, &notes))
         return -1;
-    long long levels, budget;
-    double period, window;
-    if (!(v = PyObject_GetAttrString(config, "levels")) || (levels = PyLong_AsLongLong(v)) == -1) goto fail;
-    Py_SETREF(v, PyObject_GetAttrString(config, "drop_budget"));
-    if (!v || ((budget = PyLong_AsLongLong(v)) == -1 && PyErr_Occurred())) goto fail;
-    Py_SETREF(v, PyObject_GetAttrString(config, "period"));
-    if (!v || mfs_as_f64(v, &period)) goto fail;
-    Py_SETREF(v, PyObject_GetAttrString(config, "load_window"));
-    if (!v || mfs_as_f64(v, &window)) goto fail;
-    Py_SETREF(v, PyObject_GetAttrString(config, "dscp_map"));
-    if (!v || !(codes = PyObject_GetAttrString(v, "codes"))) goto fail;
-    if (mfs_get_buffer(thresholds, 'd', 0, &tb, &t, "thresholds")) goto fail;
-    if (PyObject_GetBuffer(codes, &cb, PyBUF_C_CONTIGUOUS) || cb.len != levels + 1 || cb.itemsize != 1) {
-        if (!PyErr_Occurred()) {
-            PyBuffer_Release(&cb);
-            PyErr_Format(PyExc_ValueError, "mfs: the DSCP map needs %lld uint8 codes", levels + 1);
-        }
-        mfs_put_buffer(&tb, t);
-        goto fail;
+    int bad = mfs_get_buffer(thresholds, 'd', 0, &t, "thresholds");
+    if (!bad && (levels < 1 || codes.len != levels + 1)) {
+        PyErr_Format(PyExc_ValueError, "mfs: the DSCP map has %zd codes for %lld levels (one per queue and the "
+                     "scavenger)", codes.len, levels);
+        bad = 1;
     }
-    c->n_thresholds = tb.len / 8;
-    c->thresholds = malloc(8 * (size_t)(c->n_thresholds + 1));
-    c->dscp = malloc((size_t)levels + 1);
-    if (c->thresholds && c->dscp) {
-        for (int64_t j = 0; j < c->n_thresholds; j++) /* ascending: the thresholds reversed */
-            c->thresholds[j] = ((const double *)tb.buf)[c->n_thresholds - 1 - j];
-        memcpy(c->dscp, cb.buf, (size_t)levels + 1);
+    if (!bad) {
+        c->n_thresholds = t.view.len / 8;
+        c->thresholds = malloc(8 * (size_t)(c->n_thresholds + 1));
+        c->dscp = malloc((size_t)levels + 1);
+        if (!c->thresholds || !c->dscp)
+            bad = !PyErr_NoMemory();
     }
-    PyBuffer_Release(&cb);
-    mfs_put_buffer(&tb, t);
-    if (!c->thresholds || !c->dscp) {
-        PyErr_NoMemory();
-        goto fail;
-    }
-    c->levels = levels, c->period = period, c->window = window, c->prunes = budget > 0, c->note_levels = 1;
+    for (int64_t j = 0; !bad && j < c->n_thresholds; j++) /* ascending: the thresholds reversed */
+        c->thresholds[j] = ((const double *)t.view.buf)[c->n_thresholds - 1 - j];
+    if (!bad)
+        memcpy(c->dscp, codes.buf, (size_t)levels + 1);
+    PyBuffer_Release(&codes);
+    mfs_put_buffer(&t);
+    if (bad)
+        return -1;
+    c->levels = levels, c->note_levels = 1;
     c->red = Py_NewRef(red), c->reorder = Py_NewRef(reorder), c->notes = Py_NewRef(notes);
-    c->decision = Py_NewRef(decision);
     c->live_head = c->live_tail = -1;
     if (!(c->slot_of = PyDict_New()) || !(c->batch_index = PyDict_New()) || !(c->request_index = PyDict_New())
         || !(c->forget_pending = PySet_New(NULL)) || !(c->views = PyDict_New()) || fit_links(c, 0))
-        goto fail;
-    Py_XDECREF(v);
-    Py_XDECREF(codes);
+        return -1;
     return 0;
-fail:
-    Py_XDECREF(v);
-    Py_XDECREF(codes);
-    return -1;
 }
 
-#define OBJECTS(X) X(red) X(reorder) X(notes) X(decision) X(slot_of) X(batch_index) X(request_index) \
-    X(forget_pending) X(views) X(out[0]) X(out[1]) X(out[2]) X(out[3])
+#define OBJECTS(X) X(red) X(reorder) X(notes) X(slot_of) X(batch_index) X(request_index) X(forget_pending) X(views)
 
 static int core_traverse(Core *c, visitproc visit, void *arg)
 {
 #define VISIT(f) Py_VISIT(c->f);
     OBJECTS(VISIT)
 #undef VISIT
+    for (int j = 0; j < 4; j++)
+        Py_VISIT(c->out[j]);
     return 0;
 }
 
 static int core_clear(Core *c)
 {
-    for (int j = 0; j < 4; j++)
-        if (c->out[j])
-            PyBuffer_Release(&c->outbuf[j]);
-    c->out_room = 0;
+    release_out(c);
 #define CLEAR(f) Py_CLEAR(c->f);
     OBJECTS(CLEAR)
 #undef CLEAR
@@ -535,22 +487,8 @@ static void core_dealloc(Core *c)
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
-static PyObject *get_note_levels(Core *c, void *unused) { return PyBool_FromLong(c->note_levels); }
-
-static int set_note_levels(Core *c, PyObject *v, void *unused)
-{
-    int t = v ? PyObject_IsTrue(v) : -1;
-    if (t < 0) {
-        if (!v)
-            PyErr_SetString(PyExc_AttributeError, "mfs: note_levels cannot be deleted");
-        return -1;
-    }
-    c->note_levels = t;
-    return 0;
-}
-
-static PyGetSetDef core_getset[] = {
-    {"note_levels", (getter)get_note_levels, (setter)set_note_levels, "Whether decide notes RMLQ levels.", NULL},
+static PyMemberDef core_members[] = {
+    {"note_levels", T_BOOL, offsetof(Core, note_levels), 0, "Whether decide notes RMLQ levels (a bool)."},
     {NULL},
 };
 
@@ -568,8 +506,7 @@ static PyMethodDef core_methods[] = {
     METHOD(batch_index, METH_O, "batch_index(name) -> index or None"),
     METHOD(set_ranks, METH_VARARGS, "set_ranks(ranked, ranked_red) -> whether a live batch's rank changed"),
     METHOD(owners, METH_O, "owners(flows) -> [(batch, request, name, deadline, pruned) or None]"),
-    METHOD(queue_level, METH_O, "queue_level(flow) -> RMLQ level with pruning"),
-    METHOD(rmlq_level, METH_O, "rmlq_level(flow) -> RMLQ level as promotion left it"),
+    METHOD(level, METH_VARARGS, "level(flow, pruning) -> a live flow's RMLQ level, pruning applied or not"),
     METHOD(sizes, METH_NOARGS, "sizes() -> table sizes"),
     {NULL},
 };
@@ -579,14 +516,14 @@ static PyTypeObject CoreType = {
     .tp_name = "laxflow.policy.mfs._core.Core",
     .tp_basicsize = sizeof(Core),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "One mfs policy's state and decision mfs_step(see core.c and reference.Reference).",
+    .tp_doc = "One mfs policy's state and decision step (see core.h and reference.Reference).",
     .tp_traverse = (traverseproc)core_traverse,
     .tp_clear = (inquiry)core_clear,
     .tp_dealloc = (destructor)core_dealloc,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)core_init,
     .tp_methods = core_methods,
-    .tp_getset = core_getset,
+    .tp_members = core_members,
 };
 
 static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, .m_name = "laxflow.policy.mfs._core",
@@ -606,22 +543,17 @@ PyMODINIT_FUNC PyInit__core(void)
     NAME(s_flows, "flows"); NAME(s_now, "now"); NAME(s_capacity, "capacity"); NAME(s_remaining, "remaining");
     NAME(s_tag, "tag"); NAME(s_kept, "kept"); NAME(s_progressed, "progressed"); NAME(s_link_load, "link_load");
     NAME(s_link_load_in_use, "link_load_in_use"); NAME(s_batch, "batch"); NAME(s_request, "request");
-    NAME(s_deadline, "deadline"); NAME(s_downstream, "downstream"); NAME(s_size, "size"); NAME(s_links, "links");
-    NAME(s_weights, "weights"); NAME(s_stage, "stage"); NAME(s_layer, "layer");
-    NAME(s_current_layer, "current_layer"); NAME(s_compute_done, "compute_done"); NAME(s_due, "due");
-    NAME(s_explicit, "has_explicit_deadline"); NAME(s_id, "id"); NAME(s_timers, "timers");
+    NAME(s_deadline, "deadline"); NAME(s_size, "size"); NAME(s_links, "links"); NAME(s_weights, "weights");
+    NAME(s_stage, "stage"); NAME(s_layer, "layer"); NAME(s_current_layer, "current_layer");
+    NAME(s_compute_done, "compute_done"); NAME(s_due, "due"); NAME(s_explicit, "has_explicit_deadline");
+    NAME(s_id, "id"); NAME(s_timers, "timers");
 #undef NAME
-    PyObject *stage = import_attr("laxflow.stage", "Stage");
-    if (!stage || !(p2d = PyObject_GetAttrString(stage, "P2D")) || !(np_empty = import_attr("numpy", "empty"))
-        || !(np_contiguous = import_attr("numpy", "ascontiguousarray")) || !(dt_f64 = import_attr("numpy", "float64"))
-        || !(dt_i64 = import_attr("numpy", "int64")) || !(dt_u8 = import_attr("numpy", "uint8"))
-        || !(flow_type = import_attr("laxflow.policy.flow", "Flow"))
+    if (!(np_empty = import_attr("numpy", "empty")) || !(np_contiguous = import_attr("numpy", "ascontiguousarray"))
+        || !(dt_f64 = import_attr("numpy", "float64")) || !(dt_i64 = import_attr("numpy", "int64"))
+        || !(dt_u8 = import_attr("numpy", "uint8")) || !(decision_type = import_attr("laxflow.policy.base", "Decision"))
         || !(stage_codes = import_attr("laxflow.stage", "STAGE_CODES")) || !(empty_tuple = PyTuple_New(0))
-        || PyType_Ready(&CoreType) < 0) {
-        Py_XDECREF(stage);
+        || PyType_Ready(&CoreType) < 0)
         return NULL;
-    }
-    Py_DECREF(stage);
     PyObject *mod = PyModule_Create(&core_module);
     if (mod && PyModule_AddObjectRef(mod, "Core", (PyObject *)&CoreType) < 0)
         Py_CLEAR(mod);

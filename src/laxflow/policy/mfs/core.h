@@ -63,7 +63,13 @@ typedef struct { int64_t q, e, u, r, pos; } Key; /* arbitration.engine_levels' k
 typedef struct { /* the rows of a table (slots, batches, requests): how many, room, the freed ones */
     int64_t n, room, n_free;
     int64_t *free;
-} Rows; /* arbitration.engine_levels' key and the flow's position */
+} Rows;
+
+typedef struct { /* a C-contiguous 1-D buffer over a Python object, or over the copy converted from it */
+    Py_buffer view;
+    PyObject *copy; /* NULL: none */
+    int held;
+} Buf;
 
 typedef struct {
     PyObject_HEAD
@@ -72,8 +78,9 @@ typedef struct {
     double period, window;
     double *thresholds; /* MLU level thresholds, ascending */
     uint8_t *dscp;      /* queue -> DSCP, index K = scavenger */
-    int prunes, note_levels;
-    PyObject *red, *reorder, *notes, *decision;
+    int prunes;
+    char note_levels; /* (a T_BOOL member) */
+    PyObject *red, *reorder, *notes;
     /* flows */
     PyObject *slot_of; /* dict: Flow -> slot */
     Slot *slots;
@@ -100,24 +107,24 @@ typedef struct {
     const double *capacity; /* the decision's, while it runs */
     uint8_t *is_new;
     Key *keys;
-    /* an incremental decision's out-arrays (level, queue, dscp, tag) and the Decisions over their first n */
+    /* the out-arrays (level, queue, dscp, tag) and the incremental Decisions over their first n */
     PyObject *out[4], *views;
     Py_buffer outbuf[4];
     int64_t out_room;
 } Core;
 
 /* core.c: the module's objects and interned names */
-extern PyObject *np_empty, *np_contiguous, *dt_f64, *dt_i64, *dt_u8, *flow_type, *stage_codes, *p2d, *empty_tuple;
+extern PyObject *np_empty, *np_contiguous, *dt_f64, *dt_i64, *dt_u8, *decision_type, *stage_codes, *empty_tuple;
 extern PyObject *s_flows, *s_now, *s_capacity, *s_remaining, *s_tag, *s_kept, *s_progressed, *s_link_load,
-    *s_link_load_in_use, *s_batch, *s_request, *s_deadline, *s_downstream, *s_size, *s_links, *s_weights,
-    *s_stage, *s_layer, *s_current_layer, *s_compute_done, *s_due, *s_explicit, *s_id, *s_timers;
+    *s_link_load_in_use, *s_batch, *s_request, *s_deadline, *s_size, *s_links, *s_weights, *s_stage, *s_layer,
+    *s_current_layer, *s_compute_done, *s_due, *s_explicit, *s_id, *s_timers;
 
 /* core.c: Python values */
 int mfs_as_f64(PyObject *o, double *v);
 int mfs_attr_f64(PyObject *o, PyObject *name, double *v);
 int mfs_attr_true(PyObject *o, PyObject *name);
-int mfs_get_buffer(PyObject *obj, char kind, Py_ssize_t count, Py_buffer *b, PyObject **tmp, const char *what);
-void mfs_put_buffer(Py_buffer *b, PyObject *tmp);
+int mfs_get_buffer(PyObject *obj, char kind, Py_ssize_t count, Buf *b, const char *what);
+void mfs_put_buffer(Buf *b);
 
 /* core_tables.c: the tables, and the methods of Core that read or change them */
 int mfs_reserve(void **p, int64_t *room, int64_t need, size_t elem);
@@ -134,8 +141,7 @@ PyObject *mfs_deadlines(Core *c, PyObject *arg);
 PyObject *mfs_batch_index(Core *c, PyObject *name);
 PyObject *mfs_set_ranks(Core *c, PyObject *args);
 PyObject *mfs_owners(Core *c, PyObject *flows);
-PyObject *mfs_queue_level(Core *c, PyObject *flow);
-PyObject *mfs_rmlq_level(Core *c, PyObject *flow);
+PyObject *mfs_level(Core *c, PyObject *args);
 PyObject *mfs_sizes(Core *c, PyObject *unused);
 
 /* core_step.c: the decision step */

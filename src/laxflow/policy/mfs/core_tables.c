@@ -28,22 +28,14 @@ int mfs_reserve(void **p, int64_t *room, int64_t need, size_t elem)
 }
 
 /* A row of table t (rows of `size` bytes at *rows): the last freed one, else a new one at the end (the
- * arrays grown by doubling); -1: MemoryError. */
+ * arrays grown by doubling, the free list first: it has room for every row); -1: MemoryError. */
 static int64_t take_row(Rows *t, void **rows, size_t size)
 {
     if (t->n_free)
         return t->free[--t->n_free];
-    if (t->n == t->room) {
-        int64_t room = t->room ? 2 * t->room : 16;
-        void *grown = realloc(*rows, (size_t)room * size), *free_ = grown ? realloc(t->free, 8 * (size_t)room) : NULL;
-        *rows = grown ? grown : *rows;
-        if (!free_) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        t->free = free_;
-        t->room = room;
-    }
+    int64_t room_free = t->room;
+    if (mfs_reserve((void **)&t->free, &room_free, t->n + 1, 8) || mfs_reserve(rows, &t->room, t->n + 1, size))
+        return -1;
     return t->n++;
 }
 
@@ -229,27 +221,23 @@ int mfs_ranks_hold(Core *c)
  * capacity), that min and the flow's weight there. */
 static int bottleneck(Core *c, PyObject *f, const double *capacity, int64_t *link, double *rate, double *weight)
 {
-    PyObject *lo = PyObject_GetAttr(f, s_links), *wo = lo ? PyObject_GetAttr(f, s_weights) : NULL, *lt, *wt;
-    Py_buffer lb, wb;
+    PyObject *lo = PyObject_GetAttr(f, s_links), *wo = lo ? PyObject_GetAttr(f, s_weights) : NULL;
+    Buf lb = {0}, wb = {0};
     int rc = -1;
-    if (!wo || mfs_get_buffer(lo, 'q', 1, &lb, &lt, "a flow's links"))
+    if (!wo || mfs_get_buffer(lo, 'q', 1, &lb, "a flow's links")
+        || mfs_get_buffer(wo, 'd', lb.view.len / 8, &wb, "a flow's weights"))
         goto out;
-    if (mfs_get_buffer(wo, 'd', lb.len / 8, &wb, &wt, "a flow's weights")) {
-        mfs_put_buffer(&lb, lt);
-        goto out;
-    }
-    const int64_t *l = lb.buf;
-    const double *w = wb.buf;
+    const int64_t *l = lb.view.buf;
+    const double *w = wb.view.buf;
     int64_t best = -1;
     double best_r = 0.0;
-    for (Py_ssize_t k = 0; k < lb.len / 8; k++) {
+    for (Py_ssize_t k = 0; k < lb.view.len / 8; k++) {
         if (l[k] < 0 || l[k] >= c->links) {
             PyObject *id = PyObject_GetAttr(f, s_id);
             PyErr_Format(PyExc_ValueError, "mfs: flow %R uses link %lld, but the network has %lld links", id,
                          (long long)l[k], (long long)c->links);
             Py_XDECREF(id);
-            best = -2;
-            break;
+            goto out;
         }
         double cap = capacity[l[k]];
         double r = w[k] == 0.0 ? (cap != 0.0 ? copysign(INFINITY, cap) : NAN) : cap / w[k];
@@ -258,15 +246,13 @@ static int bottleneck(Core *c, PyObject *f, const double *capacity, int64_t *lin
             best_r = r;
         }
     }
-    if (best >= 0) {
-        *link = l[best];
-        *rate = best_r;
-        *weight = w[best];
-        rc = 0;
-    }
-    mfs_put_buffer(&lb, lt);
-    mfs_put_buffer(&wb, wt);
+    *link = l[best];
+    *rate = best_r;
+    *weight = w[best];
+    rc = 0;
 out:
+    mfs_put_buffer(&lb);
+    mfs_put_buffer(&wb);
     Py_XDECREF(lo);
     Py_XDECREF(wo);
     return rc;
@@ -278,7 +264,7 @@ int64_t mfs_admit(Core *c, PyObject *f, const double *capacity)
 {
     Slot x = {0};
     PyObject *stage = NULL, *code, *bname = NULL, *rname = NULL;
-    double deadline, downstream;
+    double deadline;
     int64_t s = -1;
     if (bottleneck(c, f, capacity, &x.link, &x.rate, &x.weight) || mfs_attr_f64(f, s_size, &x.last_rem)
         || mfs_attr_f64(f, s_layer, &x.target) || mfs_attr_f64(f, s_current_layer, &x.seen_layer)
@@ -290,21 +276,11 @@ int64_t mfs_admit(Core *c, PyObject *f, const double *capacity)
         goto out;
     }
     x.stage = (int8_t)PyLong_AsLong(code);
-    int done = mfs_attr_true(f, s_compute_done);
-    if (done < 0)
+    int done = mfs_attr_true(f, s_compute_done), explicit_ = done < 0 ? -1 : mfs_attr_true(f, s_explicit);
+    if (explicit_ < 0 || mfs_attr_f64(f, s_due, &x.due)) /* (as the flow defines them: a subclass may) */
         goto out;
     x.seen_done = (uint8_t)done;
-    if (Py_TYPE(f) == (PyTypeObject *)flow_type) { /* a plain Flow: its due and explicit, as its properties */
-        if (mfs_attr_f64(f, s_downstream, &downstream))
-            goto out;
-        x.explicit_ = stage == p2d && deadline == deadline;
-        x.due = deadline - downstream;
-    } else { /* a subclass may define its own */
-        int e = mfs_attr_true(f, s_explicit);
-        if (e < 0 || mfs_attr_f64(f, s_due, &x.due))
-            goto out;
-        x.explicit_ = (uint8_t)e;
-    }
+    x.explicit_ = (uint8_t)explicit_;
     if (!(bname = PyObject_GetAttr(f, s_batch)) || !(rname = PyObject_GetAttr(f, s_request)))
         goto out;
     if ((s = take_row(&c->slot_rows, (void **)&c->slots, sizeof(Slot))) < 0)
@@ -634,10 +610,12 @@ PyObject *mfs_owners(Core *c, PyObject *flows)
     return out;
 }
 
-static PyObject *level_of(Core *c, PyObject *flow, int pruning)
+/* Core.level(flow, pruning): a live flow's RMLQ level (K: the scavenger, with pruning applied). */
+PyObject *mfs_level(Core *c, PyObject *args)
 {
-    PyObject *so = PyDict_GetItemWithError(c->slot_of, flow);
-    if (!so) {
+    PyObject *flow, *so;
+    int pruning;
+    if (!PyArg_ParseTuple(args, "Op", &flow, &pruning) || !(so = PyDict_GetItemWithError(c->slot_of, flow))) {
         if (!PyErr_Occurred())
             PyErr_SetObject(PyExc_KeyError, flow);
         return NULL;
@@ -646,9 +624,6 @@ static PyObject *level_of(Core *c, PyObject *flow, int pruning)
     return PyLong_FromLongLong(mfs_queue_of(c, x, pruning && c->requests[x->request].pruned
                                                   && x->stage != LXF_STAGE_COLLECTIVE));
 }
-
-PyObject *mfs_queue_level(Core *c, PyObject *flow) { return level_of(c, flow, 1); }
-PyObject *mfs_rmlq_level(Core *c, PyObject *flow) { return level_of(c, flow, 0); }
 
 PyObject *mfs_sizes(Core *c, PyObject *unused)
 {

@@ -84,9 +84,9 @@ class MfsPolicy(FlowPolicy):
         """``native``: the C core (None: when built; True without it: the reference too)."""
         self.config = config if config is not None else MfsConfig.from_mapping(options)
         self._native = NATIVE and native is not False
-        state = Core if self._native else Reference
-        q = thresholds(self.config.levels, self.config.E, self.config.U)
-        self.state = state(self.config, q, self._red, self._reorder, self._notes, Decision)
+        state, c = Core if self._native else Reference, self.config
+        self.state = state(c.levels, c.period, c.load_window, c.drop_budget > 0, thresholds(c.levels, c.E, c.U),
+                           c.dscp_map.codes, self._red, self._reorder, self._notes)
         self._external: dict[str, int] | None = None  # the coordinator's batch ranks (set_order)
         self.infeasible: set[str] = set()  # ids of explicit flows seen with MLU > 1
         self._infeasible_of: dict[str, set[str]] = {}  # batch -> its ids in infeasible (freed by forget)
@@ -160,11 +160,11 @@ class MfsPolicy(FlowPolicy):
 
     def queue_level(self, flow: Flow) -> int:
         """RMLQ level of a live flow (K = scavenger); for tests and the daemon's DSCP."""
-        return self.state.queue_level(flow)
+        return self.state.level(flow, True)
 
     def rmlq_level(self, flow: Flow) -> int:
         """RMLQ level of a live flow as promotion left it (pruning not applied)."""
-        return self.state.rmlq_level(flow)
+        return self.state.level(flow, False)
 
     @property
     def dscp_map(self) -> DscpMap:

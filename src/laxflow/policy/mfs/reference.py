@@ -20,7 +20,6 @@ import numpy as np
 
 from laxflow.policy.arbitration import engine_levels, queue_of
 from laxflow.policy.base import Decision, Snapshot
-from laxflow.policy.config import MfsConfig
 from laxflow.policy.flow import STAGE_CODES, Flow, Stage
 from laxflow.policy.mlu import level_of, mlu
 from laxflow.policy.rli import rli
@@ -34,7 +33,10 @@ _LAST = np.iinfo(np.int64).max // 2  # the rank of a batch not ordered yet
 class Reference:
     """MFS's per-flow, batch, request and link state, and its decision step.
 
-    ``red(deadlines)`` gives a tuple of deadlines' RED; ``reorder(snap)`` is
+    Built from ``MfsConfig``'s ``levels``, ``period``, ``load_window``
+    (``window``) and whether ``drop_budget`` prunes (``prunes``), the MLU
+    ``thresholds`` (:func:`laxflow.policy.mlu.thresholds`) and the DSCP
+    code per queue (``dscp``). ``red(deadlines)`` gives a tuple of deadlines' RED; ``reorder(snap)`` is
     called inside :meth:`decide` when the batches' order is stale (it ranks
     them with :meth:`set_ranks` and prunes with :meth:`prune`);
     ``notes(flows, noted, bad)`` at the end of a decision that has some:
@@ -43,15 +45,14 @@ class Reference:
     MLU > 1.
     """
 
-    def __init__(self, config: MfsConfig, thresholds: np.ndarray, red: Callable[[tuple[float, ...]], float],
-                 reorder: Callable[[Snapshot], None], notes: Callable[[Sequence[Flow], list[int], list[int]], None],
-                 decision: type = Decision) -> None:
-        self.config = config
-        self._q = thresholds
-        self._red, self._reorder, self._notes, self._decision = red, reorder, notes, decision
-        self._codes = config.dscp_map.codes  # queue -> DSCP, index K = scavenger
+    def __init__(self, levels: int, period: float, window: float, prunes: bool, thresholds: np.ndarray,
+                 dscp: np.ndarray, red: Callable[[tuple[float, ...]], float], reorder: Callable[[Snapshot], None],
+                 notes: Callable[[Sequence[Flow], list[int], list[int]], None]) -> None:
+        self._levels, self._window, self._prunes, self._q = levels, window, prunes, thresholds
+        self._red, self._reorder, self._notes = red, reorder, notes
+        self._codes = dscp  # queue -> DSCP, index K = scavenger
         self.note_levels = True
-        self._t = Rmlq(config.levels, config.period)
+        self._t = Rmlq(levels, period)
         # Batch and request tables (index -> name / facts), grown on first sight;
         # indices forget() freed are handed out again first.
         self._batch_index: dict[str, int] = {}
@@ -103,7 +104,7 @@ class Reference:
         n = len(flows)
         if n == 0:
             empty = np.zeros(0, np.int64)
-            return self._decision(level=empty, queue=empty, dscp=np.zeros(0, np.uint8))
+            return Decision(level=empty, queue=empty, dscp=np.zeros(0, np.uint8))
         if len(snap.remaining) != n:
             raise ValueError(f"mfs: Snapshot.remaining has {len(snap.remaining)} values for {n} flows")
         now, t = snap.now, self._t
@@ -119,7 +120,7 @@ class Reference:
         self._measure_explicit_load(snap, idx, is_new)
         if self._order_stale:
             self._order_stale = self._red_moved = False
-            if self._external or self.config.drop_budget > 0 or not self._ranks_hold():
+            if self._external or self._prunes or not self._ranks_hold():
                 self._reorder(snap)
         noted: list[int] = []
         bad: list[int] = []
@@ -134,13 +135,13 @@ class Reference:
                 changed = t.promote(idx[pos], self._candidates(idx[pos], pos, snap, current, bad), current[pos], now)
                 self._note(noted, pos[changed], idx[pos[changed]])
         explicit, urgency = t.explicit[idx], t.urgency[idx]
-        queue = queue_of(urgency, explicit, self._scavenged(idx), self.config.levels)
-        level = engine_levels(queue, explicit, urgency, self._rank[t.batch[idx]], self.config.levels)
-        timer = t.next_timer(idx, compute_done & (queue < self.config.levels), now)
+        queue = queue_of(urgency, explicit, self._scavenged(idx), self._levels)
+        level = engine_levels(queue, explicit, urgency, self._rank[t.batch[idx]], self._levels)
+        timer = t.next_timer(idx, compute_done & (queue < self._levels), now)
         t.last_rem[idx] = snap.remaining
         if noted or bad:
             self._notes(flows, noted, bad)
-        return self._decision(level=level, queue=queue, dscp=self._codes[queue],
+        return Decision(level=level, queue=queue, dscp=self._codes[queue],
                               timers=() if timer is None else (timer,), tag=None if snap.tag is None else idx)
 
     def _admit(self, new: list[Flow], capacity: np.ndarray) -> np.ndarray:
@@ -242,7 +243,7 @@ class Reference:
         self._last_t = now
         if last is None or now <= last:
             return
-        t, dt, window = self._t, now - last, self.config.load_window
+        t, dt, window = self._t, now - last, self._window
         moved = t.explicit[idx] & ~is_new
         if not self._finished_links and not moved.any():  # no explicit bytes moved: the average only decays
             self._explicit_load *= math.exp(-dt / window)
@@ -263,7 +264,7 @@ class Reference:
         have now: MLU level if explicit (against the link load less MFS's own
         explicit traffic), RLI otherwise; the infeasible ones' positions into ``bad``."""
         t = self._t
-        out = rli(t.target[idx], current[pos], t.stage[idx], self.config.levels)
+        out = rli(t.target[idx], current[pos], t.stage[idx], self._levels)
         exp = t.explicit[idx]
         if not exp.any():
             return out
@@ -280,7 +281,7 @@ class Reference:
         """(position, RMLQ level) of the flows whose level was set, into ``noted`` (while :attr:`note_levels`)."""
         if pos.size and self.note_levels:
             t = self._t
-            q = queue_of(t.urgency[idx], t.explicit[idx], np.zeros(idx.size, bool), self.config.levels)
+            q = queue_of(t.urgency[idx], t.explicit[idx], np.zeros(idx.size, bool), self._levels)
             for i, lv in zip(pos.tolist(), q.tolist()):
                 noted += (i, lv)
 
@@ -326,7 +327,7 @@ class Reference:
             return
         del self._live_flows[b]
         del self._live_requests[b]
-        if self._red_moved or self._external or self.config.drop_budget > 0:
+        if self._red_moved or self._external or self._prunes:
             self._order_stale = True
 
     def forget(self, batches: Iterable[str]) -> list[str]:
@@ -473,16 +474,11 @@ class Reference:
 
     # ------------------------------------------------------------ reading
 
-    def queue_level(self, flow: Flow) -> int:
-        """RMLQ level of a live flow (K = scavenger)."""
+    def level(self, flow: Flow, pruning: bool) -> int:
+        """RMLQ level of a live flow (K = scavenger): with pruning applied, or as promotion left it."""
         idx = np.array([self._t.slot[flow]])
-        t = self._t
-        return int(queue_of(t.urgency[idx], t.explicit[idx], self._scavenged(idx), self.config.levels)[0])
-
-    def rmlq_level(self, flow: Flow) -> int:
-        """RMLQ level of a live flow as promotion left it (pruning not applied)."""
-        s, t = self._t.slot[flow], self._t
-        return int(queue_of(t.urgency[[s]], t.explicit[[s]], np.zeros(1, bool), self.config.levels)[0])
+        scavenged = self._scavenged(idx) if pruning else np.zeros(1, bool)
+        return int(queue_of(self._t.urgency[idx], self._t.explicit[idx], scavenged, self._levels)[0])
 
     def sizes(self) -> dict[str, int]:
         """Table sizes, free entries included (for tests)."""
