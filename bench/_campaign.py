@@ -3,7 +3,7 @@
 Used by ``bench/sim_claims.py``, ``bench/codesign.py`` and ``bench/instance_policies.py``. Each finished
 run's record is appended to a JSON-lines log at once; a rerun reads the log and skips every run already
 there, so a campaign stopped at any point resumes where it was. Runs go seed by seed (every point's
-seed 0, then seed 1, ...), so an early stop leaves whole seeds.
+seed 0, then seed 1, ...), so an early stop leaves whole seeds. ``positive_floats`` reads their grid flags.
 """
 
 from __future__ import annotations
@@ -52,3 +52,15 @@ def run_campaign(log: Path, seeds: Iterable[int], todo_for: Callable[[int], Sequ
         run_all([s for _, s in todo], jobs=jobs, on_done=save)
         print(f"# seed {seed} done, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     return done
+
+
+def positive_floats(text: str, flag: str) -> list[float]:
+    """A comma-separated list of positive numbers from flag ``flag``, or exit with one line naming it."""
+    prog = Path(sys.argv[0]).stem
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"{prog}: {flag}: expected comma-separated numbers, got {text!r}") from None
+    if not values or any(not v > 0 for v in values):
+        raise SystemExit(f"{prog}: {flag}: expected positive numbers, got {text!r}")
+    return values

@@ -18,8 +18,9 @@ each ``--physics``. Each cell runs, on the same requests per seed:
 Per cell and combination: SLO attainment (mean ± 95 % half-width over seeds), pruned requests and
 deferred tasks (means); then the paired differences on the same requests: ``coupled - blind`` (what
 the coupling itself adds) and ``coupled - best alone`` (the higher of ``mfs`` and ``flowprefill``),
-each with its interval and whether it excludes 0. Finished runs go to ``OUT/runs.jsonl`` at once; a
-rerun skips them. Not a test: only wall time depends on the machine.
+each with its interval and whether it excludes 0. With ``--decode steps`` the decode units run decode
+batches (``ServingConfig.decode``) and each combination also reports its mean TPOT. Finished runs go to
+``OUT/runs.jsonl`` at once; a rerun skips them. Not a test: only wall time depends on the machine.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from _campaign import run_campaign
+from _campaign import positive_floats, run_campaign
 from laxflow.sim.map.figures import mean_ci, paired_diff
 from laxflow.sim.serving.experiment import PRESETS, RunSpec, rates_at
 
@@ -43,22 +44,12 @@ COMBOS = {  # name -> (prefill scheduler or None: the legacy batch former, flow 
 }
 
 
-def _floats(text: str, flag: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SystemExit(f"codesign: {flag}: expected comma-separated numbers, got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise SystemExit(f"codesign: {flag}: expected positive numbers, got {text!r}")
-    return values
-
-
 def cell_specs(preset_name: str, physics: str, scale: float, load: float, seed: int,
                a: argparse.Namespace) -> dict[str, RunSpec]:
     preset = PRESETS[preset_name]
     cfg = preset.config().with_physics(physics)
     cfg = replace(cfg, cluster=replace(cfg.cluster, servers=min(a.servers, preset.servers)), warmup=a.warmup,
-                  slo_scale=scale)
+                  slo_scale=scale, decode=a.decode)
     rate = rates_at(cfg.model, preset.workload, (load,), physics)[0]
     out = {}
     for name, (prefill, policy, coupling) in COMBOS.items():
@@ -88,6 +79,8 @@ def summary(key: tuple, rows: dict[tuple, dict], seeds: list[int], rate: float) 
             "pruned": round(sum(r.get("pruned") or 0 for r in mine) / len(mine), 2),
             "deferred": round(sum(r.get("deferred") or 0 for r in mine) / len(mine), 2),
         }
+        if all(r.get("tpot_mean") is not None for r in mine):  # --decode steps
+            line["combos"][c]["tpot_mean_ms"] = round(1e3 * sum(r["tpot_mean"] for r in mine) / len(mine), 3)
     best = max(("mfs", "flowprefill"), key=lambda c: sum(att[c]))  # ties: mfs
     line["best_alone"] = best
     line["coupled_minus_blind"] = _paired(att["coupled"], att["blind"])
@@ -104,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loads", default="0.8,1.0,1.2")
     ap.add_argument("--physics", default="faithful",
                     help="comma-separated: faithful, paper or field=value;... (config.parse_physics)")
+    ap.add_argument("--decode", default="hold", choices=("hold", "steps"),
+                    help="steps: the decode units run decode batches (TPOT per combination); hold: the old decode load")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--servers", type=int, default=16)
     ap.add_argument("--requests", type=int, default=200)
@@ -121,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if ranks != 1:
             ap.error(f"--presets: {p!r} has {ranks} attention-DP ranks per prefill unit; FlowPrefill drives a unit "
                      "of one attention group (fig12-conv, fig12-agent)")
-    scales, loads = _floats(a.slo_scales, "--slo-scales"), _floats(a.loads, "--loads")
+    scales, loads = positive_floats(a.slo_scales, "--slo-scales"), positive_floats(a.loads, "--loads")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     cells = [(p, ph, s, ld) for p in presets for ph in a.physics.split(",") for s in scales for ld in loads]
@@ -131,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def record(key: tuple, spec: RunSpec, row: dict) -> dict:
         cell, seed, name = key
-        keep = {k: row.get(k) for k in ("slo_attainment", "pruned", "deferred", "ttft_mean", "wall_s")}
+        keep = {k: row.get(k) for k in ("slo_attainment", "pruned", "deferred", "ttft_mean", "tpot_mean", "wall_s")}
         return {**keep, "cell": list(cell), "seed": seed, "combo": name, "rate": spec.rate}
 
     done = run_campaign(out / "runs.jsonl", range(a.seeds), todo_for, record,

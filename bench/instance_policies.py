@@ -34,7 +34,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from _campaign import run_campaign
+from _campaign import positive_floats, run_campaign
 from laxflow.sim.map.figures import mean_ci, paired_diff
 from laxflow.sim.serving.experiment import PRESETS, RunSpec
 
@@ -45,21 +45,13 @@ KEYS = ("slo_attainment", "ttft_attainment", "tpot_attainment", "ttft_mean", "tt
         "pruned", "preemptions", "wall_s")
 
 
-def _floats(text: str, flag: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SystemExit(f"instance_policies: {flag}: expected comma-separated numbers, got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise SystemExit(f"instance_policies: {flag}: expected positive numbers, got {text!r}")
-    return values
-
-
 def points(a: argparse.Namespace) -> list[tuple]:
     """(experiment, manager: instances "P:D" or a pool manager, NIC Gbit/s, rate per instance)."""
-    out = [("p2d", "6:2", nic, rate) for nic in _floats(a.nics, "--nics") for rate in _floats(a.p2d_rates, "--p2d-rates")]
-    out += [("arrow", pools, nic, rate) for pools in a.pools.split(",") for nic in _floats(a.arrow_nics, "--arrow-nics")
-            for rate in _floats(a.arrow_rates, "--arrow-rates")]
+    p2d_rates = positive_floats(a.p2d_rates, "--p2d-rates")
+    arrow_rates = positive_floats(a.arrow_rates, "--arrow-rates")
+    out = [("p2d", "6:2", nic, rate) for nic in positive_floats(a.nics, "--nics") for rate in p2d_rates]
+    out += [("arrow", pools, nic, rate) for pools in a.pools.split(",")
+            for nic in positive_floats(a.arrow_nics, "--arrow-nics") for rate in arrow_rates]
     return [p for p in out if p[0] in a.only.split(",")]
 
 

@@ -470,6 +470,22 @@ def instance_rows(recs: dict[str, Record]) -> list[str]:
         _instance_row)
 
 
+def _codesign_decode_row(line: dict) -> str:
+    c = line["combos"]
+    tpot = " / ".join(num(c[k]["tpot_mean_ms"]) for k in ("mfs", "flowprefill", "blind", "coupled"))
+    return (f"| `{line['preset']}` | {line['slo_scale']:g} | {line['load']:g} | {_att(c['mfs'])} | "
+            f"{_att(c['flowprefill'])} | {_att(c['coupled'])} | {c['coupled']['pruned']:g} / "
+            f"{c['coupled']['deferred']:g} | {_paired_text(line['coupled_minus_blind'])} | "
+            f"{_paired_text(line['coupled_minus_best_alone'])} ({line['best_alone']}) | {tpot} |")
+
+
+def codesign_decode_rows(recs: dict[str, Record]) -> list[str]:
+    return _line_table(recs["codesign_decode"], [
+        "| preset | SLO scale | load | MFS alone | FlowPrefill alone | coupled | pruned / deferred (coupled) | "
+        "coupled − blind | coupled − best alone | TPOT ms: MFS / FlowPrefill / blind / coupled |",
+        "|---|---|---|---|---|---|---|---|---|---|"], _codesign_decode_row)
+
+
 MAP_AXES = ("nic_gbps", "ep", "ep_comm", "kv_placement", "remote_reuse", "prompt_scale", "load")
 
 
@@ -566,7 +582,7 @@ def workload_rows(recs: dict[str, Record]) -> list[str]:
 def page_mfs(recs: dict[str, Record], now: str) -> list[str]:
     lines = header("MFS (paper 001): the paper's figures and laxflow's",
                    [recs[n] for n in ("sim_claims", "sim_claims_paper", "sim_physics_sweep", "sim_physics_ablation",
-                                      "codesign", "instance_policies", "sim_map", "testbed_ratio",
+                                      "codesign", "codesign_decode", "instance_policies", "sim_map", "testbed_ratio",
                                       "workload_calibration")], now)
     lines += ["The serving simulator runs every policy (MFS and the baselines FS, SJF, EDF, Karuna) on the same "
               "requests per seed, each point at 0.8 of its model's capacity on its workload (never a rate picked per "
@@ -586,6 +602,11 @@ def page_mfs(recs: dict[str, Record], now: str) -> list[str]:
     lines += map_rows(recs)
     lines += ["## Co-design where MFS prunes: MFS with FlowPrefill", "", CODESIGN_TEXT, ""]
     lines += codesign_rows(recs)
+    lines += ["### With real decode", "",
+              "The same four combinations with the decode units run as decode instances (`--decode steps`: "
+              "continuous batches within KV memory), faithful physics, the tight end of the grid. TTFT still ends at "
+              "the last P2D byte; decode reaches the prefill side only through the router's decode-unit load.", ""]
+    lines += codesign_decode_rows(recs)
     lines += ["## On the instance engine: P2D under contention, and Arrow's pools", "", INSTANCE_TEXT, ""]
     lines += instance_rows(recs)
     lines += ["## Figure 9 on the emulated testbed", ""]

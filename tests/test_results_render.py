@@ -214,6 +214,12 @@ def test_mfs_page_shows_the_codesign_cells(renderer):
     row = next(ln for ln in mfs.splitlines() if ln.startswith("| `fig12-conv` | faithful | 1.5 | 1.2 |"))
     assert "| 0.720 ± 0.020 |" in row and "| 20 / 4 |" in row
     assert "| +0.020 ± 0.030 | +0.060 ± 0.020 * (flowprefill) |" in row
+    for name in ("mfs", "flowprefill", "blind", "coupled"):
+        line["combos"][name]["tpot_mean_ms"] = 7.5
+    (data / "codesign_decode.json").write_text(json.dumps(_record("codesign_decode", {"lines": [line]})))
+    mfs = pages()["mfs.md"]
+    row = next(ln for ln in mfs.splitlines() if ln.startswith("| `fig12-conv` | 1.5 | 1.2 |"))
+    assert "| 0.500 ± 0.020 | 0.660 ± 0.020 | 0.720 ± 0.020 | 20 / 4 |" in row and "| 7.50 / 7.50 / 7.50 / 7.50 |" in row
 
 
 def test_mfs_page_shows_the_instance_engine_policies(renderer):
