@@ -297,7 +297,7 @@ static int find_slots(Core *c, PyObject **flows, int64_t n, const int64_t *tag, 
 }
 
 /* Core.decide(snap) -> Decision: see reference.Reference.decide. */
-static PyObject *mfs_decide(Core *c, PyObject *snap)
+PyObject *mfs_decide(Core *c, PyObject *snap)
 {
     PyObject *flows_o = NULL, *fast = NULL, *cap_o = NULL, *rem_o = NULL, *tag_o = NULL, *load_o = NULL;
     PyObject *prog = NULL, *timers = NULL, *result = NULL;
@@ -492,25 +492,6 @@ static PyMemberDef core_members[] = {
     {NULL},
 };
 
-#define METHOD(name, flags, doc) {#name, (PyCFunction)mfs_##name, flags, doc}
-static PyMethodDef core_methods[] = {
-    METHOD(decide, METH_O, "decide(snap) -> Decision"),
-    METHOD(complete, METH_O, "complete(flow): the flow's last byte was delivered"),
-    METHOD(forget, METH_O, "forget(batches) -> the batch names freed now"),
-    METHOD(set_pruned, METH_O, "set_pruned(names): the coordinator's pruned requests"),
-    METHOD(prune, METH_O, "prune(names): Algorithm 1 pruned these requests"),
-    METHOD(pruned_names, METH_NOARGS, "pruned_names() -> set of request names"),
-    METHOD(live_batches, METH_NOARGS, "live_batches() -> [(RED, name, index)] in the order they became live"),
-    METHOD(gone_batches, METH_NOARGS, "gone_batches() -> [(ranked RED, name, index)] ranked, not live"),
-    METHOD(deadlines, METH_O, "deadlines(b) -> live batch b's live deadlines"),
-    METHOD(batch_index, METH_O, "batch_index(name) -> index or None"),
-    METHOD(set_ranks, METH_VARARGS, "set_ranks(ranked, ranked_red) -> whether a live batch's rank changed"),
-    METHOD(owners, METH_O, "owners(flows) -> [(batch, request, name, deadline, pruned) or None]"),
-    METHOD(level, METH_VARARGS, "level(flow, pruning) -> a live flow's RMLQ level, pruning applied or not"),
-    METHOD(sizes, METH_NOARGS, "sizes() -> table sizes"),
-    {NULL},
-};
-
 static PyTypeObject CoreType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "laxflow.policy.mfs._core.Core",
@@ -522,7 +503,7 @@ static PyTypeObject CoreType = {
     .tp_dealloc = (destructor)core_dealloc,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)core_init,
-    .tp_methods = core_methods,
+    .tp_methods = mfs_methods,
     .tp_members = core_members,
 };
 

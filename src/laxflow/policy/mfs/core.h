@@ -1,8 +1,10 @@
 /* The mfs policy's C core, laxflow.policy.mfs._core.Core: its types and what its three files share.
  *
- *   core.c         the Python type: decide (one decision over a snapshot), the module
+ *   core.c         the Python type (built from MfsConfig's values), decide (one decision over a
+ *                  snapshot, into out-arrays: the Decision is views of them or copies), the module
  *   core_tables.c  slots, batches and requests: admission, completion, the RED memo, the order's
- *                  tables, the coordinator's pruned set, forget
+ *                  tables, the coordinator's pruned set, forget; the methods that read or change
+ *                  them, and Core's method table
  *   core_step.c    the decision step: entry levels and promotions (MLU, RLI), the explicit-load
  *                  average, arbitration keys and dense levels
  *
@@ -119,30 +121,19 @@ extern PyObject *s_flows, *s_now, *s_capacity, *s_remaining, *s_tag, *s_kept, *s
     *s_link_load_in_use, *s_batch, *s_request, *s_deadline, *s_size, *s_links, *s_weights, *s_stage, *s_layer,
     *s_current_layer, *s_compute_done, *s_due, *s_explicit, *s_id, *s_timers;
 
-/* core.c: Python values */
+/* core.c: Python values, and Core.decide */
+PyObject *mfs_decide(Core *c, PyObject *snap);
 int mfs_as_f64(PyObject *o, double *v);
 int mfs_attr_f64(PyObject *o, PyObject *name, double *v);
 int mfs_attr_true(PyObject *o, PyObject *name);
 int mfs_get_buffer(PyObject *obj, char kind, Py_ssize_t count, Buf *b, const char *what);
 void mfs_put_buffer(Buf *b);
 
-/* core_tables.c: the tables, and the methods of Core that read or change them */
+/* core_tables.c: the tables, the methods of Core that read or change them, and the method table */
 int mfs_reserve(void **p, int64_t *room, int64_t need, size_t elem);
 int64_t mfs_admit(Core *c, PyObject *f, const double *capacity);
 int mfs_ranks_hold(Core *c);
-PyObject *mfs_complete(Core *c, PyObject *flow);
-PyObject *mfs_forget(Core *c, PyObject *names);
-PyObject *mfs_set_pruned(Core *c, PyObject *names);
-PyObject *mfs_prune(Core *c, PyObject *names);
-PyObject *mfs_pruned_names(Core *c, PyObject *unused);
-PyObject *mfs_live_batches(Core *c, PyObject *unused);
-PyObject *mfs_gone_batches(Core *c, PyObject *unused);
-PyObject *mfs_deadlines(Core *c, PyObject *arg);
-PyObject *mfs_batch_index(Core *c, PyObject *name);
-PyObject *mfs_set_ranks(Core *c, PyObject *args);
-PyObject *mfs_owners(Core *c, PyObject *flows);
-PyObject *mfs_level(Core *c, PyObject *args);
-PyObject *mfs_sizes(Core *c, PyObject *unused);
+extern PyMethodDef mfs_methods[]; /* Core's methods */
 
 /* core_step.c: the decision step */
 int mfs_eligible(const Slot *x, int64_t tick);

@@ -312,7 +312,7 @@ out:
 /* Core.complete(flow): its slot free; an explicit flow's last bytes counted on its bottleneck link for
  * the next measurement; the flow leaves its batch's live tables; a batch whose last flow this was
  * departs, and the order is stale unless only the departed batch's gap in the ranks would close. */
-PyObject *mfs_complete(Core *c, PyObject *flow)
+static PyObject *mfs_complete(Core *c, PyObject *flow)
 {
     PyObject *so = PyDict_GetItemWithError(c->slot_of, flow);
     if (!so) {
@@ -386,7 +386,7 @@ static int free_request(Core *c, int64_t r)
 }
 
 /* Core.forget(batches) -> the names freed now (see MfsPolicy.forget). */
-PyObject *mfs_forget(Core *c, PyObject *names)
+static PyObject *mfs_forget(Core *c, PyObject *names)
 {
     PyObject *freed = PyList_New(0), *pending = NULL;
     if (!freed || _PySet_Update(c->forget_pending, names) < 0 || !(pending = PySequence_List(c->forget_pending)))
@@ -434,7 +434,7 @@ fail:
 }
 
 /* Core.set_pruned(names): the coordinator's pruned set (its order is the policy's from now on). */
-PyObject *mfs_set_pruned(Core *c, PyObject *names)
+static PyObject *mfs_set_pruned(Core *c, PyObject *names)
 {
     PyObject *it = PyObject_GetIter(names), *name;
     if (!it)
@@ -457,7 +457,7 @@ PyObject *mfs_set_pruned(Core *c, PyObject *names)
 }
 
 /* Core.prune(names): Algorithm 1 pruned these (known) requests. */
-PyObject *mfs_prune(Core *c, PyObject *names)
+static PyObject *mfs_prune(Core *c, PyObject *names)
 {
     PyObject *it = PyObject_GetIter(names), *name;
     if (!it)
@@ -478,7 +478,7 @@ PyObject *mfs_prune(Core *c, PyObject *names)
     Py_RETURN_NONE;
 }
 
-PyObject *mfs_pruned_names(Core *c, PyObject *unused)
+static PyObject *mfs_pruned_names(Core *c, PyObject *unused)
 {
     PyObject *out = PySet_New(NULL);
     for (int64_t r = 0; out && r < c->request_rows.n; r++)
@@ -508,8 +508,8 @@ static PyObject *batch_list(Core *c, int live)
     return out;
 }
 
-PyObject *mfs_live_batches(Core *c, PyObject *unused) { return batch_list(c, 1); }
-PyObject *mfs_gone_batches(Core *c, PyObject *unused) { return batch_list(c, 0); }
+static PyObject *mfs_live_batches(Core *c, PyObject *unused) { return batch_list(c, 1); }
+static PyObject *mfs_gone_batches(Core *c, PyObject *unused) { return batch_list(c, 0); }
 
 static int64_t batch_arg(Core *c, PyObject *arg)
 {
@@ -524,7 +524,7 @@ static int64_t batch_arg(Core *c, PyObject *arg)
 }
 
 /* Core.deadlines(b): live batch b's live deadlines (NaN ones left out), in the order its requests came. */
-PyObject *mfs_deadlines(Core *c, PyObject *arg)
+static PyObject *mfs_deadlines(Core *c, PyObject *arg)
 {
     int64_t b = batch_arg(c, arg);
     PyObject *out = b < 0 ? NULL : PyList_New(0);
@@ -538,14 +538,14 @@ PyObject *mfs_deadlines(Core *c, PyObject *arg)
     return out;
 }
 
-PyObject *mfs_batch_index(Core *c, PyObject *name)
+static PyObject *mfs_batch_index(Core *c, PyObject *name)
 {
     PyObject *v = PyDict_GetItemWithError(c->batch_index, name);
     return v ? Py_NewRef(v) : PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
 }
 
 /* Core.set_ranks(ranked, ranked_red) -> whether a live batch's rank changed. */
-PyObject *mfs_set_ranks(Core *c, PyObject *args)
+static PyObject *mfs_set_ranks(Core *c, PyObject *args)
 {
     PyObject *ranked, *reds, *item, *it;
     if (!PyArg_ParseTuple(args, "OO", &ranked, &reds) || !(it = PyObject_GetIter(ranked)))
@@ -588,7 +588,7 @@ PyObject *mfs_set_ranks(Core *c, PyObject *args)
 }
 
 /* Core.owners(flows): per flow (batch, request, request name, deadline, pruned), None without a slot. */
-PyObject *mfs_owners(Core *c, PyObject *flows)
+static PyObject *mfs_owners(Core *c, PyObject *flows)
 {
     PyObject *fast = PySequence_Fast(flows, "mfs: owners() takes a sequence of flows");
     PyObject *out = fast ? PyList_New(PySequence_Fast_GET_SIZE(fast)) : NULL;
@@ -611,7 +611,7 @@ PyObject *mfs_owners(Core *c, PyObject *flows)
 }
 
 /* Core.level(flow, pruning): a live flow's RMLQ level (K: the scavenger, with pruning applied). */
-PyObject *mfs_level(Core *c, PyObject *args)
+static PyObject *mfs_level(Core *c, PyObject *args)
 {
     PyObject *flow, *so;
     int pruning;
@@ -625,7 +625,7 @@ PyObject *mfs_level(Core *c, PyObject *args)
                                                   && x->stage != LXF_STAGE_COLLECTIVE));
 }
 
-PyObject *mfs_sizes(Core *c, PyObject *unused)
+static PyObject *mfs_sizes(Core *c, PyObject *unused)
 {
     int64_t memo = 0;
     for (int64_t b = 0; b < c->batch_rows.n; b++)
@@ -634,3 +634,22 @@ PyObject *mfs_sizes(Core *c, PyObject *unused)
                          "requests", (long long)c->request_rows.n, "live_batches", (long long)c->n_live, "red_memo",
                          (long long)memo);
 }
+
+#define METHOD(name, flags, doc) {#name, (PyCFunction)mfs_##name, flags, doc}
+PyMethodDef mfs_methods[] = { /* Core's, decide's (core.c) and those of the tables */
+    METHOD(decide, METH_O, "decide(snap) -> Decision"),
+    METHOD(complete, METH_O, "complete(flow): the flow's last byte was delivered"),
+    METHOD(forget, METH_O, "forget(batches) -> the batch names freed now"),
+    METHOD(set_pruned, METH_O, "set_pruned(names): the coordinator's pruned requests"),
+    METHOD(prune, METH_O, "prune(names): Algorithm 1 pruned these requests"),
+    METHOD(pruned_names, METH_NOARGS, "pruned_names() -> set of request names"),
+    METHOD(live_batches, METH_NOARGS, "live_batches() -> [(RED, name, index)] in the order they became live"),
+    METHOD(gone_batches, METH_NOARGS, "gone_batches() -> [(ranked RED, name, index)] ranked, not live"),
+    METHOD(deadlines, METH_O, "deadlines(b) -> live batch b's live deadlines"),
+    METHOD(batch_index, METH_O, "batch_index(name) -> index or None"),
+    METHOD(set_ranks, METH_VARARGS, "set_ranks(ranked, ranked_red) -> whether a live batch's rank changed"),
+    METHOD(owners, METH_O, "owners(flows) -> [(batch, request, name, deadline, pruned) or None]"),
+    METHOD(level, METH_VARARGS, "level(flow, pruning) -> a live flow's RMLQ level, pruning applied or not"),
+    METHOD(sizes, METH_NOARGS, "sizes() -> table sizes"),
+    {NULL},
+};
