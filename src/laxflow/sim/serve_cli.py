@@ -140,6 +140,8 @@ class Plan:
     pools: list[Any] = field(default_factory=lambda: [None])  # --pools names (instance engine)
     instances: Optional[str] = None  # --instances (instance engine)
     network: str = "fabric"  # --network (instance engine: fabric or ideal)
+    p2d: str = "prompt"  # --p2d (instance engine: prompt or layer)
+    placement: str = "ports"  # --placement (instance engine: ports or cluster)
 
 
 def _trace_count(v: dict[str, Any], warmup: int) -> int:
@@ -228,10 +230,12 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         raise UserError(f"--seed: expected an integer >= 0, got {v['seed']}")
     seeds = _seeds(v["seeds"], chosen.seed)
     prefills, routers, pools, engine = _engine_choices(v)
-    network = v.get("network") or "fabric"
-    from laxflow.sim.serving.instances.run import check_network
+    from laxflow.sim.serving.instances.run import check_engine_option
 
-    check_network(network, engine)
+    layout = {"network": v.get("network") or "fabric", "p2d": v.get("p2d") or ("prompt" if engine else "layer"),
+              "placement": v.get("placement") or ("ports" if engine else "cluster")}
+    for name, value in layout.items():
+        check_engine_option("--" + name, value, engine)
     names = _split(v["policies"], "--policies") if v["policies"] else list(chosen.policies)
     if engine and not v["policies"] and not preset:
         names = ["fs"]  # the flow policy only orders P2D flows there: one is enough unless asked
@@ -291,7 +295,7 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         "instances": (v["instances"] or "1") if engine else None,
         "dispatch": config.router_dispatch,
         "decode": "steps" if engine else config.decode,
-        "network": network,
+        **layout,
         "preset_rates": list(chosen.rates),
     }
     config, meta = _with_kv_placement(config, meta, v["kv_placement"])
@@ -310,7 +314,7 @@ def _build(v: dict[str, Any], which: str) -> Plan:
     for flag, name in (("--json", "json_out"), ("--plot", "plot"), ("--requests-out", "requests_out")):
         _prepare_out(v[name], flag)
     return Plan(config, names, chosen.workload, chosen.requests, seeds, meta, prefills, routers, pools,
-                v["instances"] if engine else None, network)
+                v["instances"] if engine else None, **layout)
 
 
 def _engine_choices(v: dict[str, Any]) -> tuple[list[Any], list[Any], list[Any], bool]:
@@ -383,7 +387,8 @@ def _execute(plan: Plan, rates: list[float], v: dict[str, Any]) -> tuple[list[An
     specs = [
         RunSpec(plan.config, plan.workload, rate, name, plan.requests, seed, trace, v["trace_format"],
                 time_scale=v.get("time_scale") or 1.0, per_request=v["requests_out"] is not None, prefill=prefill,
-                router=router, pools=pools, instances=plan.instances, network=plan.network)
+                router=router, pools=pools, instances=plan.instances, network=plan.network, p2d=plan.p2d,
+                placement=plan.placement)
         for rate in rates
         for prefill in plan.prefills
         for router in plan.routers

@@ -70,6 +70,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("decode", "--decode", "str", "Prefill-unit engine: hold (a decode unit is held output tokens x 30 ms "
          "for the router's load; default) or steps (decode units run continuous decode batches with KV memory: "
          "TPOT and TBT are measured). The instance engine always runs decode steps."),
+    Flag("p2d", "--p2d", "str", "Instance engine: prompt (a prompt's KV leaves whole after its last prefill step; "
+         "default) or layer (each chunk's KV leaves layer by layer as its step computes it)."),
+    Flag("placement", "--placement", "str", "Instance engine: ports (one port per instance, NIC x its GPUs, on a "
+         "non-blocking switch; default) or cluster (instances on consecutive GPUs of the --servers/--topology "
+         "cluster, prefill first, one NIC per GPU)."),
     Flag("dispatch", "--dispatch", "str", "Prefill-unit routing: load (prefix overlap + queued tokens; default) "
          "or ttft (network-inclusive TTFT estimate, as the hooks' dispatch_advice)."),
     Flag("requests", "--requests", "int", "Measured requests per run (default 1024; at most 1,000,000 with "

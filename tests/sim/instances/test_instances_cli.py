@@ -158,3 +158,32 @@ def test_nic_gbps_sets_the_instance_ports_and_the_unit_cluster(laxflow_cli):
                                  "--nic-gbps", "50", "--json", "-")
     assert code == 0, err
     assert json.loads(out)["config"]["nic_gbps"] == 50.0
+
+
+def test_p2d_and_placement_from_the_line(laxflow_cli):
+    rows = {}
+    for p2d, placement in (("prompt", "ports"), ("layer", "ports"), ("prompt", "cluster")):
+        code, out, err = laxflow_cli(*ARGS, "--prefill", "sarathi", "--instances", "1:1", "--p2d", p2d,
+                                     "--placement", placement, "--servers", "2", "--json", "-")
+        assert code == 0, err
+        data = json.loads(out)
+        assert (data["config"]["p2d"], data["config"]["placement"]) == (p2d, placement)
+        (rows[p2d, placement],) = data["results"]
+    base = rows["prompt", "ports"]
+    assert rows["layer", "ports"]["ttft_mean"] < base["ttft_mean"]  # the KV mostly left while later layers computed
+    assert rows["layer", "ports"]["network_bytes_by_stage"] == base["network_bytes_by_stage"]
+    # Two TP1 instances on one 8-GPU server: the KV rides NVSwitch, not the network.
+    assert rows["prompt", "cluster"]["network_bytes_by_stage"]["p2d"] == 0.0 < base["network_bytes_by_stage"]["p2d"]
+
+
+def test_bad_p2d_and_placement_are_one_line(laxflow_cli):
+    for extra, expect in (
+        (["--instances", "1:1", "--p2d", "chunk"], "--p2d: unknown 'chunk' (expected one of prompt, layer)"),
+        (["--instances", "1:1", "--placement", "rack"], "--placement: unknown 'rack' (expected one of ports, cluster)"),
+        (["--p2d", "prompt", "--workload", "qwen-conv"], "--p2d prompt: only the instance engine"),
+        (["--placement", "ports", "--workload", "qwen-conv"], "--placement ports: only the instance engine"),
+    ):
+        args = [*ARGS, *extra] if "--workload" not in extra else ["sim", "serve", "--quiet", *extra]
+        code, _, err = laxflow_cli(*args)
+        assert code != 0 and expect in err, (extra, err)
+        assert len(err.strip().splitlines()) == 1

@@ -55,6 +55,8 @@ class RunSpec:
     pools: str | None = None  # --pools: instance engine pool manager
     instances: str | None = None  # --instances: "N" colocated or "P:D" (instance engine)
     network: str = "fabric"  # --network: fabric or ideal (instance engine; the unit-level engine is always fabric)
+    p2d: str = "prompt"  # --p2d: prompt or layer (instance engine; the unit-level engine sends per layer)
+    placement: str = "ports"  # --placement: ports or cluster (instance engine; the unit-level engine: cluster)
     prompt_scale: float = 1.0  # synthetic workload's prompt lengths x this (laxflow sim map --prompt-scales)
 
     @property

@@ -16,7 +16,8 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from laxflow.errors import UserError
-from laxflow.sim.serving.instances.config import DEFAULT_DEPLOYMENT, NETWORKS, InstanceSimConfig, parse_instances
+from laxflow.sim.serving.instances.config import (DEFAULT_DEPLOYMENT, NETWORKS, P2D_MODES, PLACEMENTS,
+                                                  InstanceSimConfig, parse_instances)
 from laxflow.sim.workload.slo_traces import SLO_WORKLOADS, TRACE_FORMAT_SLO, with_priorities
 
 
@@ -27,13 +28,28 @@ def uses_instances(prefill: str | None, router: str | None, pools: str | None) -
     return (prefill in batch_scheduler_names()) or router is not None or pools is not None
 
 
+# The instance engine's layout flags: flag -> (its choices, the MFS prefill units' own way, what the flag chooses,
+# how the prefill units do it). The prefill units take the flag only at their own value.
+ENGINE_OPTIONS = {
+    "--network": (NETWORKS, "fabric", "a network choice", "always run the fabric"),
+    "--p2d": (P2D_MODES, "layer", "a P2D choice", "send each layer's KV as it is computed"),
+    "--placement": (PLACEMENTS, "cluster", "a placement choice", "sit on the cluster's servers"),
+}
+
+
+def check_engine_option(flag: str, value: str, engine: bool) -> None:
+    """``value`` of ``flag`` (one of ENGINE_OPTIONS) is known, and the prefill units' own unless ``engine``."""
+    choices, unit_own, what, how = ENGINE_OPTIONS[flag]
+    if value not in choices:
+        raise UserError(f"{flag}: unknown {value!r} (expected one of {', '.join(choices)})")
+    if value != unit_own and not engine:
+        raise UserError(f"{flag} {value}: only the instance engine (--prefill BATCH_SCHEDULER, --router, --pools or "
+                        f"--instances) has {what}; the MFS prefill units {how}")
+
+
 def check_network(network: str, engine: bool) -> None:
     """``--network``: one of NETWORKS; ``ideal`` only on this engine (the unit-level one always runs the fabric)."""
-    if network not in NETWORKS:
-        raise UserError(f"--network: unknown {network!r} (expected one of {', '.join(NETWORKS)})")
-    if network != "fabric" and not engine:
-        raise UserError(f"--network {network}: only the instance engine (--prefill BATCH_SCHEDULER, --router, "
-                        f"--pools or --instances) has a network choice; the MFS prefill units always run the fabric")
+    check_engine_option("--network", network, engine)
 
 
 def slo_workload_name(workload: str, trace: str | None, trace_format: str | None) -> str:
@@ -56,7 +72,7 @@ def engine_config(spec: Any) -> InstanceSimConfig:
         deployment=spec.config.deployment or DEFAULT_DEPLOYMENT, instances=total, prefill_instances=prefill,
         scheduler=spec.prefill or "sarathi", router=spec.router or "dplb", pools=spec.pools,
         ttft_slo=w.ttft_slo, tpot_slo=w.tpot_slo, warmup=spec.config.warmup, seed=spec.seed, flow_policy=spec.policy,
-        network=spec.network, cluster=spec.config.cluster)  # (the cluster: read by placement "cluster" only)
+        network=spec.network, cluster=spec.config.cluster, p2d=spec.p2d, placement=spec.placement)
 
 
 def _pool_dispatcher(config: InstanceSimConfig) -> Any:
