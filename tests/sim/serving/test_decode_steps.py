@@ -60,3 +60,9 @@ def test_decode_flag_on_the_command_line(capsys):
     assert code == 2 and "--decode: expected one of hold, steps, got 'real'" in err
     code, _, err = cli(capsys, *base, "--decode", "steps", "--instances", "1:1")
     assert code == 2 and "--decode: only for the MFS prefill units" in err
+
+
+def test_a_request_larger_than_a_decode_units_kv_is_refused_before_the_run():
+    big = replace(create_request(0, 0.0, 300), output_tokens=10_000_000)
+    with pytest.raises(UserError, match=r"request r0: 300 prompt \+ 10000000 output tokens exceed a decode unit's KV"):
+        run(create_config(decode="steps"), [big])

@@ -353,8 +353,11 @@ class ServingSimulator:
             raise UserError(f"--decode steps: a decode unit runs one replica of {dep.name!r} ({dep.gpus} GPUs), "
                             f"but the cluster's decode units have {', '.join(map(str, sorted(sizes)))} GPUs")
         self._states_by_id: dict[str, RequestState] = {}
-        return DecodeUnits(self.queue, dep, len(self.cluster.decode_units), GPU_MEMORY_UTILIZATION,
-                           lambda seq: self._leave_decode(self._states_by_id.pop(seq.id)))
+        units = DecodeUnits(self.queue, dep, len(self.cluster.decode_units), GPU_MEMORY_UTILIZATION,
+                            lambda seq: self._leave_decode(self._states_by_id.pop(seq.id)))
+        for r in self.requests:  # before anything runs: every request fits a unit's KV memory
+            units.check(str(r.id), int(r.input_tokens), max(1, int(getattr(r, "output_tokens", 0) or 0)))
+        return units
 
     def _leave_decode(self, state: RequestState) -> None:
         self.decode_tokens[state.route.decode] -= state.input_tokens

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from laxflow.errors import UserError
 from laxflow.integrations.prefill.iteration import (
     BatchEntry,
     BatchSample,
@@ -29,6 +30,8 @@ from laxflow.integrations.prefill.iteration import (
     TokenBudgetConfig,
     build_config,
 )
+from laxflow.sim.serving.instances.instance import Instance, Seq
+from laxflow.sim.serving.instances.profile import StepTimer
 
 
 @dataclass(frozen=True)
@@ -70,31 +73,29 @@ class DecodeUnits:
     """The unit engine's decode units as decode-role instances (module docstring)."""
 
     def __init__(self, queue: Any, deployment: Any, units: int, gpu_memory_utilization: float,
-                 finished: Callable[[Any], None]) -> None:
-        from laxflow.errors import UserError
-        from laxflow.sim.serving.instances.instance import Instance
-        from laxflow.sim.serving.instances.profile import StepTimer
-
+                 finished: Callable[[Seq], None]) -> None:
         self.queue = queue
         self.timer = StepTimer(deployment)
-        kv = self.timer.kv_capacity_tokens(gpu_memory_utilization)
-        if kv < 1:
+        self.kv_capacity = self.timer.kv_capacity_tokens(gpu_memory_utilization)  # tokens per unit
+        if self.kv_capacity < 1:
             raise UserError(f"--decode steps: deployment {self.timer.dep.name!r} leaves no GPU memory for KV")
-        self.instances = [Instance(f"d{k}", "decode", {"decode": DecodeAll()}, kv, self.timer) for k in range(units)]
+        self.instances = [Instance(f"d{k}", "decode", {"decode": DecodeAll()}, self.kv_capacity, self.timer)
+                          for k in range(units)]
         self._finished = finished
 
-    def join(self, unit: int, seq: Any) -> None:
+    def check(self, request_id: str, prompt: int, outputs: int) -> None:
+        """Raise UserError unless a request of ``prompt`` + ``outputs`` tokens fits a unit's KV memory."""
+        if prompt + outputs > self.kv_capacity:
+            raise UserError(f"request {request_id}: {prompt} prompt + {outputs} output tokens exceed a decode unit's "
+                            f"KV memory ({self.kv_capacity} tokens of {self.timer.dep.name})")
+
+    def join(self, unit: int, seq: Seq) -> None:
         """``seq`` (prompt computed, first token seen now) decodes on decode unit ``unit`` from now."""
         inst = self.instances[unit]
-        if seq.prompt + seq.target_outputs > inst.kv_capacity:
-            from laxflow.errors import UserError
-
-            raise UserError(f"request {seq.id}: {seq.prompt} prompt + {seq.target_outputs} output tokens exceed a "
-                            f"decode unit's KV memory ({inst.kv_capacity} tokens)")
         inst.add(seq)
         inst.kick(self.queue, self._step_end)
 
-    def _step_end(self, inst: Any) -> None:
+    def _step_end(self, inst: Instance) -> None:
         _, finished = inst.end_step(self.queue.now)
         for s in finished:
             self._finished(s)
