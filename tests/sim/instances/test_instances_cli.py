@@ -67,10 +67,14 @@ def test_network_choice_from_the_line_and_the_config_file(laxflow_cli, tmp_path)
     assert data["config"]["network"] == "ideal" and data["results"][0]["tpot_mean"] == runs["ideal"]["tpot_mean"]
 
 
-def test_bad_network_is_one_line(laxflow_cli):
+def test_bad_layout_flags_are_one_line(laxflow_cli):
     for extra, expect in (
         (["--instances", "1:1", "--network", "free"], "--network: unknown 'free' (expected one of fabric, ideal)"),
         (["--network", "ideal", "--workload", "qwen-conv"], "--network ideal: only the instance engine"),
+        (["--instances", "1:1", "--p2d", "chunk"], "--p2d: unknown 'chunk' (expected one of prompt, layer)"),
+        (["--instances", "1:1", "--placement", "rack"], "--placement: unknown 'rack' (expected one of ports, cluster)"),
+        (["--p2d", "prompt", "--workload", "qwen-conv"], "--p2d prompt: only the instance engine"),
+        (["--placement", "ports", "--workload", "qwen-conv"], "--placement ports: only the instance engine"),
     ):
         args = [*ARGS, *extra] if "--workload" not in extra else ["sim", "serve", "--quiet", *extra]
         code, _, err = laxflow_cli(*args)
@@ -174,16 +178,3 @@ def test_p2d_and_placement_from_the_line(laxflow_cli):
     assert rows["layer", "ports"]["network_bytes_by_stage"] == base["network_bytes_by_stage"]
     # Two TP1 instances on one 8-GPU server: the KV rides NVSwitch, not the network.
     assert rows["prompt", "cluster"]["network_bytes_by_stage"]["p2d"] == 0.0 < base["network_bytes_by_stage"]["p2d"]
-
-
-def test_bad_p2d_and_placement_are_one_line(laxflow_cli):
-    for extra, expect in (
-        (["--instances", "1:1", "--p2d", "chunk"], "--p2d: unknown 'chunk' (expected one of prompt, layer)"),
-        (["--instances", "1:1", "--placement", "rack"], "--placement: unknown 'rack' (expected one of ports, cluster)"),
-        (["--p2d", "prompt", "--workload", "qwen-conv"], "--p2d prompt: only the instance engine"),
-        (["--placement", "ports", "--workload", "qwen-conv"], "--placement ports: only the instance engine"),
-    ):
-        args = [*ARGS, *extra] if "--workload" not in extra else ["sim", "serve", "--quiet", *extra]
-        code, _, err = laxflow_cli(*args)
-        assert code != 0 and expect in err, (extra, err)
-        assert len(err.strip().splitlines()) == 1
