@@ -19,7 +19,9 @@ CCT inflation (CCT over the same layers' CCT on an idle fabric), realized
 and remote reuse shares and the network's byte shares per stage; MFS over
 the best baseline (highest mean), and whether that margin is a tie (inside
 MFS's and the best baseline's intervals); and the paired difference (MFS
-minus the best baseline per seed, on the same requests) with its interval. Not a test: numbers depend on the
+minus the best baseline per seed, on the same requests) with its interval, and the same against each baseline
+that ran (``paired_vs``). ``--policies`` runs that list instead of each preset's (e.g. with ``sjf-group`` and
+``karuna-group``, the baselines that size a collective as one job). Not a test: numbers depend on the
 machine only through wall time, which it reports.
 """
 
@@ -31,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from _campaign import run_campaign
-from laxflow.sim.map.figures import mean_ci, paired_margin
+from laxflow.sim.map.figures import mean_ci, paired_diff, paired_margin
 from laxflow.sim.serving.experiment import PRESETS, RunSpec, rates_at
 from laxflow.stage import STAGE_NAMES
 
@@ -64,7 +66,8 @@ def point_specs(item: tuple[str, str, float | None], args: argparse.Namespace, s
         cfg = replace(cfg, kv_placement=args.kv_placement)
     n = args.requests or preset.requests
     key = f"{name}@{float(rate)}" + ("" if cfg.physics == "faithful" else f"|{cfg.physics}")
-    return key, [RunSpec(cfg, preset.workload, float(rate), p, n, seed) for p in preset.policies]
+    policies = args.policies.split(",") if args.policies else preset.policies
+    return key, [RunSpec(cfg, preset.workload, float(rate), p, n, seed) for p in policies]
 
 
 def summary(key: str, rows: list[dict], specs: list[RunSpec], fraction: float | None = None) -> dict:
@@ -112,6 +115,12 @@ def summary(key: str, rows: list[dict], specs: list[RunSpec], fraction: float | 
         # Paired view: every policy of a seed runs the same requests, so the per-seed difference
         # has far less spread than either attainment; its interval excluding 0 means a real margin.
         line["paired_diff"] = {"mean": round(d, 3), "ci95": round(dci or 0.0, 3), "excludes_0": excludes}
+        line["paired_vs"] = {}  # MFS minus each baseline that ran, per seed
+        for p in pol:
+            if p != "mfs":
+                pd, pci, pex = paired_diff([by_seed[s]["mfs"]["slo_attainment"] for s in seeds],
+                                           [by_seed[s][p]["slo_attainment"] for s in seeds])
+                line["paired_vs"][p] = {"mean": round(pd, 3), "ci95": round(pci or 0.0, 3), "excludes_0": pex}
         if "fs" in pol:
             fs = pol["fs"]
             line["mfs_vs_fs"] = {k: round(m[k] / fs[k] - 1.0, 3) if fs[k] else None
@@ -125,6 +134,8 @@ def main() -> None:
     ap.add_argument("--points", required=True, help="comma-separated preset or preset@rate")
     ap.add_argument("--fraction", type=float, default=0.8, help="a bare preset's rate, as a fraction of capacity")
     ap.add_argument("--fractions", default=None, help="comma-separated fractions instead (a load sweep)")
+    ap.add_argument("--policies", default=None,
+                    help="comma-separated flow policies instead of each preset's (with mfs: its margin over the others)")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--servers", type=int, default=None)
     ap.add_argument("--requests", type=int, default=None)

@@ -45,6 +45,37 @@ def test_sjf_orders_by_size_then_arrival_and_exact_ties_share_a_level():
     assert list(karuna) == [4, 3, 3, 2, 1, 1]
 
 
+def test_group_variants_size_a_collective_as_its_whole_group():
+    # An all-to-all over 16 pairs (1 byte per pair: 16 bytes) against a lone 4-byte transfer.
+    flows = [flow("a2a", 1.0, stage=Stage.COLLECTIVE, pairs=16.0), flow("kv", 4.0, stage=Stage.REUSE)]
+    assert list(create_policy("sjf").decide(snapshot(flows)).level) == [0, 1]  # per pair: the all-to-all is small
+    assert list(create_policy("sjf-group").decide(snapshot(flows)).level) == [1, 0]  # whole: it is the big job
+    assert list(create_policy("karuna").decide(snapshot(flows)).level) == [1, 2]
+    assert list(create_policy("karuna-group").decide(snapshot(flows)).level) == [2, 1]
+    assert Flow.trusted("t", 1.0, np.zeros(1, np.int64), np.ones(1), pairs=16.0).pairs == 16.0
+    assert flow("plain").pairs == 1.0
+
+
+def test_a_collectives_flow_carries_its_pairs_from_the_fabric():
+    from laxflow.sim.serving.config import ClusterConfig
+    from laxflow.sim.serving.cluster import Cluster
+    from laxflow.sim.serving.instances.fabric import Fabric
+    from laxflow.sim.events import EventQueue
+
+    cluster = Cluster(ClusterConfig(servers=2, gpus_per_server=2, nic_gbps=100.0, nvswitch_gbps=7200.0,
+                                    topology="big-switch"), 2)
+    queue = EventQueue()
+    net = FluidNetwork(cluster.topology, create_policy("sjf-group"), queue)
+    fabric = Fabric(queue, net, cluster, 900e9)
+    pattern = cluster.transfer([0, 1], [2, 3])  # two GPU pairs across the two servers
+    shape = fabric.shape(Stage.P2D, 1e6, pattern)
+    seen = []
+    add = net.add_flow
+    net.add_flow = lambda f, done=None: (seen.append(f), add(f, done))[1]
+    fabric.issue("x", shape, None, None, 0.0, "r", "b", None, True, {}, lambda _: None, None)
+    assert seen[0].pairs == pattern.pairs == 2 and seen[0].size * seen[0].pairs == shape.net == 1e6
+
+
 def test_sjf_uses_total_size_not_remaining():
     flows = [flow("big", 10.0), flow("small", 2.0)]
     snap = snapshot(flows)

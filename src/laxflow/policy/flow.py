@@ -50,6 +50,9 @@ class Flow:
     layer: int | None = None  # target layer (reuse: needed before it; p2d: its KV)
     current_layer: int | None = None  # layer the request is computing now
     compute_done: bool = False  # the request's prefill compute has ended
+    # The point-to-point flows this flow group stands for: a collective or a sharded KV move is one flow
+    # in per-pair units (size: one pair's bytes), so size x pairs is the group's bytes. 1: a plain flow.
+    pairs: float = 1.0
 
     # Written by the engine after each decision (the Decision's arrays), unless
     # its owner reads none of them (FluidNetwork's flow_fields=False: the
@@ -90,6 +93,7 @@ class Flow:
         layer: int | None = None,
         current_layer: int | None = None,
         compute_done: bool = False,
+        pairs: float = 1.0,
     ) -> "Flow":
         """The flow the constructor would build, without its conversions and checks.
 
@@ -117,6 +121,7 @@ class Flow:
         flow.layer = layer
         flow.current_layer = current_layer
         flow.compute_done = compute_done
+        flow.pairs = pairs
         flow.level = flow.queue = flow.dscp = None
         flow.cap = _INF
         flow.finish = None

@@ -6,8 +6,9 @@ still meets its due time, ``remaining / (due - now)``, recomputed at every
 event; once due, the cap is lifted (the flow is late, let it finish). Every
 other flow is scheduled below them by strict priority on total size, the
 paper's "remaining flows using SJF", with SJF's own tie rule
-(``sjf.sjf_levels``: equal sizes by earlier arrival, exact ties share a level). A timer at each explicit flow's due time lifts its cap even if
-no other event happens then. Called by the engine after every event.
+(``sjf.sjf_levels``: equal sizes by earlier arrival, exact ties share a level). A timer at each explicit flow's
+due time lifts its cap even if no other event happens then. Called by the engine after every event.
+``karuna-group`` sizes a flow group (a collective) as one job of its group's bytes, as ``sjf-group``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from laxflow.policy.base import Decision, FlowPolicy, Snapshot
-from laxflow.policy.sjf import sjf_levels
+from laxflow.policy.sjf import job_sizes, sjf_levels
 
 
 class Karuna(FlowPolicy):
@@ -23,6 +24,7 @@ class Karuna(FlowPolicy):
 
     name = "karuna"
     reads_link_load = False
+    group = False  # the SJF part's job size: per pair (False) or the whole flow group (karuna-group)
 
     def decide(self, snap: Snapshot) -> Decision:
         n = len(snap.flows)
@@ -32,7 +34,7 @@ class Karuna(FlowPolicy):
         cap = np.full(n, np.inf)
         other = ~explicit
         if other.any():
-            level[other] = 1 + sjf_levels(snap.size[other], snap.arrival[other])
+            level[other] = 1 + sjf_levels(job_sizes(snap, self.group)[other], snap.arrival[other])
         timers: tuple[float, ...] = ()
         if explicit.any():
             due = snap.due[explicit]
@@ -42,3 +44,10 @@ class Karuna(FlowPolicy):
             future = due[left > 0]
             timers = tuple(sorted(set(future.tolist())))
         return self.decision(level, cap=cap, timers=timers)
+
+
+class KarunaGroup(Karuna):
+    """``karuna-group``: Karuna whose SJF part sizes a flow group as one job of its group's bytes."""
+
+    name = "karuna-group"
+    group = True

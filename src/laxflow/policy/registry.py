@@ -20,6 +20,8 @@ _POLICIES: Registry[FlowPolicy] = Registry("policy", FlowPolicy, {
     "mfs": "laxflow.policy.mfs:MfsPolicy",
     "dp-ideal": "laxflow.policy.dp_ideal:DeferAndPromoteIdeal",
     "karuna": "laxflow.policy.karuna:Karuna",
+    "sjf-group": "laxflow.policy.sjf:ShortestGroupFirst",
+    "karuna-group": "laxflow.policy.karuna:KarunaGroup",
 }, base_name="laxflow.policy.FlowPolicy")
 
 

@@ -15,7 +15,8 @@ from typing import Any, Sequence
 
 from laxflow.sim.serving.report import ci95
 
-BASELINES = ("fs", "sjf", "edf", "karuna")
+# The MFS paper's baselines; sjf-group and karuna-group (a collective sized as one job) count where they ran.
+BASELINES = ("fs", "sjf", "edf", "karuna", "sjf-group", "karuna-group")
 
 
 def mean_ci(values: Sequence[float]) -> tuple[float, float | None]:

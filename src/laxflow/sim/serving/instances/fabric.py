@@ -74,6 +74,7 @@ class Shape(NamedTuple):
     intra: float  # s of the busiest GPU's NVSwitch part
     intra_event: bool  # whether the NVSwitch part gets its own event (it may land after the network part)
     key: str  # the stage's key in Fabric.delivered (its value, read once: an enum property per flow is not free)
+    pairs: float  # the pattern's units: net / size (Flow.pairs)
 
 
 class Fabric:
@@ -98,7 +99,7 @@ class Fabric:
         # so an NVSwitch part no longer than that never decides: skip its event.
         intra_event = intra > 0 and (net <= 0 or intra > net / pattern.bottleneck)
         size = net / pattern.pairs if net > 0 else 0.0
-        return Shape(stage, net, size, pattern.links, pattern.weights, intra, intra_event, stage.value)
+        return Shape(stage, net, size, pattern.links, pattern.weights, intra, intra_event, stage.value, pattern.pairs)
 
     def move(self, stage: Stage, nbytes: float, src: Sequence[int], dst: Sequence[int]) -> Shape:
         """``nbytes`` sharded evenly over GPUs ``src``, GPU k to GPU ``dst[k mod |dst|]`` (a KV move)."""
@@ -123,7 +124,7 @@ class Fabric:
             flow = Flow.trusted(
                 fid, shape.size, shape.links, shape.weights, stage=shape.stage, request=request, batch=batch,
                 deadline=deadline, downstream=downstream, layer=layer, current_layer=current_layer,
-                compute_done=compute_done,
+                compute_done=compute_done, pairs=shape.pairs,
             )
             live[id(flow)] = flow
             delivered = self.delivered
