@@ -28,6 +28,8 @@ SWEEP_POINTS = "fig10-mixtral,fig10-dbrx,fig11-mixtral,fig11-dbrx,fig12-conv,fig
 ABLATION_POINTS = "fig10-mixtral,fig11-dbrx,fig12-agent,fig13"
 # Each of the paper's four modeling choices alone over the faithful model (config.parse_physics), and both ends.
 ABLATION_PHYSICS = "faithful,ep_comm=pairwise,fairness=group,comm_share=0.6,reuse_from=routed,paper"
+# Every baseline both ways: SJF and Karuna sizing a collective per queue pair and as one job (sjf-group, karuna-group).
+GROUP_POLICIES = "fs,sjf,edf,karuna,mfs,sjf-group,karuna-group"
 CLAIMS_SCALE = ("--seeds", "5", "--servers", "16", "--requests", "200", "--warmup", "100", "--jobs", "2")
 
 BENCHES: dict[str, Bench] = {b.name: b for b in (
@@ -49,6 +51,11 @@ BENCHES: dict[str, Bench] = {b.name: b for b in (
                                    "--out", "out/results/sim_physics_ablation"),
           "which of the paper's four modeling choices moves MFS's margin: each alone at 0.8 of capacity",
           fresh=("out/results/sim_physics_ablation",)),
+    Bench("sim_claims_baselines", ("bench/sim_claims.py", "--points", PHYSICS_POINTS, "--fraction", "0.8",
+                                   *CLAIMS_SCALE, "--physics", "faithful,paper", "--policies", GROUP_POLICIES,
+                                   "--out", "out/results/sim_claims_baselines"),
+          "MFS Figs. 10-13 under both physics with SJF and Karuna also sizing a collective as one job",
+          fresh=("out/results/sim_claims_baselines",)),
     Bench("codesign", ("bench/codesign.py", "--presets", "fig12-conv,fig12-agent", "--physics", "faithful,paper",
                        "--slo-scales", "1.5,2,3", "--loads", "0.8,1.0,1.2", *CLAIMS_SCALE,
                        "--out", "out/results/codesign"),

@@ -222,6 +222,23 @@ def test_mfs_page_shows_the_codesign_cells(renderer):
     assert "| 0.500 ± 0.020 | 0.660 ± 0.020 | 0.720 ± 0.020 | 20 / 4 |" in row and "| 7.50 / 7.50 / 7.50 / 7.50 |" in row
 
 
+def test_mfs_page_shows_both_baseline_semantics(renderer):
+    _, data, pages = renderer
+
+    def pol(att):
+        return {"slo_attainment": att}
+    line = {"preset": "fig13", "physics": "paper", "seeds": 5,
+            "policies": {"fs": pol(0.134), "sjf": pol(0.215), "edf": pol(0.1), "karuna": pol(0.069), "mfs": pol(0.292),
+                         "sjf-group": pol(0.116), "karuna-group": pol(0.076)},
+            "best_baseline": "sjf", "mfs_over_best": 1.358, "paired_diff": {"mean": 0.077, "ci95": 0.108},
+            "group_baselines": {"best_baseline": "fs", "mfs_over_best": 2.18,
+                                "paired_diff": {"mean": 0.158, "ci95": 0.15, "excludes_0": True}}}
+    (data / "sim_claims_baselines.json").write_text(json.dumps(_record("sim_claims_baselines", {"lines": [line]})))
+    row = next(ln for ln in pages()["mfs.md"].splitlines() if ln.startswith("| `fig13` | paper | 0.292 |"))
+    assert "| 0.215 / 0.116 | 0.0690 / 0.0760 | **1.36x** over sjf, +0.077 ± 0.108 |" in row
+    assert "| **2.18x** over fs, +0.158 ± 0.150 * |" in row
+
+
 def test_mfs_page_shows_the_instance_engine_policies(renderer):
     _, data, pages = renderer
 
