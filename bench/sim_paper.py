@@ -22,9 +22,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from laxflow.sim.map.figures import BASELINES
 from laxflow.sim.serving.experiment import PRESETS, RunSpec, rates_at, run_all
-
-BASELINES = ("fs", "sjf", "edf", "karuna")
 
 
 def main() -> None:
