@@ -74,6 +74,19 @@ def test_usage_object_for_a_flow_group():
     assert finishes(run_scenario(parse_scenario(data), "fs")) == {"G": 4.0}
 
 
+def test_a_groups_pairs_make_it_the_bigger_job_for_sjf_group():
+    # G: 8 pairs of 1 byte (8 bytes as a group) against K: one 2-byte flow on the same link.
+    data = {
+        "links": [{"id": "L", "capacity": 1.0}],
+        "flows": [{"id": "G", "usage": {"L": 8.0}, "size": 1.0, "stage": "collective", "pairs": 8},
+                  {"id": "K", "path": ["L"], "size": 2.0, "stage": "reuse"}],
+    }
+    scenario = parse_scenario(data)
+    assert scenario.flows[0].build().pairs == 8.0 and scenario.flows[1].build().pairs == 1.0
+    assert finishes(run_scenario(scenario, "sjf")) == {"G": 8.0, "K": 10.0}  # per pair: G is the small job
+    assert finishes(run_scenario(scenario, "sjf-group")) == {"K": 2.0, "G": 10.0}  # whole: K goes first
+
+
 def mutate(fn) -> dict:
     data = base()
     fn(data)
@@ -97,6 +110,7 @@ def mutate(fn) -> dict:
         (lambda d: d["flows"][1].update(stage="decode"), "flow 'B': field 'stage': unknown stage 'decode'"),
         (lambda d: d["flows"][1].update(layer=-2), "flow 'B': field 'layer' must be a non-negative integer"),
         (lambda d: d["flows"][1].update(sise=1), "flow 'B': unknown field 'sise'"),
+        (lambda d: d["flows"][1].update(pairs=0), "flow 'B': field 'pairs' must be > 0"),
         (lambda d: d["flows"][1].pop("id"), "flow #1: field 'id' is required"),
         (lambda d: d["links"][1].update(capacity=0), "link 'M': field 'capacity' must be > 0"),
         (lambda d: d["links"].append({"id": "L", "capacity": 1}), "link 'L': duplicate id"),

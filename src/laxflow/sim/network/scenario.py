@@ -7,7 +7,9 @@ A scenario is a set of named links and flows over them (JSON)::
                 "stage": "reuse", "request": "r1", "deadline": 18.0,
                 "downstream": 9.0, "layer": 3, "current_layer": 1}]}
 
-A flow group may give ``usage`` ({link id: weight > 0}) instead of ``path``.
+A flow group may give ``usage`` ({link id: weight > 0}) instead of ``path``,
+and ``pairs`` (> 0, default 1): the point-to-point flows it stands for, its
+``size`` being one pair's bytes (``Flow.pairs``; read by ``sjf-group``).
 The whole file is validated before anything runs; the first problem raises a
 :class:`~laxflow.errors.UserError` naming the flow (or link) and the field.
 Called by the ``laxflow sim flows`` command and by tests.
@@ -29,7 +31,7 @@ from laxflow.sim.network.topology import Topology
 
 _FLOW_FIELDS = (
     "id", "path", "usage", "size", "arrival", "stage", "request",
-    "deadline", "downstream", "layer", "current_layer",
+    "deadline", "downstream", "layer", "current_layer", "pairs",
 )  # fmt: skip
 # Relative tolerance of "finish <= due".
 MET_REL_TOL = 1e-9
@@ -50,12 +52,13 @@ class FlowSpec:
     downstream: float
     layer: int | None
     current_layer: int | None
+    pairs: float = 1.0
 
     def build(self) -> Flow:
         return Flow(
             id=self.id, size=self.size, links=list(self.links), weights=list(self.weights),
             arrival=self.arrival, stage=self.stage, request=self.request, deadline=self.deadline,
-            downstream=self.downstream, layer=self.layer, current_layer=self.current_layer,
+            downstream=self.downstream, layer=self.layer, current_layer=self.current_layer, pairs=self.pairs,
         )  # fmt: skip
 
 
@@ -132,7 +135,9 @@ def _parse_flow(raw: Any, k: int, topology: Topology, source: str) -> FlowSpec:
     downstream = _number(raw.get("downstream", 0.0), f"{where}: field 'downstream'", minimum=0.0)
     layer = _layer(raw.get("layer"), f"{where}: field 'layer'")
     current = _layer(raw.get("current_layer"), f"{where}: field 'current_layer'")
-    return FlowSpec(flow_id, links, weights, size, arrival, stage, request, deadline, downstream, layer, current)
+    pairs = _number(raw.get("pairs", 1.0), f"{where}: field 'pairs'", positive=True)
+    return FlowSpec(flow_id, links, weights, size, arrival, stage, request, deadline, downstream, layer, current,
+                    pairs)
 
 
 def _parse_route(raw: dict, topology: Topology, where: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
