@@ -56,6 +56,12 @@ BENCHES: dict[str, Bench] = {b.name: b for b in (
                                    "--out", "out/results/sim_claims_baselines"),
           "MFS Figs. 10-13 under both physics with SJF and Karuna also sizing a collective as one job",
           fresh=("out/results/sim_claims_baselines",)),
+    Bench("sim_claims_scale", ("bench/sim_claims.py", "--points", SWEEP_POINTS, "--fraction", "0.7", "--seeds", "3",
+                               "--servers", "32", "--requests", "500", "--warmup", "200", "--jobs", "2",
+                               "--physics", "paper", "--policies", GROUP_POLICIES, "--out", "out/results/sim_claims_scale"),
+          "Figs. 10-12 under the paper's physics at twice the cluster and longer runs (32 servers, 200 + 500 "
+          "requests, 0.7 of capacity), both baseline semantics",
+          fresh=("out/results/sim_claims_scale",)),
     Bench("codesign", ("bench/codesign.py", "--presets", "fig12-conv,fig12-agent", "--physics", "faithful,paper",
                        "--slo-scales", "1.5,2,3", "--loads", "0.8,1.0,1.2", *CLAIMS_SCALE,
                        "--out", "out/results/codesign"),
