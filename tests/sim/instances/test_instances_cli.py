@@ -47,15 +47,20 @@ def test_bad_engine_flags_are_one_line(laxflow_cli):
     assert code != 0 and "has no TPOT SLO" in err
 
 
+def _one_to_one(laxflow_cli, *flags: str) -> tuple[dict, dict]:
+    """(JSON config, the one result row) of a 1:1 disaggregated sarathi run with ``flags``."""
+    code, out, err = laxflow_cli(*ARGS, "--prefill", "sarathi", "--instances", "1:1", *flags, "--json", "-")
+    assert code == 0, err
+    data = json.loads(out)
+    (row,) = data["results"]
+    return data["config"], row
+
+
 def test_network_choice_from_the_line_and_the_config_file(laxflow_cli, tmp_path):
     runs = {}
     for net in ("fabric", "ideal"):
-        code, out, err = laxflow_cli(*ARGS, "--prefill", "sarathi", "--instances", "1:1", "--network", net,
-                                     "--json", "-")
-        assert code == 0, err
-        data = json.loads(out)
-        assert data["config"]["network"] == net
-        (runs[net],) = data["results"]
+        config, runs[net] = _one_to_one(laxflow_cli, "--network", net)
+        assert config["network"] == net
     # The first token is seen when its KV lands on the decode instance: the transfer is in TTFT, free when ideal.
     assert runs["ideal"]["ttft_mean"] < runs["fabric"]["ttft_mean"]
     assert runs["ideal"]["network_bytes_by_stage"] == runs["fabric"]["network_bytes_by_stage"]
@@ -148,12 +153,8 @@ def test_admission_control_from_the_cli(laxflow_cli):
 def test_nic_gbps_sets_the_instance_ports_and_the_unit_cluster(laxflow_cli):
     rows = {}
     for nic in ("200", "25"):
-        code, out, err = laxflow_cli(*ARGS, "--prefill", "sarathi", "--instances", "1:1", "--nic-gbps", nic,
-                                     "--json", "-")
-        assert code == 0, err
-        data = json.loads(out)
-        assert data["config"]["nic_gbps"] == float(nic)
-        (rows[nic],) = data["results"]
+        config, rows[nic] = _one_to_one(laxflow_cli, "--nic-gbps", nic)
+        assert config["nic_gbps"] == float(nic)
     # The same KV bytes through an 8x slower port: the first token is seen later.
     assert rows["25"]["network_bytes_by_stage"] == rows["200"]["network_bytes_by_stage"]
     assert rows["25"]["ttft_mean"] > rows["200"]["ttft_mean"]
@@ -167,12 +168,9 @@ def test_nic_gbps_sets_the_instance_ports_and_the_unit_cluster(laxflow_cli):
 def test_p2d_and_placement_from_the_line(laxflow_cli):
     rows = {}
     for p2d, placement in (("prompt", "ports"), ("layer", "ports"), ("prompt", "cluster")):
-        code, out, err = laxflow_cli(*ARGS, "--prefill", "sarathi", "--instances", "1:1", "--p2d", p2d,
-                                     "--placement", placement, "--servers", "2", "--json", "-")
-        assert code == 0, err
-        data = json.loads(out)
-        assert (data["config"]["p2d"], data["config"]["placement"]) == (p2d, placement)
-        (rows[p2d, placement],) = data["results"]
+        config, rows[p2d, placement] = _one_to_one(laxflow_cli, "--p2d", p2d, "--placement", placement,
+                                                   "--servers", "2")
+        assert (config["p2d"], config["placement"]) == (p2d, placement)
     base = rows["prompt", "ports"]
     assert rows["layer", "ports"]["ttft_mean"] < base["ttft_mean"]  # the KV mostly left while later layers computed
     assert rows["layer", "ports"]["network_bytes_by_stage"] == base["network_bytes_by_stage"]

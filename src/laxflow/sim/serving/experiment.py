@@ -292,13 +292,13 @@ def build_workload(spec: RunSpec) -> list[Any]:
 
 def run_one(spec: RunSpec, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Simulate one run and summarize it (a top-level function: it crosses process boundaries)."""
-    from laxflow.sim.serving.instances.run import check_network, run_instances, uses_instances
+    from laxflow.sim.serving.instances.run import check_engine_option, run_instances, uses_instances
     from laxflow.sim.serving.metrics import summarize
     from laxflow.sim.serving.simulator import ServingSimulator
 
     if uses_instances(spec.prefill, spec.router, spec.pools) or spec.instances:
         return run_instances(spec, progress)  # iteration-level engine: decode, routers, pools
-    check_network(spec.network, engine=False)
+    check_engine_option("--network", spec.network, engine=False)
     requests = build_workload(spec)
     config = spec.config if spec.prefill is None else replace(spec.config, prefill=spec.prefill)
     result = ServingSimulator(config, requests, spec.policy, progress=progress).run()

@@ -112,8 +112,9 @@ class ServingSimulator:
             for u in self.cluster.prefill_units
         ]
         self.drivers = self._drivers() if config.prefill else None
+        self.decode_seqs: dict[int, Any] = {}  # decode "steps": request index -> its decode (instances.Seq)
+        self._decoding: dict[str, RequestState] = {}  # decode "steps": on a decode unit now, by request id
         self.decode = self._decode_units() if config.decode == "steps" else None
-        self.decode_seqs: dict[int, Any] = {}
         self.context = BatchContext(self.queue, self.network, self.runner, self.cluster, config.reuse_lookahead,
                                     self.batch_compute_done, self.request_done)
         self.decode_tokens = [0.0] * len(self.cluster.decode_units)
@@ -335,10 +336,10 @@ class ServingSimulator:
                       computed=state.input_tokens, outputs=1, token_times=[now], prefill_end=state.compute_end,
                       kv_landed=now)
             self.decode_seqs[state.index] = seq
-            self._states_by_id[seq.id] = state
             if seq.done:
                 self._leave_decode(state)
             else:
+                self._decoding[seq.id] = state
                 self.decode.join(state.route.decode, seq)
         if self._progress is not None:
             self._progress(1)
@@ -352,9 +353,8 @@ class ServingSimulator:
         if sizes != {int(dep.gpus)}:
             raise UserError(f"--decode steps: a decode unit runs one replica of {dep.name!r} ({dep.gpus} GPUs), "
                             f"but the cluster's decode units have {', '.join(map(str, sorted(sizes)))} GPUs")
-        self._states_by_id: dict[str, RequestState] = {}
         units = DecodeUnits(self.queue, dep, len(self.cluster.decode_units), GPU_MEMORY_UTILIZATION,
-                            lambda seq: self._leave_decode(self._states_by_id.pop(seq.id)))
+                            lambda seq: self._leave_decode(self._decoding.pop(seq.id)))
         for r in self.requests:  # before anything runs: every request fits a unit's KV memory
             units.check(str(r.id), int(r.input_tokens), max(1, int(getattr(r, "output_tokens", 0) or 0)))
         return units

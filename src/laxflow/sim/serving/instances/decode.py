@@ -30,7 +30,7 @@ from laxflow.integrations.prefill.iteration import (
     TokenBudgetConfig,
     build_config,
 )
-from laxflow.sim.serving.instances.instance import Instance, Seq
+from laxflow.sim.serving.instances.instance import Instance, Seq, check_kv_fits
 from laxflow.sim.serving.instances.profile import StepTimer
 
 
@@ -85,9 +85,7 @@ class DecodeUnits:
 
     def check(self, request_id: str, prompt: int, outputs: int) -> None:
         """Raise UserError unless a request of ``prompt`` + ``outputs`` tokens fits a unit's KV memory."""
-        if prompt + outputs > self.kv_capacity:
-            raise UserError(f"request {request_id}: {prompt} prompt + {outputs} output tokens exceed a decode unit's "
-                            f"KV memory ({self.kv_capacity} tokens of {self.timer.dep.name})")
+        check_kv_fits(request_id, prompt, outputs, self.kv_capacity, "a decode unit", self.timer.dep.name)
 
     def join(self, unit: int, seq: Seq) -> None:
         """``seq`` (prompt computed, first token seen now) decodes on decode unit ``unit`` from now."""

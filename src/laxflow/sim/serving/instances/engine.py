@@ -20,8 +20,9 @@ completed leaves for ``decode_target``: its KV (the prompt's tokens) is one
 P2D transfer through the run's :class:`~.fabric.Fabric` (``config.network``
 ``fabric``: one flow on ``laxflow.sim.network`` under the run's flow policy,
 placed by :func:`~.fabric.instance_ports`: a non-blocking switch, one port
-per instance at the NIC bandwidth (``cluster.nic_gbps``, else the deployment's) times its GPUs; ``ideal``: it
-costs nothing and lands at once) and joins the decode instance when the last
+per instance at the NIC bandwidth (``cluster.nic_gbps``, else the
+deployment's) times its GPUs; ``ideal``: it costs nothing and lands at
+once) and joins the decode instance when the last
 byte lands; the prefill instance holds that KV until then. With
 ``config.p2d`` ``layer`` the KV leaves instead layer by layer as each chunk's
 step computes it (:mod:`.layers`: such a step is L layer events, ending at
@@ -59,7 +60,7 @@ from laxflow.sim.serving.instances.config import InstanceSimConfig
 from laxflow.sim.serving.instances.decode import DecodeAll
 from laxflow.sim.serving.instances.dispatch import Dispatcher, RouterDispatcher
 from laxflow.sim.serving.instances.fabric import create_fabric, instance_cluster, instance_ports
-from laxflow.sim.serving.instances.instance import ROLES, Instance, Seq
+from laxflow.sim.serving.instances.instance import ROLES, Instance, Seq, check_kv_fits
 from laxflow.sim.serving.instances.layers import LayeredStep, Send
 from laxflow.sim.serving.instances.profile import StepTimer, profile_samples
 from laxflow.sim.workload.request import Request
@@ -110,9 +111,7 @@ class InstanceEngine:
         self.w_p, self.w_d = (config.w_p, 1.0) if config.w_p is not None else tdg_weights(requests)
         self.seqs = [self._seq(r) for r in sorted(requests, key=lambda r: r.arrival)]
         for s in self.seqs:
-            if s.prompt + s.target_outputs > kv:
-                raise UserError(f"request {s.id}: {s.prompt} prompt + {s.target_outputs} output tokens exceed one "
-                                f"instance's KV memory ({kv} tokens of {config.deployment})")
+            check_kv_fits(s.id, s.prompt, s.target_outputs, kv, "one instance", config.deployment)
         self.instances: dict[str, Instance] = {}
         for k in range(config.instances):
             role = "colocated" if not config.disaggregated else ("prefill" if k < config.prefill_instances else "decode")

@@ -21,11 +21,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from laxflow.errors import UserError
 from laxflow.integrations.prefill.iteration import BatchScheduler, IterationBatch, SequenceView
 from laxflow.sim.events import EventQueue, Priority
 
 ROLES = ("colocated", "prefill", "decode")
 IDLE_POLL = 1e-3  # s: a scheduler that deferred everything is asked again after this
+
+
+def check_kv_fits(request_id: str, prompt: int, outputs: int, kv_capacity: int, holder: str,
+                  deployment: str) -> None:
+    """Raise UserError unless a request of ``prompt`` + ``outputs`` tokens fits ``holder``'s KV memory, before
+    a run starts (a request that can never fit would otherwise wait forever)."""
+    if prompt + outputs > kv_capacity:
+        raise UserError(f"request {request_id}: {prompt} prompt + {outputs} output tokens exceed {holder}'s KV "
+                        f"memory ({kv_capacity} tokens of {deployment})")
 
 
 @dataclass

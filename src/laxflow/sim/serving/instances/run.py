@@ -47,11 +47,6 @@ def check_engine_option(flag: str, value: str, engine: bool) -> None:
                         f"--instances) has {what}; the MFS prefill units {how}")
 
 
-def check_network(network: str, engine: bool) -> None:
-    """``--network``: one of NETWORKS; ``ideal`` only on this engine (the unit-level one always runs the fabric)."""
-    check_engine_option("--network", network, engine)
-
-
 def slo_workload_name(workload: str, trace: str | None, trace_format: str | None) -> str:
     """The SLO_WORKLOADS entry whose SLO a run uses (the workload, or the trace format's source)."""
     name = TRACE_FORMAT_SLO.get(trace_format or "") if trace else workload
