@@ -58,3 +58,23 @@ class WireCapture:
         finally:
             self.sock.close()
         return out
+
+
+def first_sends(packets: list[Packet]) -> list[tuple[Packet, int]]:
+    """Each packet with the payload bytes it sent for the first time on its connection.
+
+    A retransmission (seen on a loaded machine) repeats bytes below the
+    highest sequence number sent so far; counting them again would credit a
+    class with bytes its transfer never had.  Sequence numbers are unwrapped
+    from each connection's first packet.
+    """
+    high: dict[tuple, int] = {}
+    base: dict[tuple, int] = {}
+    out = []
+    for p in packets:
+        conn = (p.src, p.sport, p.dst, p.dport)
+        start = (p.seq - base.setdefault(conn, p.seq)) % (1 << 32)
+        end = start + p.payload
+        out.append((p, max(0, end - max(start, high.get(conn, 0)))))
+        high[conn] = max(high.get(conn, 0), end)
+    return out
