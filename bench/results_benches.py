@@ -62,6 +62,13 @@ BENCHES: dict[str, Bench] = {b.name: b for b in (
           "Figs. 10-12 under the paper's physics at twice the cluster and longer runs (32 servers, 200 + 500 "
           "requests, 0.7 of capacity), both baseline semantics",
           fresh=("out/results/sim_claims_scale",)),
+    Bench("sim_claims_paper_scale", ("bench/sim_claims.py", "--points", SWEEP_POINTS, "--fraction", "0.8", "--seeds",
+                                     "3", "--servers", "256", "--requests", "1536", "--warmup", "512", "--jobs", "1",
+                                     "--physics", "paper", "--policies", GROUP_POLICIES,
+                                     "--out", "out/results/sim_claims_paper_scale"),
+          "Figs. 10-12 under the paper's physics at the paper's scale (256 servers, 512 + 1536 requests, 0.8 of "
+          "capacity), both baseline semantics",
+          fresh=("out/results/sim_claims_paper_scale",)),
     Bench("codesign", ("bench/codesign.py", "--presets", "fig12-conv,fig12-agent", "--physics", "faithful,paper",
                        "--slo-scales", "1.5,2,3", "--loads", "0.8,1.0,1.2", *CLAIMS_SCALE,
                        "--out", "out/results/codesign"),

@@ -609,7 +609,7 @@ def workload_rows(recs: dict[str, Record]) -> list[str]:
 def page_mfs(recs: dict[str, Record], now: str) -> list[str]:
     lines = header("MFS (paper 001): the paper's figures and laxflow's",
                    [recs[n] for n in ("sim_claims", "sim_claims_paper", "sim_claims_baselines", "sim_claims_scale",
-                                      "sim_physics_sweep", "sim_physics_ablation", "codesign", "codesign_decode",
+                                      "sim_claims_paper_scale", "sim_physics_sweep", "sim_physics_ablation", "codesign", "codesign_decode",
                                       "instance_policies", "sim_map", "testbed_ratio", "workload_calibration")], now)
     lines += ["The serving simulator runs every policy (MFS and the baselines FS, SJF, EDF, Karuna) on the same "
               "requests per seed, each point at 0.8 of its model's capacity on its workload (never a rate picked per "
@@ -630,6 +630,9 @@ def page_mfs(recs: dict[str, Record], now: str) -> list[str]:
     lines += ["At twice the cluster and longer runs (32 servers, 200 + 500 requests per run, 0.7 of capacity, "
               "3 seeds), under the paper's physics:", ""]
     lines += baselines_rows(recs, "sim_claims_scale")
+    lines += ["At the paper's scale (§6.1: 256 servers of 8 GPUs, a 1:1 fat-tree of 200 Gbit/s links; 512 + 1536 "
+              "requests per run, 0.8 of capacity, 3 seeds), under the paper's physics:", ""]
+    lines += baselines_rows(recs, "sim_claims_paper_scale")
     lines += ["## The map: where MFS pays", ""]
     lines += map_rows(recs)
     lines += ["## Co-design where MFS prunes: MFS with FlowPrefill", "", CODESIGN_TEXT, ""]
