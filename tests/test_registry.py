@@ -9,7 +9,6 @@ from laxflow.integrations.prefill import registry as prefill
 from laxflow.integrations.routing import registry as routing
 from laxflow.policy import registry as policies
 from laxflow.registry import Registry
-from laxflow.sim.serving import prefill_unit
 
 
 class Base:
@@ -120,12 +119,4 @@ def test_flow_policy_errors_keep_their_wording():
                                          r"laxflow\.policy\.FlowPolicy subclass$"):
         policies.policy_class("laxflow.integrations.routing.pab:PabRouter")
 
-
-def test_local_schedulers_use_the_registry():
-    assert prefill_unit.local_scheduler_names() == ["fcfs"]
-    assert isinstance(prefill_unit.create_local_scheduler("fcfs", 100), prefill_unit.FcfsScheduler)
-    with pytest.raises(ValueError, match=r"^unknown local scheduler 'nope' \(expected one of fcfs or module:Class\)$"):
-        prefill_unit.create_local_scheduler("nope", 100)
-    with pytest.raises(ValueError, match="^local scheduler 'fcfs' is already registered$"):
-        prefill_unit.register_local_scheduler("fcfs", prefill_unit.FcfsScheduler)
 

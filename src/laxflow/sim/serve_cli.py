@@ -135,7 +135,7 @@ class Plan:
     requests: int
     seeds: list[int]
     meta: dict[str, Any]
-    prefills: list[Any] = field(default_factory=lambda: [None])  # --prefill names, or [None] (legacy)
+    prefills: list[Any] = field(default_factory=lambda: [None])  # --prefill names, or [None] (the units' FCFS batches)
     routers: list[Any] = field(default_factory=lambda: [None])  # --router names (instance engine)
     pools: list[Any] = field(default_factory=lambda: [None])  # --pools names (instance engine)
     instances: Optional[str] = None  # --instances (instance engine)

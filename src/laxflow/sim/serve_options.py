@@ -58,7 +58,7 @@ FLAGS: tuple[Flag, ...] = (
          "edf-cp8k, edf-layer) driving every prefill unit with preemption, or iteration-level batch schedulers "
          "(fairbatching, fairbatching-pab, sarathi, vllm, slidebatching, weighted-vtc, edf, sjf, priority) on the "
          "instance engine (decode modelled); "
-         "runs each with every policy. Default: the legacy FCFS batch former."),
+         "runs each with every policy. Default: run-to-end FCFS batches per attention-DP rank (the fcfs rule)."),
     Flag("router", "--router", "list", "Comma-separated request routers of the instance engine (pab, dplb, "
          "gorouting, minload); default dplb, and with --pools the pool manager dispatches."),
     Flag("pools", "--pools", "list", "Comma-separated pool managers of the instance engine (laxflow sim list: "

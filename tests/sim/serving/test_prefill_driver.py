@@ -68,6 +68,17 @@ def test_fcfs_never_preempts():
     assert sim.drivers[0].scheduler.preemptions == []
 
 
+def test_the_units_fcfs_batches_are_the_fcfs_schedulers_tasks():
+    # One FCFS rule (integrations.prefill.fcfs.fcfs_batch): a one-rank unit without --prefill forms the
+    # batches the fcfs scheduler's driver starts, at the same times, down to the last bit of every TTFT.
+    reqs = [create_request(i, 0.01 * i, 300 + 97 * (i % 7) * 13) for i in range(60)]
+    runs = [run(create_config("llama3-8b", servers=2, gpus_per_server=1, deployment="llama3-8b-tp1-a800",
+                              prefill=prefill), reqs, "fs")[1] for prefill in (None, "fcfs")]
+    unit, driven = ([([s.id for s in b.states], b.start) for b in r.batches] for r in runs)
+    assert unit == driven and any(len(ids) > 1 for ids, _ in unit)
+    assert [s.ttft for s in runs[0].states] == [s.ttft for s in runs[1].states]
+
+
 def test_edf_layer_switches_at_a_layer_end():
     sim, res = run(_one_unit("edf-layer"), _pair(16000, 0.3))
     _, short = res.states

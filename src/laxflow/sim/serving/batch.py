@@ -115,7 +115,7 @@ class BatchRun:
         self._coll_pending = 0
         self._coll_start = 0.0
         self._layer_cct = 0.0
-        # Preemptible execution (set by a PrefillDriver before begin(); None: the legacy run-to-end batch).
+        # Preemptible execution (set by a PrefillDriver before begin(); None: a run-to-end batch).
         # ``check(kind, progress)`` is asked at a boundary only while ``preempt_requested``; True = suspend here.
         self.check: Callable[[int, float], bool] | None = None
         self.preempt_requested = False

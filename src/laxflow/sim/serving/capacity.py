@@ -7,7 +7,7 @@ loop, no network simulation), any thread, about half a second per pair.
 Method (README "laxflow sim serve", presets), the same for every pair: take
 ``requests`` requests of the workload at ``seed`` (its own arrival process,
 rescaled to the rate) and feed them to one prefill unit alone: the
-simulator's own ``PrefillUnit`` with the FCFS local scheduler (the same
+simulator's own ``PrefillUnit`` with its FCFS batches (the same
 batching code, not a copy of it): each attention-DP rank
 has its own queue (a request joins the rank with the fewest new tokens
 waiting or running) and takes first come, first served up to
@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 from laxflow.sim.serving.cluster import Cluster
 from laxflow.sim.serving.config import ClusterConfig
 from laxflow.sim.serving.plan import ModelRunner
-from laxflow.sim.serving.prefill_unit import FcfsScheduler, PrefillUnit
+from laxflow.sim.serving.prefill_unit import PrefillUnit
 from laxflow.sim.serving.request_state import RequestState
 from laxflow.sim.serving.router import Route
 from laxflow.sim.serving.slo import workload_reuse
@@ -80,7 +80,7 @@ def _unit(new_tokens: Sequence[int], ranks: int, budget: int) -> tuple[PrefillUn
     budget, one step over every rank, load released when the step ends), so it cannot drift from the
     simulator. State ``i`` computes ``new_tokens[i]`` tokens (no reuse on its route); ``index`` = i.
     """
-    unit = PrefillUnit(0, FcfsScheduler(budget), ranks)
+    unit = PrefillUnit(0, budget, ranks)
     states = [RequestState(Request(id=str(i), arrival=0.0, input_tokens=int(n), output_tokens=1), i,
                            Route(0, 0, 0, 0, None), 0.0, 0.0) for i, n in enumerate(new_tokens)]
     return unit, states
@@ -104,7 +104,7 @@ def full_steps(new_tokens: Sequence[int], ranks: int, budget: int) -> list[list[
         unit.enqueue(s)
     steps: list[list[list[int]]] = []
     while all(unit.rank_waiting):
-        chosen = unit.next_batch(0.0)
+        chosen = unit.next_batch()
         if not all(unit.rank_waiting):  # some rank emptied its queue: not a full step
             break
         steps.append(_by_rank(chosen, ranks))
@@ -202,7 +202,7 @@ def busy_fraction(arrivals: Sequence[float], new_tokens: Sequence[int], ranks: i
 
     while i < n or any(unit.rank_waiting):
         admit(now)
-        chosen = unit.next_batch(now)
+        chosen = unit.next_batch()
         if not chosen:
             now = arrivals[i]
             continue

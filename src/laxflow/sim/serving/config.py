@@ -160,8 +160,7 @@ class ServingConfig:
     # forms its own batch, as DP-attention engines do (SGLang --dp-size, vLLM
     # DP+EP: max_num_batched_tokens is per engine); the unit's ranks step together.
     token_budget: int = 8192
-    local_scheduler: str = "fcfs"  # prefill unit's batch former (see prefill_unit.LOCAL_SCHEDULERS)
-    # None: the batch former above (legacy, run-to-end batches). A name of
+    # None: each prefill unit forms run-to-end FCFS batches per attention-DP rank (prefill_unit.py). A name of
     # laxflow.integrations.prefill (flowprefill, fcfs, edf-cp2k, ...): that
     # scheduler drives each unit with preemption (serving/prefill_driver.py).
     prefill: str | None = None
@@ -251,12 +250,6 @@ class ServingConfig:
             if self.prefill not in registry.prefill_scheduler_names():
                 raise UserError(f"prefill: unknown {self.prefill!r} (expected one of "
                                 f"{', '.join(registry.prefill_scheduler_names())})")
-        from laxflow.sim.serving.prefill_unit import local_scheduler_names
-
-        if self.local_scheduler not in local_scheduler_names():
-            raise UserError(
-                f"local_scheduler: unknown {self.local_scheduler!r} (expected one of {', '.join(local_scheduler_names())})"
-            )
 
 
 def _positive_int(name: str, value: Any) -> None:

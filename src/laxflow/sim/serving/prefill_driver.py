@@ -1,7 +1,7 @@
 """A prefill unit driven by a pure ``laxflow.integrations.prefill`` scheduler (``--prefill NAME``).
 
 Created by the simulator, one per prefill unit, when ``ServingConfig.prefill``
-is set (otherwise the legacy FCFS batch former of :mod:`.prefill_unit` runs,
+is set (otherwise the unit forms run-to-end FCFS batches, :mod:`.prefill_unit`,
 unchanged). Runs on the simulator's thread, inside event callbacks; it owns
 no clock: ``now`` is the event queue's. It follows the driving protocol of
 ``laxflow.integrations.prefill.base`` exactly:

@@ -9,7 +9,7 @@ Who calls what: at construction every request gets its SLO (:mod:`.slo`,
 from the workload alone, the same for every policy). :meth:`run` walks the
 request arrivals (one ARRIVAL event at a time); each arrival is routed
 (:mod:`.router`) and queued on an attention-DP rank of its prefill unit; an
-idle unit asks its local scheduler for each rank's batch and starts a
+idle unit forms each rank's FCFS batch (or its ``--prefill`` driver its task) and starts a
 :class:`~laxflow.sim.serving.batch.BatchRun` over them, which calls back
 :meth:`batch_compute_done` and :meth:`request_done` through its
 :class:`~laxflow.sim.serving.batch.BatchContext`.
@@ -31,7 +31,7 @@ from laxflow.sim.serving.cluster import Cluster
 from laxflow.sim.serving.config import ServingConfig
 from laxflow.sim.serving.metrics import pruned_count
 from laxflow.sim.serving.plan import ModelRunner
-from laxflow.sim.serving.prefill_unit import PrefillUnit, create_local_scheduler
+from laxflow.sim.serving.prefill_unit import PrefillUnit
 from laxflow.sim.serving.request_state import RequestState
 from laxflow.sim.serving.router import GlobalRouter, PrefixCaches
 from laxflow.sim.serving.slo import SloModel, workload_reuse
@@ -107,8 +107,7 @@ class ServingSimulator:
         self.idle_ttfts = [self.slo.idle_ttft(int(r.input_tokens), reuse)
                            for r, reuse in zip(self.requests, workload_reuse(self.requests))]
         self.units = [
-            PrefillUnit(u.index, create_local_scheduler(config.local_scheduler, config.token_budget),
-                        self.runner.attn_dp)
+            PrefillUnit(u.index, config.token_budget, self.runner.attn_dp)
             for u in self.cluster.prefill_units
         ]
         self.drivers = self._drivers() if config.prefill else None
@@ -189,7 +188,7 @@ class ServingSimulator:
 
     def _start_batch(self, unit: PrefillUnit) -> None:
         self._start_pending.discard(unit.index)
-        chosen = unit.next_batch(self.queue.now)
+        chosen = unit.next_batch()
         if not chosen:
             return
         spec = self.cluster.prefill_units[unit.index]
