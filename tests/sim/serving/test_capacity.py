@@ -21,16 +21,16 @@ def test_full_steps_by_hand():
     assert cap.full_steps([5, 3, 4, 2, 6], ranks=2, budget=8) == []
 
 
-def test_capacity_batches_with_the_simulators_prefill_unit(monkeypatch):
-    # Not a copy of the batching rule: capacity drives PrefillUnit and its FCFS rule themselves, so a
-    # change to the simulator's FCFS rule shows in capacity's steps. Six 1-token requests on 2 ranks
-    # (0, 2, 4 -> r0; 1, 3, 5 -> r1): a 100-token budget empties both queues in one step (no full step).
-    from laxflow.sim.serving import prefill_unit
+def test_capacity_batches_with_the_simulators_prefill_driver(monkeypatch):
+    # Not a copy of the batching rule: capacity drives the simulator's PrefillDriver over the fcfs
+    # scheduler, so a change to the simulator's FCFS rule shows in capacity's steps. Six 1-token requests
+    # on 2 ranks (0, 2, 4 -> r0; 1, 3, 5 -> r1): a 100-token budget empties both queues in one step.
+    from laxflow.integrations.prefill import fcfs
 
     assert cap.full_steps([1] * 6, ranks=2, budget=100) == []
     # Arrivals 0, 0, 0, 3 on one rank, 1 s steps: [0, 1, 2] run 0-1, [3] 3-4; window 0..3 -> busy 1/3.
     assert cap.busy_fraction([0.0, 0.0, 0.0, 3.0], [1] * 4, 1, 100, lambda i, r: 1.0) == pytest.approx(1 / 3)
-    monkeypatch.setattr(prefill_unit, "fcfs_batch", lambda waiting, budget: list(waiting[:1]))
+    monkeypatch.setattr(fcfs, "fcfs_batch", lambda waiting, budget: list(waiting[:1]))
     assert cap.full_steps([1] * 6, ranks=2, budget=100) == [[[0], [1]], [[2], [3]]]
     # Patched to one request per step: 0, 1, 2 run 0-1, 1-2, 2-3 -> busy 1.0.
     assert cap.busy_fraction([0.0, 0.0, 0.0, 3.0], [1] * 4, 1, 100, lambda i, r: 1.0) == pytest.approx(1.0)

@@ -83,4 +83,4 @@ def test_bytes_conserved_per_stage(policy):
     total_tokens = sum(s.input_tokens for s in res.states)
     assert attributed["p2d"] == pytest.approx(total_tokens * KV * MODEL.num_layers, rel=1e-12)
     assert not sim.network.live  # nothing left in flight
-    assert all(u.queued_tokens == 0 and not u.waiting for u in sim.units)
+    assert all(d.queued_tokens == 0 and not any(d.rank_tokens) and d.scheduler.idle() for d in sim.drivers)

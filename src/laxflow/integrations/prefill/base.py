@@ -186,6 +186,9 @@ class PrefillScheduler(ABC):
     name: ClassVar[str] = ""
     granularity: ClassVar[Boundary] = Boundary.NEVER
     chunk_tokens: ClassVar[int | None] = None  # chunked prefill: tokens per chunk the executor runs
+    # Forms a task over attention-DP ranks: one batch per rank (a request's ``rank``, given by the
+    # executor on arrival), the ranks' batches run as one step. False: the instance must have one rank.
+    rank_batches: ClassVar[bool] = False
 
     def __init__(self, predictor: TtftPredictor, token_budget: int = 8192) -> None:
         if token_budget < 1:
@@ -202,7 +205,12 @@ class PrefillScheduler(ABC):
 
     def arrival(self, request: Any, now: float) -> list[Action]:
         """A request reached this instance: queue it and run a scheduling round."""
-        self.waiting.append(request)
+        return self.arrivals([request], now)
+
+    def arrivals(self, requests: Sequence[Any], now: float) -> list[Action]:
+        """Requests that reached this instance at the same instant, in arrival order: queue them all,
+        then run one scheduling round (an engine's scheduler loop sees them together)."""
+        self.waiting.extend(requests)
         return self._round(now)
 
     def completion(self, task: Task, now: float) -> list[Action]:

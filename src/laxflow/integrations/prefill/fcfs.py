@@ -1,9 +1,9 @@
 """FCFS without preemption (DistServe's default prefill policy), and its batch rule.
 
 :func:`fcfs_batch` is the one FCFS rule of laxflow's prefill side: the
-:class:`Fcfs` scheduler forms its tasks with it, and the serving simulator's
-prefill units (``sim/serving/prefill_unit.py``) form each attention-DP
-rank's batch with it.
+:class:`Fcfs` scheduler forms each attention-DP rank's batch of its tasks
+with it. :class:`Fcfs` is the serving simulator's default prefill scheduler
+(its prefill units without ``--prefill``) and ``bench/capacity.py``'s.
 """
 
 from __future__ import annotations
@@ -31,12 +31,23 @@ def fcfs_batch(waiting: Sequence[R], token_budget: int) -> list[R]:
 
 
 class Fcfs(PrefillScheduler):
-    """Arrival order, batches up to the token budget; a larger request runs alone; never preempts."""
+    """Arrival order, batches up to the token budget; a larger request runs alone; never preempts.
+
+    Under DP attention each rank (a request's ``rank``, 0 when it has none)
+    batches its own requests up to the budget, and the task is every rank's
+    batch, rank by rank: the ranks step together (the MoE all-to-alls
+    synchronize them layer by layer).
+    """
 
     name = "fcfs"
     granularity = Boundary.NEVER
+    rank_batches = True
 
     def _round(self, now: float) -> list[Action]:
         if self.running is not None or not self.waiting:
             return []
-        return self._switch_to(Task(tuple(fcfs_batch(self.waiting, self.token_budget))), new=True)
+        by_rank: dict[int, list] = {}
+        for r in self.waiting:
+            by_rank.setdefault(int(getattr(r, "rank", 0)), []).append(r)
+        chosen = [r for k in sorted(by_rank) for r in fcfs_batch(by_rank[k], self.token_budget)]
+        return self._switch_to(Task(tuple(chosen)), new=True)

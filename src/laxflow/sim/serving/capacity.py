@@ -7,11 +7,12 @@ loop, no network simulation), any thread, about half a second per pair.
 Method (README "laxflow sim serve", presets), the same for every pair: take
 ``requests`` requests of the workload at ``seed`` (its own arrival process,
 rescaled to the rate) and feed them to one prefill unit alone: the
-simulator's own ``PrefillUnit`` with its FCFS batches (the same
-batching code, not a copy of it): each attention-DP rank
-has its own queue (a request joins the rank with the fewest new tokens
-waiting or running) and takes first come, first served up to
-``token_budget`` new tokens; one step runs every rank's batch together and
+simulator's own prefill scheduler, ``fcfs`` (the same batching code, not a
+copy of it), with the rank rule of the simulator's
+:class:`~.prefill_driver.PrefillDriver`: each attention-DP rank has its own
+queue (a request joins the rank with the fewest new tokens waiting or
+running) and takes first come, first served up to ``token_budget`` new
+tokens; one step runs every rank's batch together and
 lasts ``num_layers`` x (the layer's compute + its blocking collectives alone
 on an idle fabric, ``LayerPlan.idle_cct``). The capacity is the per-GPU rate
 (bisected) at which that unit is busy ``BUSY`` (99 %) of the time between the
@@ -37,7 +38,9 @@ from typing import Callable, Sequence
 from laxflow.sim.serving.cluster import Cluster
 from laxflow.sim.serving.config import ClusterConfig
 from laxflow.sim.serving.plan import ModelRunner
-from laxflow.sim.serving.prefill_unit import PrefillUnit
+from laxflow.integrations.prefill.base import Submit, Task
+from laxflow.integrations.prefill.fcfs import Fcfs
+from laxflow.sim.serving.prefill_driver import PrefillDriver
 from laxflow.sim.serving.request_state import RequestState
 from laxflow.sim.serving.router import Route
 from laxflow.sim.serving.slo import workload_reuse
@@ -73,17 +76,49 @@ class Capacity:
     mean_new_tokens: float  # per request, input minus workload reuse
 
 
-def _unit(new_tokens: Sequence[int], ranks: int, budget: int) -> tuple[PrefillUnit, list[RequestState]]:
-    """The simulator's own prefill unit with FCFS, and one request state per entry of ``new_tokens``.
+class _Unit:
+    """One prefill unit as the simulator runs it by default: a :class:`.prefill_driver.PrefillDriver`
+    over ``fcfs`` (rank choice, per-rank FCFS budget, one task over every rank, load released when the
+    task's compute ends), executed here by hand: a task that starts is returned by :meth:`arrive` or
+    :meth:`done` and runs until the caller says it is done. State ``i`` computes ``new_tokens[i]``
+    tokens (no reuse on its route); ``index`` = i."""
 
-    Capacity batches with :class:`.prefill_unit.PrefillUnit` itself (rank choice, per-rank FCFS
-    budget, one step over every rank, load released when the step ends), so it cannot drift from the
-    simulator. State ``i`` computes ``new_tokens[i]`` tokens (no reuse on its route); ``index`` = i.
-    """
-    unit = PrefillUnit(0, budget, ranks)
-    states = [RequestState(Request(id=str(i), arrival=0.0, input_tokens=int(n), output_tokens=1), i,
-                           Route(0, 0, 0, 0, None), 0.0, 0.0) for i, n in enumerate(new_tokens)]
-    return unit, states
+    def __init__(self, new_tokens: Sequence[int], ranks: int, budget: int) -> None:
+        self.started: Task | None = None
+        self._deliver: list = []  # the driver's call for this instant's arrivals
+        self.driver = PrefillDriver(Fcfs(None, budget), lambda: 0.0, self._start, ranks=ranks,
+                                    later=self._deliver.append)
+        self.states = [RequestState(Request(id=str(i), arrival=0.0, input_tokens=int(n), output_tokens=1), i,
+                                    Route(0, 0, 0, 0, None), 0.0, 0.0) for i, n in enumerate(new_tokens)]
+
+    def _start(self, task: Task) -> "_Run":
+        self.started = task
+        return _Run()
+
+    def waiting_ranks(self) -> set[int]:
+        return {s.rank for s in self.driver.scheduler.waiting}
+
+    def arrive(self, indices: Sequence[int]) -> Task | None:
+        """States ``indices`` arrive together (each on its rank); the task that starts now, if one does."""
+        self.started = None
+        for i in indices:
+            self.driver.arrival(self.states[i])
+        if self._deliver:
+            self._deliver.pop()()
+        return self.started
+
+    def done(self, task: Task) -> Task | None:
+        """``task``'s compute ended; the task that starts now, if one does."""
+        self.started = None
+        self.driver.compute_done(self.driver.runs[task.id])
+        return self.started
+
+
+class _Run:
+    """What the driver begins for a task (the caller times it)."""
+
+    def begin(self) -> None:
+        pass
 
 
 def _by_rank(chosen: Sequence[RequestState], ranks: int) -> list[list[int]]:
@@ -99,16 +134,12 @@ def full_steps(new_tokens: Sequence[int], ranks: int, budget: int) -> list[list[
     Returns per step, per rank, the indices of the requests in that rank's batch. A step is full when
     every rank still has requests waiting after it; the walk stops at the first step that is not.
     """
-    unit, states = _unit(new_tokens, ranks, budget)
-    for s in states:
-        unit.enqueue(s)
+    unit = _Unit(new_tokens, ranks, budget)
+    task = unit.arrive(range(len(new_tokens)))
     steps: list[list[list[int]]] = []
-    while all(unit.rank_waiting):
-        chosen = unit.next_batch()
-        if not all(unit.rank_waiting):  # some rank emptied its queue: not a full step
-            break
-        steps.append(_by_rank(chosen, ranks))
-        unit.batch_done(chosen)
+    while task is not None and len(unit.waiting_ranks()) == ranks:  # every rank still waits after it: full
+        steps.append(_by_rank(task.requests, ranks))
+        task = unit.done(task)
     return steps
 
 
@@ -184,31 +215,32 @@ def busy_fraction(arrivals: Sequence[float], new_tokens: Sequence[int], ranks: i
                   step_seconds: Callable[[list[int], list[int]], float], warmup: float = 0.1) -> float:
     """Share of time one unit is busy between the arrival of request ``warmup x n`` and the last arrival.
 
-    Batches with the simulator's :class:`.prefill_unit.PrefillUnit` and FCFS (see :func:`_unit`); a
+    Batches with the simulator's own driver and FCFS (see :class:`_Unit`); a
     step starts when the unit is idle and a request waits, and lasts ``step_seconds(requests, their
     ranks)``; requests arriving during a step see its requests still on their ranks, as in the simulator.
     """
     n = len(arrivals)
-    unit, states = _unit(new_tokens, ranks, budget)
+    unit = _Unit(new_tokens, ranks, budget)
     t0, t1 = arrivals[min(n - 1, int(warmup * n))], arrivals[-1]
     busy = 0.0
     now, i = 0.0, 0
+    task: Task | None = None
 
     def admit(until: float) -> None:
-        nonlocal i
+        nonlocal i, task
+        first = i
         while i < n and arrivals[i] <= until:
-            unit.enqueue(states[i])
             i += 1
+        task = unit.arrive(range(first, i)) or task
 
-    while i < n or any(unit.rank_waiting):
+    while i < n or task is not None:
         admit(now)
-        chosen = unit.next_batch()
-        if not chosen:
+        if task is None:
             now = arrivals[i]
             continue
-        end = now + step_seconds([s.index for s in chosen], [s.rank for s in chosen])
+        end = now + step_seconds([s.index for s in task.requests], [s.rank for s in task.requests])
         busy += max(0.0, min(end, t1) - max(now, t0))
         admit(end)
-        unit.batch_done(chosen)
+        task = unit.done(task)
         now = end
     return busy / (t1 - t0) if t1 > t0 else 1.0

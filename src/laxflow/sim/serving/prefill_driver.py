@@ -97,9 +97,17 @@ class PrefillDriver:
     """One prefill unit executing what its scheduler decides (see the module docstring)."""
 
     def __init__(self, scheduler: PrefillScheduler, now: Callable[[], float],
-                 start: Callable[[Task], "BatchRun"], pruned: Callable[[], set[str]] | None = None) -> None:
+                 start: Callable[[Task], "BatchRun"], pruned: Callable[[], set[str]] | None = None,
+                 ranks: int = 1, later: Callable[[Callable[[], None]], None] | None = None) -> None:
+        if ranks > 1 and not scheduler.rank_batches:
+            raise ValueError(f"prefill scheduler {scheduler.name!r} forms no task over {ranks} attention-DP ranks")
         self.scheduler = scheduler
         self._pruned = pruned
+        self.rank_tokens = [0] * ranks  # new tokens waiting or running on each attention-DP rank
+        self.queued_tokens = 0  # new tokens waiting or running here (the router's load signal)
+        # ``later(fn)``: call fn after every other arrival of this instant (None: at once).
+        self._later = later
+        self._arriving: list[Any] = []  # arrived this instant, not yet told to the scheduler
         self.deferred: list[Task] = []  # started tasks whose requests are all pruned (resumed when idle)
         self.deferrals = 0
         self._deferring: Task | None = None  # the running task being preempted because it was pruned
@@ -112,12 +120,30 @@ class PrefillDriver:
         self.switches = 0
 
     def arrival(self, request: Any) -> None:
-        self._apply(self.scheduler.arrival(request, self._now()))
+        """``request`` (with ``new_tokens``) reached this unit: it joins the rank with the fewest new
+        tokens waiting or running (ties: the lowest; its ``rank`` is set now), and the scheduler hears
+        it with every other arrival of this instant (``later``), so they can batch together."""
+        rank = min(range(len(self.rank_tokens)), key=lambda r: (self.rank_tokens[r], r))
+        request.rank = rank
+        self.rank_tokens[rank] += request.new_tokens
+        self.queued_tokens += request.new_tokens
+        self._arriving.append(request)
+        if self._later is None:
+            self._deliver()
+        elif len(self._arriving) == 1:
+            self._later(self._deliver)
+
+    def _deliver(self) -> None:
+        arrived, self._arriving = self._arriving, []
+        self._apply(self.scheduler.arrivals(arrived, self._now()))
         self._defer_pruned()
 
     def compute_done(self, batch: "BatchRun") -> None:
-        """The batch computed its last layer: the task's completion event."""
+        """The batch computed its last layer: the task's completion event (its ranks' load freed first)."""
         task = self.tasks.pop(id(batch))
+        for r in task.requests:
+            self.rank_tokens[r.rank] -= r.new_tokens
+            self.queued_tokens -= r.new_tokens
         self.runs.pop(task.id, None)
         if task in self.deferred:  # never resume (recompute) a task that is done
             self.deferred.remove(task)

@@ -8,9 +8,12 @@ a run is deterministic for a given workload.
 Who calls what: at construction every request gets its SLO (:mod:`.slo`,
 from the workload alone, the same for every policy). :meth:`run` walks the
 request arrivals (one ARRIVAL event at a time); each arrival is routed
-(:mod:`.router`) and queued on an attention-DP rank of its prefill unit; an
-idle unit forms each rank's FCFS batch (or its ``--prefill`` driver its task) and starts a
-:class:`~laxflow.sim.serving.batch.BatchRun` over them, which calls back
+(:mod:`.router`) to its prefill unit, whose
+:class:`~laxflow.sim.serving.prefill_driver.PrefillDriver` puts it on an
+attention-DP rank and tells the unit's prefill scheduler (``--prefill``;
+by default ``fcfs``: run-to-end batches, one per rank) after every arrival
+of that instant; each task the scheduler starts is a
+:class:`~laxflow.sim.serving.batch.BatchRun`, which calls back
 :meth:`batch_compute_done` and :meth:`request_done` through its
 :class:`~laxflow.sim.serving.batch.BatchContext`.
 """
@@ -31,7 +34,6 @@ from laxflow.sim.serving.cluster import Cluster
 from laxflow.sim.serving.config import ServingConfig
 from laxflow.sim.serving.metrics import pruned_count
 from laxflow.sim.serving.plan import ModelRunner
-from laxflow.sim.serving.prefill_unit import PrefillUnit
 from laxflow.sim.serving.request_state import RequestState
 from laxflow.sim.serving.router import GlobalRouter, PrefixCaches
 from laxflow.sim.serving.slo import SloModel, workload_reuse
@@ -50,7 +52,7 @@ class SimResult:
     sim_time: float
     network_events: int
     cache_evictions: int
-    prefill: str | None = None  # the --prefill scheduler (None: the run-to-completion FCFS batch former)
+    prefill: str | None = None  # the --prefill scheduler (None: the default, fcfs)
     pruned: int | None = None  # requests in the flow policy's pruned set at the end (None: it keeps none)
     deferred: int | None = None  # tasks the --prefill drivers deferred as pruned (None: no driver ran)
     # decode "steps": each request's decode (an instances.instance.Seq, by request index); None: "hold"
@@ -106,11 +108,7 @@ class ServingSimulator:
         # Fixed before anything runs: the same per-request SLO under every policy.
         self.idle_ttfts = [self.slo.idle_ttft(int(r.input_tokens), reuse)
                            for r, reuse in zip(self.requests, workload_reuse(self.requests))]
-        self.units = [
-            PrefillUnit(u.index, config.token_budget, self.runner.attn_dp)
-            for u in self.cluster.prefill_units
-        ]
-        self.drivers = self._drivers() if config.prefill else None
+        self.drivers = self._drivers()  # one per prefill unit
         self.decode_seqs: dict[int, Any] = {}  # decode "steps": request index -> its decode (instances.Seq)
         self._decoding: dict[str, RequestState] = {}  # decode "steps": on a decode unit now, by request id
         self.decode = self._decode_units() if config.decode == "steps" else None
@@ -121,7 +119,6 @@ class ServingSimulator:
         self.batches: list[BatchRun] = []
         self.done = 0
         self._progress = progress
-        self._start_pending: set[int] = set()
 
     # -- run ---------------------------------------------------------------------
 
@@ -144,7 +141,7 @@ class ServingSimulator:
             cache_evictions=self.caches.evicted,
             prefill=self.config.prefill,
             pruned=pruned_count(self.policy),
-            deferred=None if self.drivers is None else sum(d.deferrals for d in self.drivers),
+            deferred=None if self.config.prefill is None else sum(d.deferrals for d in self.drivers),
             decode=None if self.decode is None else self.decode_seqs,
         )
 
@@ -159,7 +156,7 @@ class ServingSimulator:
             self.router.ttft_cost = self._ttft_cost(int(req.input_tokens), block)
         route = self.router.route(
             list(req.block_hashes), block, int(req.input_tokens),
-            [u.queued_tokens for u in self.units], self.decode_tokens,
+            [d.queued_tokens for d in self.drivers], self.decode_tokens,
         )
         idle = self.idle_ttfts[i]
         state = RequestState(req, i, route, self._slo(req, idle), idle)
@@ -170,47 +167,20 @@ class ServingSimulator:
             self.caches.touch(route.prefill, reused)
         for holder, _, _ in route.fetches:
             self.caches.touch(holder, reused)
-        unit = self.units[route.prefill]
-        if self.drivers is not None:
-            unit.queued_tokens += state.new_tokens
-            self.drivers[unit.index].arrival(state)
-        else:
-            unit.enqueue(state)
+        self.drivers[route.prefill].arrival(state)  # on a rank now; its scheduler hears it at this instant's end
         if self.config.reuse_from == "routed":  # the prompt's blocks are reusable from its arrival (config.REUSE_FROM)
             self.caches.insert(route.prefill, req.block_hashes, block, state.rank)
-        if self.drivers is not None:
-            return
-        if not unit.busy and unit.index not in self._start_pending:
-            # Form the batch after every arrival of this instant (TIMER runs
-            # after ARRIVAL at equal times), so simultaneous requests batch together.
-            self._start_pending.add(unit.index)
-            self.queue.push(self.queue.now, Priority.TIMER, self._start_batch, unit)
 
-    def _start_batch(self, unit: PrefillUnit) -> None:
-        self._start_pending.discard(unit.index)
-        chosen = unit.next_batch()
-        if not chosen:
-            return
-        spec = self.cluster.prefill_units[unit.index]
-        plan = self.runner.plan(
-            self.cluster, spec, [max(1, s.new_tokens) for s in chosen],
-            [s.route.reused_tokens + max(1, s.new_tokens) for s in chosen], [s.rank for s in chosen],
-        )
-        batch = BatchRun(self.context, len(self.batches), spec, chosen, plan)
-        self.batches.append(batch)
-        batch.begin()
+    def _after_arrivals(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` after every arrival of this instant (TIMER runs after ARRIVAL at equal times),
+        so simultaneous requests batch together."""
+        self.queue.push(self.queue.now, Priority.TIMER, lambda _: fn(), None)
 
     def batch_compute_done(self, batch: BatchRun) -> None:
         """Called by a batch when its last layer's compute ends: cache its prompts, free the unit."""
         for s in batch.states:
             self.caches.insert(batch.unit.index, list(s.request.block_hashes), int(s.request.block_size), s.rank)
-        unit = self.units[batch.unit.index]
-        if self.drivers is not None:
-            unit.queued_tokens -= sum(s.new_tokens for s in batch.states)
-            self.drivers[unit.index].compute_done(batch)
-            return
-        unit.batch_done(batch.states)
-        self._start_batch(unit)
+        self.drivers[batch.unit.index].compute_done(batch)
 
     # -- scheduler-driven prefill units (--prefill) --------------------------------
 
@@ -252,7 +222,8 @@ class ServingSimulator:
             kv_gpus = self.runner.kv_gpus(self.cluster.prefill_units[u], 0)
             port = f"p{u}"
             busy = max(float(load[topo.egress(g)]) for g in gpus)
-            inst = Instance(port, pred(self.units[u].queued_tokens) if self.units[u].queued_tokens > 0 else 0.0,
+            queued = self.drivers[u].queued_tokens
+            inst = Instance(port, pred(queued) if queued > 0 else 0.0,
                             pred(max(1, input_tokens - cached_blocks * block)), p2d, port, nic * len(kv_gpus))
             est = estimate_ttft([inst], {port: nic * len(kv_gpus)}, {port: busy})
             return est[0].ttft_s if est else float("inf")
@@ -260,21 +231,27 @@ class ServingSimulator:
         return cost
 
     def _drivers(self) -> list[Any]:
-        from laxflow.integrations.prefill.registry import create_prefill_scheduler
+        """One driver per prefill unit, over the ``--prefill`` scheduler (default ``fcfs``, which needs no
+        TTFT predictor and hears no pruned set: the units' plain run-to-end batches)."""
+        from laxflow.integrations.prefill.registry import create_prefill_scheduler, prefill_scheduler_class
         from laxflow.sim.serving.prefill_driver import PolicyHooks, PrefillDriver
 
-        if self.runner.attn_dp != 1:
-            raise UserError(f"--prefill: {self.config.prefill!r} needs one attention group per prefill unit; "
-                            f"deployment {self.runner.deployment.name!r} has attn_dp={self.runner.attn_dp}")
-        predictor = self._predictor()
-        hooks = PolicyHooks(self.policy) if self.config.prefill_coupling else None
+        name = self.config.prefill or "fcfs"
+        ranks = self.runner.attn_dp
+        with user_errors("--prefill"):
+            ranked = prefill_scheduler_class(name).rank_batches
+        if ranks != 1 and not ranked:
+            raise UserError(f"--prefill: {name!r} needs one attention group per prefill unit; "
+                            f"deployment {self.runner.deployment.name!r} has attn_dp={ranks}")
+        predictor = self._predictor() if self.config.prefill else None
+        hooks = PolicyHooks(self.policy) if self.config.prefill and self.config.prefill_coupling else None
         drivers = []
-        for u in self.units:
+        for index in range(len(self.cluster.prefill_units)):
             with user_errors("--prefill"):
-                sched = create_prefill_scheduler(self.config.prefill, predictor, self.config.token_budget)
+                sched = create_prefill_scheduler(name, predictor, self.config.token_budget)
             drivers.append(PrefillDriver(sched, lambda: self.queue.now,
-                                         lambda task, index=u.index: self._task_batch(index, task),
-                                         None if hooks is None else hooks.pruned))
+                                         lambda task, index=index: self._task_batch(index, task),
+                                         None if hooks is None else hooks.pruned, ranks, self._after_arrivals))
         return drivers
 
     def _task_batch(self, index: int, task: Any) -> BatchRun:
@@ -286,11 +263,9 @@ class ServingSimulator:
         sched = driver.scheduler
         spec = self.cluster.prefill_units[index]
         states = list(task.requests)
-        for s in states:
-            s.rank = 0
         new = [max(1, s.new_tokens) for s in states]
         ctx = [s.route.reused_tokens + n for s, n in zip(states, new)]
-        plan = self.runner.plan(self.cluster, spec, new, ctx, [0] * len(states))
+        plan = self.runner.plan(self.cluster, spec, new, ctx, [s.rank for s in states])
         marks: tuple[float, ...] = ()
         if sched.chunk_tokens and sum(new) > sched.chunk_tokens:
             from laxflow.sim.models import weight_bytes_per_gpu
