@@ -243,6 +243,32 @@ def test_mfs_page_shows_both_baseline_semantics(renderer):
     assert len([ln for ln in page.splitlines() if ln.startswith("| `fig13` | paper | 0.292 |")]) == 2
 
 
+def test_mfs_page_says_where_the_papers_margins_are_reached(renderer):
+    _, data, pages = renderer
+
+    def line(preset, ratio, seeds):
+        return {"preset": preset, "physics": "paper", "seeds": seeds, "policies": {},
+                "group_baselines": {"best_baseline": "fs", "mfs_over_best": ratio,
+                                    "paired_diff": {"mean": 0.1, "ci95": 0.05, "excludes_0": True}}}
+    (data / "sim_claims_baselines.json").write_text(json.dumps(_record(
+        "sim_claims_baselines", {"lines": [line("fig10-mixtral", 1.33, 5), line("fig13", 2.5, 5)]})))
+    (data / "sim_claims_paper_scale.json").write_text(json.dumps(_record(
+        "sim_claims_paper_scale", {"lines": [line("fig10-mixtral", 1.5, 3), line("fig10-dbrx", 2.1, 3)]})))
+    rows = pages()["mfs.md"].splitlines()
+    mixtral = next(ln for ln in rows if ln.startswith("| Fig. 10a:") and "reaches" not in ln and "16: " in ln)
+    assert "| 1.4-1.8x | **1.33x** over fs, +0.100 ± 0.050 * (5 seeds) | **1.50x** over fs" in mixtral
+    assert mixtral.endswith("| 16: no (1.33x < 1.40x); 256: yes |")
+    fig13 = next(ln for ln in rows if ln.startswith("| Fig. 13: DBRX") and "16: " in ln)  # fig13 is fig10-dbrx at scale
+    assert fig13.endswith("| 16: yes (beyond it); 256: no (2.10x < 2.20x) |")
+
+
+def test_paper_range_reads_the_papers_forms():
+    from results_render import paper_range
+
+    assert paper_range("1.4-1.8x") == (1.4, 1.8) and paper_range("2.2x") == (2.2, 2.2)
+    assert paper_range("up to 2.4x") == (1.0, 2.4)
+
+
 def test_mfs_page_shows_the_instance_engine_policies(renderer):
     _, data, pages = renderer
 
