@@ -262,9 +262,8 @@ def test_mfs_page_says_where_the_papers_margins_are_reached(renderer):
     assert fig13.endswith("| 16: yes (beyond it); 256: no (2.10x < 2.20x) |")
 
 
-def test_paper_range_reads_the_papers_forms():
-    from results_render import paper_range
-
+def test_paper_range_reads_the_papers_forms(renderer):
+    paper_range = renderer[0].paper_range
     assert paper_range("1.4-1.8x") == (1.4, 1.8) and paper_range("2.2x") == (2.2, 2.2)
     assert paper_range("up to 2.4x") == (1.0, 2.4)
 
