@@ -79,6 +79,20 @@ def test_the_units_fcfs_batches_are_the_fcfs_schedulers_tasks():
     assert [s.ttft for s in runs[0].states] == [s.ttft for s in runs[1].states]
 
 
+def test_fcfs_batches_every_attention_dp_rank_and_same_instant_arrivals_together():
+    # Mixtral-8x7B's prefill unit has 8 attention-DP ranks: fcfs is the only --prefill that batches over
+    # ranks (the others need one), and it is what the unit runs without --prefill. Requests arriving at
+    # one instant are told to the scheduler together, so they share a step.
+    reqs = [create_request(i, 0.05 * (i // 4), 300 + 97 * (i % 7) * 13) for i in range(32)]
+    runs = [run(create_config("mixtral-8x7b", servers=2, prefill=prefill), reqs, "fs") for prefill in (None, "fcfs")]
+    (sim, default), (_, fcfs) = runs
+    assert sim.runner.attn_dp == 8 and default.prefill is None and default.deferred is None
+    assert [s.ttft for s in default.states] == [s.ttft for s in fcfs.states]
+    first = default.batches[0]
+    assert [s.id for s in first.states] == ["r0", "r1", "r2", "r3"]  # the four requests of t = 0
+    assert sorted(s.rank for s in first.states) == [0, 1, 2, 3]  # each on its own (least loaded) rank
+
+
 def test_edf_layer_switches_at_a_layer_end():
     sim, res = run(_one_unit("edf-layer"), _pair(16000, 0.3))
     _, short = res.states
