@@ -262,6 +262,20 @@ def test_mfs_page_says_where_the_papers_margins_are_reached(renderer):
     assert fig13.endswith("| 16: yes (beyond it); 256: no (2.10x < 2.20x) |")
 
 
+def test_mfs_page_shows_the_paper_scale_runs_over_the_one_job_baselines(renderer):
+    _, data, pages = renderer
+    pol = {p: {"slo_attainment": a, "slo_attainment_ci95": 0.01, "cct_inflation": c}
+           for p, a, c in (("mfs", 0.6, 1.05), ("fs", 0.3, 1.3), ("edf", 0.2, 1.2), ("sjf-group", 0.25, 1.1),
+                           ("karuna-group", 0.1, 1.2))}
+    line = {"preset": "fig10-dbrx", "physics": "paper", "seeds": 3, "rate": 2.1, "policies": pol,
+            "group_baselines": {"best_baseline": "fs", "mfs_over_best": 2.0,
+                                "paired_diff": {"mean": 0.3, "ci95": 0.1, "excludes_0": True}}}
+    (data / "sim_claims_paper_scale.json").write_text(json.dumps(_record("sim_claims_paper_scale", {"lines": [line]})))
+    row = next(ln for ln in pages()["mfs.md"].splitlines() if ln.startswith("| `fig10-dbrx` | 2.1 |"))
+    assert row == ("| `fig10-dbrx` | 2.1 | 0.600 ± 0.0100 | 0.300 ± 0.0100 | 0.200 ± 0.0100 | 0.250 ± 0.0100 | "
+                   "0.100 ± 0.0100 | **2.00x** over fs, +0.300 ± 0.100 * | 1.30 / 1.05 |")
+
+
 def test_paper_range_reads_the_papers_forms(renderer):
     paper_range = renderer[0].paper_range
     assert paper_range("1.4-1.8x") == (1.4, 1.8) and paper_range("2.2x") == (2.2, 2.2)
