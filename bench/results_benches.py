@@ -72,6 +72,10 @@ BENCHES: dict[str, Bench] = {b.name: b for b in (
           "Figs. 10, 12a and 13 under the paper's physics at the paper's scale (256 servers, 512 + 1536 requests, "
           "0.8 of capacity), over the one-job baselines",
           fresh=("out/results/sim_claims_paper_scale",)),
+    Bench("merge_compare", ("bench/merge_compare.py", "--out", "out/results/merge_compare"),
+          "issue 34's side by side: every command recorded before the one-engine merge (bench/results/premerge/, "
+          "3 seeds) rerun on this tree, each value paired with its old one",
+          fresh=("out/results/merge_compare",)),
     Bench("codesign", ("bench/codesign.py", "--presets", "fig12-conv,fig12-agent", "--physics", "faithful,paper",
                        "--slo-scales", "1.5,2,3", "--loads", "0.8,1.0,1.2", *CLAIMS_SCALE,
                        "--out", "out/results/codesign"),

@@ -1080,6 +1080,60 @@ def page_benchmarks(recs: dict[str, Record], now: str, link: str, title: str) ->
     return lines
 
 
+# ----------------------------------------------------------------- the one-engine merge (issue 34)
+
+# What changed in the physics of each engine since the "before" commit, by bench: the reason a value may move.
+MERGE_PHYSICS = {
+    "sim_claims": "the unit engine (MFS presets): no change of physics is intended; its 12 `bench/sim_digest.py` "
+                  "hashes are kept equal at every step, so any moved value here is unexplained",
+    "flowprefill": "the unit engine with `--prefill` drivers: no change of physics is intended (as `sim_claims`)",
+    "batching_repro": "the instance engine: a disaggregated request's TTFT now ends when its KV has landed on the "
+                      "decode instance (it ended when the prefill instance emitted the first token), so `ps_disagg` "
+                      "may lose attainment by the P2D transfer time; colocated presets move no KV and stay",
+    "arrow_repro": "the instance engine: TTFT at the last P2D byte, as for `batching_repro`; Arrow's pools move KV "
+                   "between instances, so sustainable rates may fall",
+}
+
+
+def _seeds(values: list[float]) -> str:
+    return ", ".join(num(v) for v in values)
+
+
+def merge_rows(rec: Record) -> list[str]:
+    """Per bench: how many values moved, and every moved one before and after, with the paired difference."""
+    if not rec.ok:
+        return [not_run(rec), ""]
+    lines: list[str] = []
+    for name, b in get(rec.result, "benches").items():
+        rows = b["rows"]
+        lines += [f"### `{name}`", "",
+                  f"{len(rows)} values (before: `{b['before_commit'][:12]}`); {b['changed']} moved, {b['beyond']} "
+                  f"beyond their paired 95 % interval. What changed on this engine: {MERGE_PHYSICS.get(name, '-')}.", ""]
+        moved = [r for r in rows if r["changed"]]
+        if moved:
+            lines += ["| point | metric | before (seeds) | after (seeds) | after - before (paired) |",
+                      "|---|---|---|---|---|"]
+            for r in moved:
+                ci = r["diff_ci95"]
+                diff = f"{r['diff']:+.4g}" + ("" if ci is None else f" ± {ci:.3g}") + (" *" if r["beyond"] else "")
+                lines.append(f"| {r['point']} | {r['metric']} | {num(r['before_mean'])} ({_seeds(r['before'])}) | "
+                             f"{num(r['after_mean'])} ({_seeds(r['after'])}) | {diff} |")
+            lines.append("")
+    return lines
+
+
+def page_merge(recs: dict[str, Record], now: str) -> list[str]:
+    lines = header("One serving simulator: results before and after the merge", [recs["merge_compare"]], now)
+    lines += ["Issue 34 merges the unit-level engine (the MFS experiments) and the iteration-level instance engine "
+              "(FairBatching, ProServe, Arrow) into one. Results may change only where the old split was wrong, "
+              "and each change larger than its interval is explained by the physics that changed. "
+              "`bench/merge_compare.py` reruns, on this tree, every command recorded before the merge "
+              "(`bench/results/premerge/`, 3 seeds, every preset) and pairs each value with its old one on the same "
+              "seeds; * where the paired 95 % interval excludes 0.", ""]
+    lines += merge_rows(recs["merge_compare"])
+    return lines
+
+
 # ----------------------------------------------------------------- pages
 
 PAPER_PAGES = {
@@ -1099,7 +1153,8 @@ def page_index(recs: dict[str, Record], now: str) -> list[str]:
               "under `bench/results/`; `python bench/results.py --only NAME` re-runs one bench, `--render-only` "
               "re-renders without running.", ""]
     lines += [f"- [{label} (paper {num_})]({slug}.md)" for slug, (label, num_, _) in PAPER_PAGES.items()]
-    lines += ["- [Component benchmarks and targets](benchmarks.md)", ""]
+    lines += ["- [Component benchmarks and targets](benchmarks.md)",
+              "- [One serving simulator: results before and after the merge](merge.md)", ""]
     return lines
 
 
@@ -1111,6 +1166,7 @@ def render_all(results: Path, root: Path, now: str | None = None) -> list[Path]:
     for slug, (_, _, fn) in PAPER_PAGES.items():
         pages[root / f"docs/results/{slug}.md"] = fn(recs, now)
     pages[root / "docs/results/benchmarks.md"] = page_benchmarks(recs, now, "", "Component benchmarks")
+    pages[root / "docs/results/merge.md"] = page_merge(recs, now)
     readme = page_benchmarks(recs, now, "results/", "Benchmarks (`bench/`)")
     readme += ["## Running them", "",
                "`make results` runs every bench below and the paper reproductions, keeps each JSON under "
