@@ -55,10 +55,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("rates", "--rates", "list", "Comma-separated requests/s per prefill GPU.", commands=frozenset({"sweep"})),
     Flag("policies", "--policies", "list", "Comma-separated flow policies (registered names or module:Class)."),
     Flag("prefill", "--prefill", "list", "Comma-separated prefill schedulers (flowprefill, fcfs, edf-cp2k, "
-         "edf-cp8k, edf-layer) driving every prefill unit with preemption, or iteration-level batch schedulers "
+         "edf-cp8k, edf-layer) driving every prefill unit (all but fcfs with preemption, and on one attention-DP "
+         "rank), or iteration-level batch schedulers "
          "(fairbatching, fairbatching-pab, sarathi, vllm, slidebatching, weighted-vtc, edf, sjf, priority) on the "
          "instance engine (decode modelled); "
-         "runs each with every policy. Default: run-to-end FCFS batches per attention-DP rank (the fcfs rule)."),
+         "runs each with every policy. Default: fcfs (run-to-end batches, one per attention-DP rank)."),
     Flag("router", "--router", "list", "Comma-separated request routers of the instance engine (pab, dplb, "
          "gorouting, minload); default dplb, and with --pools the pool manager dispatches."),
     Flag("pools", "--pools", "list", "Comma-separated pool managers of the instance engine (laxflow sim list: "
