@@ -1115,7 +1115,7 @@ def merge_rows(rec: Record) -> list[str]:
                       "|---|---|---|---|---|"]
             for r in moved:
                 ci = r["diff_ci95"]
-                diff = f"{r['diff']:+.4g}" + ("" if ci is None else f" ± {ci:.3g}") + (" *" if r["beyond"] else "")
+                diff = f"{r['diff']:+.3g}" + ("" if ci is None else f" ± {ci:.2g}") + (" *" if r["beyond"] else "")
                 lines.append(f"| {r['point']} | {r['metric']} | {num(r['before_mean'])} ({_seeds(r['before'])}) | "
                              f"{num(r['after_mean'])} ({_seeds(r['after'])}) | {diff} |")
             lines.append("")
