@@ -76,6 +76,10 @@ BENCHES: dict[str, Bench] = {b.name: b for b in (
           "issue 34's side by side: every command recorded before the one-engine merge (bench/results/premerge/, "
           "3 seeds) rerun on this tree, each value paired with its old one",
           fresh=("out/results/merge_compare",)),
+    Bench("ttft_parts", ("bench/ttft_parts.py", "--point", "fig12-conv", "--physics", "paper", "--servers", "64",
+                         "--requests", "384", "--warmup", "128", "--seeds", "3", "--policies", "fs,mfs,karuna-group",
+                         "--jobs", "2"),
+          "where TTFT goes (queue, compute, P2D tail) per flow policy at Fig. 12a under the paper's physics"),
     Bench("codesign", ("bench/codesign.py", "--presets", "fig12-conv,fig12-agent", "--physics", "faithful,paper",
                        "--slo-scales", "1.5,2,3", "--loads", "0.8,1.0,1.2", *CLAIMS_SCALE,
                        "--out", "out/results/codesign"),

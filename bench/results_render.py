@@ -441,6 +441,24 @@ def _reach_cell(rec: Record, preset: str) -> tuple[str, float | None]:
     return "-", None
 
 
+def ttft_parts_rows(rec: Record) -> list[str]:
+    """Per policy: SLO attainment and the three TTFT parts (all measured requests / the missed ones)."""
+    if not rec.ok:
+        return [not_run(rec), ""]
+    r = rec.result
+    lines = [f"`{r['point']}` under {r['physics']} physics at {r['rate']} req/s/GPU, {r['servers']} servers, "
+             f"{r['warmup']} + {r['requests']} requests, {r['seeds']} seeds; milliseconds, mean ± 95 % half-width "
+             "over seeds, all measured requests / those that missed their SLO:", "",
+             "| policy | SLO attainment | queue | compute | P2D tail |", "|---|---|---|---|---|"]
+    for pol, v in r["policies"].items():
+        def ms(key: str) -> str:
+            return f"{num(v[key + '_ms']['mean'])} / {num(v['missed_' + key + '_ms']['mean'])}"
+        att = v["slo_attainment"]
+        lines.append(f"| {pol} | {num(att['mean'])} ± {num(att['ci95'])} | {ms('queue')} | {ms('compute')} | "
+                     f"{ms('p2d_tail')} |")
+    return lines + [""]
+
+
 def paper_margin_rows(recs: dict[str, Record]) -> list[str]:
     """Per figure: does MFS reach the paper's margin under the paper's physics, over the one-job baselines
     (fs, edf, sjf-group, karuna-group), at 16 servers and at the paper's 256?"""
@@ -500,6 +518,14 @@ REACH_TEXT = (
     "matters), at the 16-server scale of the tables above (`sim_claims_baselines`) and at the paper's 256 "
     "servers (`sim_claims_paper_scale`). The paper's number is a range read off its figure; \"reaches\" "
     "means MFS's mean ratio is at least its low end. Paired differences: * where the 95 % interval excludes 0.")
+
+
+TTFT_PARTS_TEXT = (
+    "Where Fig. 12a's margin goes (`bench/ttft_parts.py`): a TTFT on the prefill units is its queueing, its "
+    "prefill (layers, collectives and reuse stalls) and the P2D tail (KV not yet landed when the compute "
+    "ended). MFS gives the SP collectives the fabric and defers the P2D flows by their MLU (§4.3, one flow per "
+    "layer, each its own bytes over the time to the request's deadline); the table shows where that moves a "
+    "request's time, for all requests and for those that missed.")
 
 
 BASELINES_TEXT = (
@@ -676,7 +702,7 @@ def workload_rows(recs: dict[str, Record]) -> list[str]:
 def page_mfs(recs: dict[str, Record], now: str) -> list[str]:
     lines = header("MFS (paper 001): the paper's figures and laxflow's",
                    [recs[n] for n in ("sim_claims", "sim_claims_paper", "sim_claims_baselines", "sim_claims_scale",
-                                      "sim_claims_paper_scale", "sim_physics_sweep", "sim_physics_ablation", "codesign", "codesign_decode",
+                                      "sim_claims_paper_scale", "ttft_parts", "sim_physics_sweep", "sim_physics_ablation", "codesign", "codesign_decode",
                                       "instance_policies", "sim_map", "testbed_ratio", "workload_calibration")], now)
     lines += ["The serving simulator runs every policy (MFS and the baselines FS, SJF, EDF, Karuna) on the same "
               "requests per seed, each point at 0.8 of its model's capacity on its workload (never a rate picked per "
@@ -688,6 +714,8 @@ def page_mfs(recs: dict[str, Record], now: str) -> list[str]:
     lines += physics_rows(recs)
     lines += ["### Does it reach the paper's margins?", "", REACH_TEXT, ""]
     lines += paper_margin_rows(recs)
+    lines += [TTFT_PARTS_TEXT, ""]
+    lines += ttft_parts_rows(recs["ttft_parts"])
     lines += ["### Against load", ""]
     lines += physics_sweep_rows(recs)
     lines += ["### Which of the four choices matters", "",

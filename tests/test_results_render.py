@@ -336,3 +336,19 @@ def test_merge_page_lists_every_moved_value_with_its_paired_difference(renderer)
     assert ("| azure-code arrow | sustainable_rate | 27.1 (49.6, 9.80, 22.0) | 23.0 (40.0, 9.00, 20.0) | "
             "-4.13 ± 3 * |") in page
     assert "azure-code vllm" not in page  # unmoved values are counted, not listed
+
+
+def test_mfs_page_splits_ttft_into_its_parts_per_policy(renderer):
+    _, data, pages = renderer
+
+    def v(x):
+        return {"mean": x, "ci95": 0.01, "seeds": [x] * 3}
+    pol = {p: {"slo_attainment": v(a), "queue_ms": v(q), "missed_queue_ms": v(q * 2), "compute_ms": v(c),
+               "missed_compute_ms": v(c), "p2d_tail_ms": v(t), "missed_p2d_tail_ms": v(t * 1.5)}
+           for p, a, q, c, t in (("fs", 0.66, 27.5, 35.0, 0.8), ("mfs", 0.69, 11.3, 28.0, 18.7))}
+    doc = {"point": "fig12-conv", "physics": "paper", "rate": 2.0, "servers": 64, "requests": 384, "warmup": 128,
+           "seeds": 3, "policies": pol}
+    (data / "ttft_parts.json").write_text(json.dumps(_record("ttft_parts", doc)))
+    page = pages()["mfs.md"]
+    assert "`fig12-conv` under paper physics at 2.0 req/s/GPU, 64 servers, 128 + 384 requests, 3 seeds" in page
+    assert "| mfs | 0.690 ± 0.0100 | 11.3 / 22.6 | 28.0 / 28.0 | 18.7 / 28.0 |" in page
