@@ -35,11 +35,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from laxflow.integrations.prefill.base import Task
+from laxflow.integrations.prefill.fcfs import Fcfs
 from laxflow.sim.serving.cluster import Cluster
 from laxflow.sim.serving.config import ClusterConfig
 from laxflow.sim.serving.plan import ModelRunner
-from laxflow.integrations.prefill.base import Submit, Task
-from laxflow.integrations.prefill.fcfs import Fcfs
 from laxflow.sim.serving.prefill_driver import PrefillDriver
 from laxflow.sim.serving.request_state import RequestState
 from laxflow.sim.serving.router import Route
@@ -86,8 +86,8 @@ class _Unit:
     def __init__(self, new_tokens: Sequence[int], ranks: int, budget: int) -> None:
         self.started: Task | None = None
         self._deliver: list = []  # the driver's call for this instant's arrivals
-        self.driver = PrefillDriver(Fcfs(None, budget), lambda: 0.0, self._start, ranks=ranks,
-                                    later=self._deliver.append)
+        fcfs = Fcfs(None, budget)  # (FCFS reads no TTFT predictor)
+        self.driver = PrefillDriver(fcfs, lambda: 0.0, self._start, ranks=ranks, later=self._deliver.append)
         self.states = [RequestState(Request(id=str(i), arrival=0.0, input_tokens=int(n), output_tokens=1), i,
                                     Route(0, 0, 0, 0, None), 0.0, 0.0) for i, n in enumerate(new_tokens)]
 

@@ -1,10 +1,12 @@
 """A prefill unit driven by a pure ``laxflow.integrations.prefill`` scheduler (``--prefill NAME``).
 
-Created by the simulator, one per prefill unit, when ``ServingConfig.prefill``
-is set (otherwise the unit forms run-to-end FCFS batches, :mod:`.prefill_unit`,
-unchanged). Runs on the simulator's thread, inside event callbacks; it owns
-no clock: ``now`` is the event queue's. It follows the driving protocol of
-``laxflow.integrations.prefill.base`` exactly:
+Created by the simulator, one per prefill unit, over ``ServingConfig.prefill``'s
+scheduler, or ``fcfs`` when none is named (run-to-end batches, one per
+attention-DP rank: the unit's default). Runs on the simulator's thread, inside
+event callbacks; it owns no clock: ``now`` is the event queue's. It puts each
+arrival on its unit's least loaded attention-DP rank and tells the scheduler
+after every arrival of that instant (``later``), and otherwise follows the
+driving protocol of ``laxflow.integrations.prefill.base`` exactly:
 
 * ``arrival`` / ``completion`` events go to the scheduler; its actions are
   applied in order. ``Preempt`` raises the running batch's signal; the batch
