@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
         ap.error(f"--only: unknown bench {unknown[0]!r} (expected one of {', '.join(BENCHES)})")
+    sys.path.insert(0, str(HERE))
+    import results_render  # now: a long run renders with the code it started with
+
     if not a.render_only:
         for i, name in enumerate(names, 1):
             bench = BENCHES[name]
@@ -164,9 +167,6 @@ def main(argv: list[str] | None = None) -> int:
             path = save(record)
             state = f"error: {record['error']}" if "error" in record else f"ok -> {path.relative_to(ROOT)}"
             print(f"[{i}/{len(names)}] {name}: {time.monotonic() - t0:.0f} s, {state}", file=sys.stderr, flush=True)
-    sys.path.insert(0, str(HERE))
-    import results_render
-
     for path in results_render.render_all(RESULTS, ROOT):
         print(f"wrote {path.relative_to(ROOT)}", file=sys.stderr)
     return 0
