@@ -28,6 +28,7 @@ from sim_claims import point_specs  # noqa: E402
 
 from laxflow.sim.map.figures import mean_ci  # noqa: E402
 from laxflow.sim.serving.experiment import RunSpec, build_workload  # noqa: E402
+from laxflow.sim.serving.metrics import met_slo  # noqa: E402
 from laxflow.sim.serving.simulator import ServingSimulator  # noqa: E402
 
 PARTS = ("queue", "compute", "p2d_tail")
@@ -39,7 +40,7 @@ def parts(spec: RunSpec) -> dict[str, float]:
     m = res.measured
     split = {"queue": [s.batch_start - s.arrival for s in m], "compute": [s.compute_end - s.batch_start for s in m],
              "p2d_tail": [s.finish - s.compute_end for s in m]}
-    missed = [s.ttft > s.slo for s in m]
+    missed = [not met_slo(s.ttft, s.slo) for s in m]
     out = {"slo_attainment": 1.0 - sum(missed) / len(m)}
     for k, v in split.items():
         out[f"{k}_ms"] = 1e3 * sum(v) / len(v)

@@ -135,7 +135,12 @@ ROW_KEYS = CONTRACT_KEYS + _UNIT_BORN + _INSTANCE_BORN + ("pruned", "deferred")
 # drops the seed and pools the samples over seeds.
 RUN_KEYS = ("seed", "ttft_samples", "slo_samples")
 
-_TOL = 1 + 1e-9  # the instance engine's SLO tolerance (the unit engine's is 1e-12, as export.py's ``met``)
+_TOL = 1 + 1e-9  # the instance engine's SLO tolerance (the unit engine's is met_slo's)
+
+
+def met_slo(ttft: Any, slo: Any) -> Any:
+    """Whether a unit-engine request met its TTFT SLO (floats or arrays): the rule of its rows, exports and benches."""
+    return ttft <= slo * (1 + 1e-12)
 
 
 def summarize(result: SimResult | InstanceResult, rate: float, label: dict[str, Any] | None = None,
@@ -183,7 +188,7 @@ def _unit(result: SimResult, rate: float) -> dict[str, Any]:
     ttft = np.array([s.ttft for s in measured], dtype=float)
     slo = np.array([s.slo for s in measured], dtype=float)
     early = np.array([s.deadline - s.finish for s in measured], dtype=float)
-    met = ttft <= slo * (1 + 1e-12)
+    met = met_slo(ttft, slo)
     measured_batches = {s.batch for s in measured}
     batches = [b for b in result.batches if b.id in measured_batches]
     cct = [c for b in batches for c in b.cct]
