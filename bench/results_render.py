@@ -482,7 +482,7 @@ def paper_margin_rows(recs: dict[str, Record]) -> list[str]:
 
 def _one_job_row(line: dict) -> str:
     pol, g = line["policies"], line["group_baselines"]
-    cells = " | ".join(f"{num(pol[p]['slo_attainment'])} ± {num(pol[p]['slo_attainment_ci95'])}" for p in ONE_JOB)
+    cells = " | ".join(_att(pol[p]) for p in ONE_JOB)
     return (f"| `{line['preset']}` | {line['rate']} | {cells} | **{num(g['mfs_over_best'])}x** over {g['best_baseline']}, "
             f"{_paired_text(g['paired_diff'])} | {num(pol['fs']['cct_inflation'])} / {num(pol['mfs']['cct_inflation'])} |")
 

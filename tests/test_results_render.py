@@ -272,8 +272,8 @@ def test_mfs_page_shows_the_paper_scale_runs_over_the_one_job_baselines(renderer
                                 "paired_diff": {"mean": 0.3, "ci95": 0.1, "excludes_0": True}}}
     (data / "sim_claims_paper_scale.json").write_text(json.dumps(_record("sim_claims_paper_scale", {"lines": [line]})))
     row = next(ln for ln in pages()["mfs.md"].splitlines() if ln.startswith("| `fig10-dbrx` | 2.1 |"))
-    assert row == ("| `fig10-dbrx` | 2.1 | 0.600 ± 0.0100 | 0.300 ± 0.0100 | 0.200 ± 0.0100 | 0.250 ± 0.0100 | "
-                   "0.100 ± 0.0100 | **2.00x** over fs, +0.300 ± 0.100 * | 1.30 / 1.05 |")
+    assert row == ("| `fig10-dbrx` | 2.1 | 0.600 ± 0.010 | 0.300 ± 0.010 | 0.200 ± 0.010 | 0.250 ± 0.010 | "
+                   "0.100 ± 0.010 | **2.00x** over fs, +0.300 ± 0.100 * | 1.30 / 1.05 |")
 
 
 def test_paper_range_reads_the_papers_forms(renderer):
