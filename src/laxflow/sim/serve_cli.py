@@ -230,12 +230,21 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         raise UserError(f"--seed: expected an integer >= 0, got {v['seed']}")
     seeds = _seeds(v["seeds"], chosen.seed)
     prefills, routers, pools, engine = _engine_choices(v)
+    from laxflow.integrations.prefill.registry import prefill_scheduler_names
     from laxflow.sim.serving.instances.run import check_engine_option
 
-    layout = {"network": v.get("network") or "fabric", "p2d": v.get("p2d") or ("prompt" if engine else "layer"),
-              "placement": v.get("placement") or ("ports" if engine else "cluster")}
+    # Prefill units (a prefill scheduler) on the instance engine keep the unit engine's layout by default.
+    units = engine and prefills[0] in prefill_scheduler_names()
+    batched = engine and not units
+    layout = {"network": v.get("network") or "fabric", "p2d": v.get("p2d") or ("prompt" if batched else "layer"),
+              "placement": v.get("placement") or ("ports" if batched else "cluster")}
     for name, value in layout.items():
         check_engine_option("--" + name, value, engine)
+    if units:
+        from laxflow.sim.serving.instances.config import check_prefill_units
+
+        check_prefill_units(prefills[0], ":" in (v.get("instances") or ""), None if pools == [None] else pools[0],
+                            layout["placement"], layout["p2d"])
     names = _split(v["policies"], "--policies") if v["policies"] else list(chosen.policies)
     if engine and not v["policies"] and not preset:
         names = ["fs"]  # the flow policy only orders P2D flows there: one is enough unless asked
@@ -342,11 +351,9 @@ def _engine_choices(v: dict[str, Any]) -> tuple[list[Any], list[Any], list[Any],
                 raise UserError(f"--pools: unknown {m!r} (expected one of {', '.join(pool_manager_names())})")
     engine = any(p in batch for p in prefills) or routers != [None] or pools != [None] or bool(v.get("instances"))
     if engine:
-        for p in prefills:
-            if p in unit:
-                raise UserError(f"--prefill: {p!r} drives MFS prefill units; the instance engine (selected by "
-                                f"{'--router' if routers != [None] else '--pools' if pools != [None] else '--prefill'}"
-                                f") takes batch schedulers: {', '.join(batch)}")
+        if any(p in unit for p in prefills) and not all(p in unit for p in prefills):
+            raise UserError(f"--prefill {','.join(p or 'sarathi' for p in prefills)}: give prefill schedulers (prefill "
+                            f"units: {', '.join(unit)}) or batch schedulers ({', '.join(batch)}), not both in one run")
         prefills = ["sarathi"] if prefills == [None] else prefills
         if routers != [None] and pools != [None]:
             raise UserError(f"--router {','.join(routers)} with --pools {','.join(pools)}: a pool manager "

@@ -56,7 +56,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("policies", "--policies", "list", "Comma-separated flow policies (registered names or module:Class)."),
     Flag("prefill", "--prefill", "list", "Comma-separated prefill schedulers (flowprefill, fcfs, edf-cp2k, "
          "edf-cp8k, edf-layer) driving every prefill unit (all but fcfs with preemption, and on one attention-DP "
-         "rank), or iteration-level batch schedulers "
+         "rank; with --instances P:D the prefill instances are such units), or iteration-level batch schedulers "
          "(fairbatching, fairbatching-pab, sarathi, vllm, slidebatching, weighted-vtc, edf, sjf, priority) on the "
          "instance engine (decode modelled); "
          "runs each with every policy. Default: fcfs (run-to-end batches, one per attention-DP rank)."),
@@ -72,10 +72,11 @@ FLAGS: tuple[Flag, ...] = (
          "for the router's load; default) or steps (decode units run continuous decode batches with KV memory: "
          "TPOT and TBT are measured). The instance engine always runs decode steps."),
     Flag("p2d", "--p2d", "str", "Instance engine: prompt (a prompt's KV leaves whole after its last prefill step; "
-         "default) or layer (each chunk's KV leaves layer by layer as its step computes it)."),
+         "default with batch schedulers) or layer (each chunk's KV leaves layer by layer as its step computes it; "
+         "prefill units' only choice)."),
     Flag("placement", "--placement", "str", "Instance engine: ports (one port per instance, NIC x its GPUs, on a "
-         "non-blocking switch; default) or cluster (instances on consecutive GPUs of the --servers/--topology "
-         "cluster, prefill first, one NIC per GPU)."),
+         "non-blocking switch; default with batch schedulers) or cluster (instances on consecutive GPUs of the "
+         "--servers/--topology cluster, prefill first, one NIC per GPU; prefill units' only choice)."),
     Flag("dispatch", "--dispatch", "str", "Prefill-unit routing: load (prefix overlap + queued tokens; default) "
          "or ttft (network-inclusive TTFT estimate, as the hooks' dispatch_advice)."),
     Flag("requests", "--requests", "int", "Measured requests per run (default 1024; at most 1,000,000 with "

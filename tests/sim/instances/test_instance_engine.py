@@ -194,7 +194,7 @@ def test_set_role_flips_between_steps_and_rejects_unknown_roles():
 
 
 def test_bad_config_is_one_user_error():
-    with pytest.raises(UserError, match="--prefill: 'flowprefill'"):
+    with pytest.raises(UserError, match="--prefill flowprefill: a prefill scheduler runs prefill units"):
         _cfg(scheduler="flowprefill")
     with pytest.raises(UserError, match="--router"):
         _cfg(router="nope")

@@ -36,7 +36,11 @@ def test_bad_engine_flags_are_one_line(laxflow_cli):
     for extra, expect in (
         (["--router", "nope"], "--router: unknown 'nope'"),
         (["--pools", "nope"], "--pools: unknown 'nope'"),
-        (["--prefill", "flowprefill", "--router", "pab"], "--prefill: 'flowprefill' drives MFS prefill units"),
+        (["--prefill", "flowprefill", "--router", "pab"], "--prefill flowprefill: a prefill scheduler runs prefill "
+                                                          "units, which only prefill: give --instances P:D"),
+        (["--prefill", "flowprefill,sarathi", "--instances", "1:1"], "not both in one run"),
+        (["--prefill", "fcfs", "--instances", "1:1", "--placement", "ports"], "not --placement ports --p2d layer"),
+        (["--prefill", "fcfs", "--pools", "arrow", "--instances", "1:1"], "no --pools: a unit cannot flip"),
         (["--prefill", "fairbatching", "--instances", "2:0"], "--instances: expected N"),
         (["--prefill", "nope"], "--prefill: unknown 'nope'"),
     ):

@@ -59,8 +59,14 @@ def test_the_topology_is_the_configs():
 def test_too_few_servers_or_a_straddling_instance_is_one_error():
     with pytest.raises(UserError, match=r"--servers: 5 instances of 1 GPUs need 5 GPUs, but 2 servers x 2 GPUs"):
         instance_cluster(_node(2, 2), [(f"i{k}", "prefill") for k in range(5)], 1)
-    with pytest.raises(UserError, match="--servers: an instance of 3 GPUs does not fit"):
+    with pytest.raises(UserError, match="--servers: an instance of 3 GPUs neither fits"):
         instance_cluster(_node(4, 4), [("i0", "prefill"), ("i1", "decode")], 3)
+    with pytest.raises(UserError, match="--servers: an instance of 6 GPUs neither fits .* nor spans whole servers"):
+        instance_cluster(_node(4, 4), [("i0", "prefill"), ("i1", "decode")], 6)
+    # Wider than a server: whole servers each (a prefill unit's EP group across servers).
+    cluster, gpus = instance_cluster(_node(4, 4), [("i0", "prefill"), ("i1", "decode")], 8)
+    assert gpus == {"i0": tuple(range(8)), "i1": tuple(range(8, 16))}
+    assert {cluster.server_of(g) for g in gpus["i0"]} == {0, 1} and {cluster.server_of(g) for g in gpus["i1"]} == {2, 3}
     with pytest.raises(UserError, match=r"placement: unknown 'rack' \(expected one of ports, cluster\)"):
         _cfg(placement="rack")
 

@@ -39,7 +39,7 @@ for a collective the rest of its layer and the layers after it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from laxflow.policy.flow import Flow, Stage
@@ -64,10 +64,12 @@ class BatchContext:
     reuse_lookahead: int | None
     compute_done: Callable[["BatchRun"], None]  # the batch's last layer computed: free the unit
     request_done: Callable[[RequestState, float], None]  # a request's last P2D byte landed at this time
-    fabric: Fabric = field(init=False)  # the run's transfers as flows (over cluster and network)
+    # The run's transfers as flows (over cluster and network); None: a Fabric of its own over them.
+    fabric: Fabric | None = None
 
     def __post_init__(self) -> None:
-        self.fabric = Fabric(self.queue, self.network, self.cluster, self.cluster.config.nvswitch_bytes_per_s)
+        if self.fabric is None:
+            self.fabric = Fabric(self.queue, self.network, self.cluster, self.cluster.config.nvswitch_bytes_per_s)
 
     @property
     def delivered(self) -> dict[str, float]:

@@ -42,7 +42,8 @@ the two shared a row; compare engines on the keys marked "both"):
 * ``cct_mean``, ``cct_inflation``: unit: per layer, its stage-2 collectives'
   time (``cct_mean`` 0.0 when the measured batches ran none); instance: None
   (before this row it printed 0.0): its steps run no collective as a flow (TP
-  all-reduces are a term of the step time, ``profile.StepTimer``).
+  all-reduces are a term of the step time, ``profile.StepTimer``); with
+  prefill units (a prefill scheduler in ``--prefill``) as on the unit engine.
 * ``bytes_by_stage``: unit: the bytes attributed to the measured requests;
   instance: the whole run's network bytes per stage (the engine's
   ``fabric.delivered``; without the engine, the P2D bytes it issued, the same
@@ -51,9 +52,10 @@ the two shared a row; compare engines on the keys marked "both"):
 * ``batches``: unit: prefill batches started (whole run); instance: steps of
   every instance (whole run, decode steps included; None for a hand-made
   result without step counts).
-* ``nonoverlap_mean``: unit: per request, the time its batch waited on the
-  network; instance: 0.0, measured by construction (no step waits on the
-  network: the KV leaves after the prompt's last step).
+* ``nonoverlap_mean``: unit (and the instance engine's prefill units): per
+  request, the time its batch waited on the network; instance: 0.0, measured
+  by construction (no step waits on the network: the KV leaves after the
+  prompt's last step).
 * ``reuse_share``, ``remote_reuse_share``: instance: 0.0 (its instances keep
   no prefix cache: no token is reused).
 * ``preemptions``: instance: recompute preemptions for KV memory; unit: the
@@ -84,8 +86,9 @@ policy's pruned set at the run's end, whole run: MFS's Algorithm 1; the
 simulators never forget a request, so every one it pruned; None for a policy
 that keeps no pruned set, or an instance result summarized without its
 engine), ``deferred`` (tasks the unit engine's ``--prefill`` drivers deferred
-because every request of theirs was pruned, whole run; None where no driver
-runs: the FCFS batch former and the instance engine have no deferral).
+because every request of theirs was pruned, whole run, and the same of the
+instance engine's prefill units; None where no driver runs: the unit
+engine's default FCFS and the instance engine's batch schedulers).
 """
 
 from __future__ import annotations
@@ -189,10 +192,6 @@ def _unit(result: SimResult, rate: float) -> dict[str, Any]:
     slo = np.array([s.slo for s in measured], dtype=float)
     early = np.array([s.deadline - s.finish for s in measured], dtype=float)
     met = met_slo(ttft, slo)
-    measured_batches = {s.batch for s in measured}
-    batches = [b for b in result.batches if b.id in measured_batches]
-    cct = [c for b in batches for c in b.cct]
-    idle_cct = sum(b.idle_cct * len(b.cct) for b in batches)
     reused = sum(s.route.reused_tokens for s in measured)
     remote = sum(s.route.remote_tokens for s in measured)
     bytes_by_stage = {st: float(sum(s.bytes.get(st, 0.0) for s in measured)) for st in STAGE_NAMES}
@@ -204,10 +203,9 @@ def _unit(result: SimResult, rate: float) -> dict[str, Any]:
         "ttft_mean": float(ttft.mean()),
         "ttft_p90": float(np.percentile(ttft, 90)),
         "ttft_p99": float(np.percentile(ttft, 99)),
-        "cct_mean": float(np.mean(cct)) if cct else 0.0,
+        **_collective_keys(result.batches, measured),
         "earliness_mean": float(early.mean()),
         "requests": len(measured),
-        "cct_inflation": float(sum(cct) / idle_cct) if idle_cct > 0 else 1.0,
         "remote_reuse_share": float(remote / reused) if reused else 0.0,
         "ttft_p50": float(np.percentile(ttft, 50)),
         "slo_mean": float(slo.mean()),
@@ -240,6 +238,18 @@ def _unit(result: SimResult, rate: float) -> dict[str, Any]:
         "deferred": result.deferred,
         **_unit_decode(result),
     }
+
+
+def _collective_keys(batches: list[Any], measured: list[Any]) -> dict[str, Any]:
+    """``cct_mean`` and ``cct_inflation`` over the batches that prefilled the ``measured`` request states (prefill
+    units of either engine): per layer, the stage-2 collectives' time, and its ratio to the same alone on an idle
+    fabric."""
+    ids = {s.batch for s in measured}
+    ran = [b for b in batches if b.id in ids]
+    cct = [c for b in ran for c in b.cct]
+    idle_cct = sum(b.idle_cct * len(b.cct) for b in ran)
+    return {"cct_mean": float(np.mean(cct)) if cct else 0.0,
+            "cct_inflation": float(sum(cct) / idle_cct) if idle_cct > 0 else 1.0}
 
 
 def _unit_decode(result: SimResult) -> dict[str, Any]:
@@ -360,6 +370,11 @@ def _instance(result: InstanceResult, rate: float, label: dict[str, Any],
         "deferred": None,
         **facts,
     }
+    if engine is not None and engine.config.prefill_units:  # prefill units: their batches' collectives and stalls
+        states = [engine.unit_states[s.id] for s in everyone]
+        out.update(_collective_keys(engine.batches, states))
+        out["nonoverlap_mean"] = float(np.mean([s.stall for s in states]))
+        out["deferred"] = sum(u.driver.deferrals for u in engine.units)
     for level, weight in _LEVELS.items():
         part = [s for s in everyone if s.weight == weight]
         if part and any(not s.rejected for s in part) and any(s.weight != 1.0 for s in everyone):

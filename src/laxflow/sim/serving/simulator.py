@@ -108,15 +108,16 @@ class ServingSimulator:
         # Fixed before anything runs: the same per-request SLO under every policy.
         self.idle_ttfts = [self.slo.idle_ttft(int(r.input_tokens), reuse)
                            for r, reuse in zip(self.requests, workload_reuse(self.requests))]
-        self.drivers = self._drivers()  # one per prefill unit
+        self.context = BatchContext(self.queue, self.network, self.runner, self.cluster, config.reuse_lookahead,
+                                    self.batch_compute_done, self.request_done)
+        self.batches: list[BatchRun] = []
+        self.units = self._units()  # one per prefill unit
+        self.drivers = [u.driver for u in self.units]
         self.decode_seqs: dict[int, Any] = {}  # decode "steps": request index -> its decode (instances.Seq)
         self._decoding: dict[str, RequestState] = {}  # decode "steps": on a decode unit now, by request id
         self.decode = self._decode_units() if config.decode == "steps" else None
-        self.context = BatchContext(self.queue, self.network, self.runner, self.cluster, config.reuse_lookahead,
-                                    self.batch_compute_done, self.request_done)
         self.decode_tokens = [0.0] * len(self.cluster.decode_units)
         self.states: list[RequestState] = []
-        self.batches: list[BatchRun] = []
         self.done = 0
         self._progress = progress
 
@@ -196,15 +197,12 @@ class ServingSimulator:
         return self.slo.slo(idle)
 
     def _predictor(self) -> Any:
-        """The TTFT predictor: a polynomial fitted to the compute model's own profile (FlowPrefill §6.4)."""
+        """The TTFT predictor (``layered_prefill.ttft_predictor``), built once."""
         if getattr(self, "_ttft_predictor", None) is None:
-            from laxflow.integrations.prefill.base import TtftPredictor
+            from laxflow.sim.serving.layered_prefill import ttft_predictor
 
-            unit0 = self.cluster.prefill_units[0]
-            layers = self.runner.num_layers
             top = max(self.config.token_budget, max(int(r.input_tokens) for r in self.requests))
-            self._ttft_predictor = TtftPredictor.from_function(
-                lambda n: self.runner.plan(self.cluster, unit0, [n], [n], [0]).compute * layers, top)
+            self._ttft_predictor = ttft_predictor(self.runner, self.context, top)
         return self._ttft_predictor
 
     def _ttft_cost(self, input_tokens: int, block: int) -> Callable[[int, int], float]:
@@ -230,69 +228,19 @@ class ServingSimulator:
 
         return cost
 
-    def _drivers(self) -> list[Any]:
-        """One driver per prefill unit, over the ``--prefill`` scheduler (default ``fcfs``, which needs no
+    def _units(self) -> list[Any]:
+        """One prefill unit per cluster unit, over the ``--prefill`` scheduler (default ``fcfs``, which needs no
         TTFT predictor and hears no pruned set: the units' plain run-to-end batches)."""
-        from laxflow.integrations.prefill.registry import create_prefill_scheduler, prefill_scheduler_class
-        from laxflow.sim.serving.prefill_driver import PolicyHooks, PrefillDriver
+        from laxflow.sim.serving.layered_prefill import LayeredPrefill, check_scheduler
+        from laxflow.sim.serving.prefill_driver import PolicyHooks
 
         name = self.config.prefill or "fcfs"
-        ranks = self.runner.attn_dp
-        with user_errors("--prefill"):
-            ranked = prefill_scheduler_class(name).rank_batches
-        if ranks != 1 and not ranked:
-            raise UserError(f"--prefill: {name!r} needs one attention group per prefill unit; "
-                            f"deployment {self.runner.deployment.name!r} has attn_dp={ranks}")
+        check_scheduler(name, self.runner)
         predictor = self._predictor() if self.config.prefill else None
         hooks = PolicyHooks(self.policy) if self.config.prefill and self.config.prefill_coupling else None
-        drivers = []
-        for index in range(len(self.cluster.prefill_units)):
-            with user_errors("--prefill"):
-                sched = create_prefill_scheduler(name, predictor, self.config.token_budget)
-            drivers.append(PrefillDriver(sched, lambda: self.queue.now,
-                                         lambda task, index=index: self._task_batch(index, task),
-                                         None if hooks is None else hooks.pruned, ranks, self._after_arrivals))
-        return drivers
-
-    def _task_batch(self, index: int, task: Any) -> BatchRun:
-        """A driver's new task as a preemptible batch (the driver begins it)."""
-        from laxflow.integrations.prefill.base import Boundary
-        from laxflow.sim.serving.prefill_driver import chunk_pieces, chunked_plan, operator_fractions
-
-        driver = self.drivers[index]
-        sched = driver.scheduler
-        spec = self.cluster.prefill_units[index]
-        states = list(task.requests)
-        new = [max(1, s.new_tokens) for s in states]
-        ctx = [s.route.reused_tokens + n for s, n in zip(states, new)]
-        plan = self.runner.plan(self.cluster, spec, new, ctx, [s.rank for s in states])
-        marks: tuple[float, ...] = ()
-        if sched.chunk_tokens and sum(new) > sched.chunk_tokens:
-            from laxflow.sim.models import weight_bytes_per_gpu
-
-            dep = self.runner.deployment
-            hbm = float(dep.gpu.mem_bw) * float(dep.gpu.mbu)
-            weights = weight_bytes_per_gpu(self.runner.model, dep) / self.runner.num_layers
-            kv_token = self.runner.kv_transfer_bytes_per_token_per_layer / self.runner.tp
-            chunks = []
-            for c, piece in enumerate(chunk_pieces(list(zip(new, ctx)), int(sched.chunk_tokens))):
-                t = self.runner.plan(self.cluster, spec, [n for n, _ in piece], [x for _, x in piece],
-                                     [0] * len(piece)).compute
-                if c > 0:
-                    # Each extra pass streams the layer's weights again and re-reads the prior chunks' KV
-                    # (FlowPrefill §3.1's causes); the roofline hides both under the GEMMs, a chunk boundary
-                    # does not (a new kernel sequence starts), so they are added, not overlapped.
-                    t += (weights + sum(x - n for n, x in piece) * kv_token) / hbm
-                chunks.append(t)
-            plan, marks = chunked_plan(plan, plan.compute, chunks)
-        batch = BatchRun(self.context, len(self.batches), spec, states, plan)
-        self.batches.append(batch)
-        if sched.granularity != Boundary.NEVER:
-            batch.check = lambda kind, progress: driver.boundary(batch, kind, progress)
-            if sched.granularity in (Boundary.OPERATOR, Boundary.CHUNK):
-                batch.op_fractions = operator_fractions(self.runner.model, new, ctx)
-            batch.chunk_marks = marks
-        return batch
+        return [LayeredPrefill(self.context, spec, name, predictor, self.config.token_budget,
+                               None if hooks is None else hooks.pruned, self._after_arrivals, self.batches)
+                for spec in self.cluster.prefill_units]
 
     def request_done(self, state: RequestState, now: float) -> None:
         """Called when a request's last P2D byte lands: its TTFT ends; it decodes, then leaves its decode unit."""

@@ -65,8 +65,16 @@ class InstanceSimConfig:
     def disaggregated(self) -> bool:
         return self.prefill_instances is not None
 
+    @property
+    def prefill_units(self) -> bool:
+        """Whether ``scheduler`` is a prefill scheduler (``laxflow.integrations.prefill``: fcfs, flowprefill,
+        edf-*): then every prefill instance is a prefill unit (``instances/unit.py``) running it."""
+        from laxflow.integrations.prefill.registry import batch_scheduler_names, prefill_scheduler_names
+
+        return self.scheduler not in batch_scheduler_names() and self.scheduler in prefill_scheduler_names()
+
     def validate(self) -> None:
-        from laxflow.integrations.prefill.registry import batch_scheduler_names
+        from laxflow.integrations.prefill.registry import batch_scheduler_names, prefill_scheduler_names
         from laxflow.integrations.routing.registry import router_names
         from laxflow.sim.models import DEPLOYMENTS
 
@@ -77,9 +85,12 @@ class InstanceSimConfig:
         if self.prefill_instances is not None and not 1 <= self.prefill_instances < self.instances:
             raise UserError(f"--instances: a disaggregated cluster needs at least one prefill and one decode "
                             f"instance, got {self.prefill_instances} prefill of {self.instances}")
-        if self.scheduler not in batch_scheduler_names():
-            raise UserError(f"--prefill: {self.scheduler!r} is not an iteration-level batch scheduler "
-                            f"(expected one of {', '.join(batch_scheduler_names())})")
+        if self.scheduler not in batch_scheduler_names() and not self.prefill_units:
+            raise UserError(f"--prefill: {self.scheduler!r} is neither an iteration-level batch scheduler "
+                            f"({', '.join(batch_scheduler_names())}) nor a prefill scheduler "
+                            f"({', '.join(prefill_scheduler_names())})")
+        if self.prefill_units:
+            check_prefill_units(self.scheduler, self.disaggregated, self.pools, self.placement, self.p2d)
         if self.scheduler == "fairbatching-pab" and (self.disaggregated or self.pools is not None):
             raise UserError("--prefill fairbatching-pab: admission by the prefill admission budget needs "
                             "PD-colocated instances (--instances N, no --pools), since the budget reserves the "
@@ -106,6 +117,18 @@ class InstanceSimConfig:
             raise UserError(f"w_p: expected a positive number, got {self.w_p!r}")
         if self.warmup < 0:
             raise UserError(f"warmup: expected an integer >= 0, got {self.warmup!r}")
+
+
+def check_prefill_units(scheduler: str, disaggregated: bool, pools: str | None, placement: str, p2d: str) -> None:
+    """Raise UserError unless prefill scheduler ``scheduler`` can run the instance engine's prefill instances as
+    prefill units (``instances/unit.py``) in this layout."""
+    if not disaggregated or pools is not None:
+        raise UserError(f"--prefill {scheduler}: a prefill scheduler runs prefill units, which only prefill: give "
+                        f"--instances P:D (and no --pools: a unit cannot flip to decode)")
+    if placement != "cluster" or p2d != "layer":
+        raise UserError(f"--prefill {scheduler}: prefill units sit on the cluster's servers and send each layer's KV "
+                        f"as it is computed (--placement cluster --p2d layer, their default), not --placement "
+                        f"{placement} --p2d {p2d}")
 
 
 def parse_instances(text: str) -> tuple[int, int | None]:

@@ -63,6 +63,7 @@ from laxflow.sim.serving.instances.fabric import create_fabric, instance_cluster
 from laxflow.sim.serving.instances.instance import ROLES, Instance, Seq, check_kv_fits
 from laxflow.sim.serving.instances.layers import LayeredStep, Send
 from laxflow.sim.serving.instances.profile import StepTimer, profile_samples
+from laxflow.sim.serving.instances.unit import UnitInstance
 from laxflow.sim.workload.request import Request
 from laxflow.sim.workload.slo_traces import PRIORITY_WEIGHTS
 
@@ -109,20 +110,27 @@ class InstanceEngine:
             raise UserError(f"deployment {config.deployment!r}: the weights leave no GPU memory for KV "
                             f"(gpu_memory_utilization {config.gpu_memory_utilization})")
         self.w_p, self.w_d = (config.w_p, 1.0) if config.w_p is not None else tdg_weights(requests)
+        self._workload = requests
         self.seqs = [self._seq(r) for r in sorted(requests, key=lambda r: r.arrival)]
         for s in self.seqs:
             check_kv_fits(s.id, s.prompt, s.target_outputs, kv, "one instance", config.deployment)
-        self.instances: dict[str, Instance] = {}
-        for k in range(config.instances):
-            role = "colocated" if not config.disaggregated else ("prefill" if k < config.prefill_instances else "decode")
-            self.instances[f"i{k}"] = Instance(f"i{k}", role, self._schedulers(), kv, self.timer)
+        self.instances: dict[str, Any] = {}  # id -> Instance (or UnitInstance: prefill units)
+        roles = [(f"i{k}", "colocated" if not config.disaggregated else
+                  ("prefill" if k < config.prefill_instances else "decode")) for k in range(config.instances)]
+        if config.prefill_units:
+            self._network(flow_policy, roles)
+            self._build_units(roles, kv)
+        else:
+            for iid, role in roles:
+                self.instances[iid] = Instance(iid, role, self._schedulers(), kv, self.timer)
         self._reports: dict[str, InstanceView] = {}
         self.dispatcher = dispatcher if dispatcher is not None else self._router_dispatcher()
         for inst in self.instances.values():
             if isinstance(self.dispatcher, RouterDispatcher):
                 self.dispatcher.after_step(self, inst, 0.0)  # the empty instance's first report (its PAB)
             self._refresh(inst)
-        self._network(flow_policy)
+        if not config.prefill_units:
+            self._network(flow_policy, roles)
         self.p2d_bytes = 0.0
         self.finished = 0
         self.rejected = 0
@@ -168,7 +176,7 @@ class InstanceEngine:
         pab = LinearBatchModel.fit(self.samples) if c.router == "pab" else None
         return RouterDispatcher(router, pab, c.ttft_slo, c.tpot_slo)
 
-    def _network(self, flow_policy: Any) -> None:
+    def _network(self, flow_policy: Any, roles: list[tuple[str, str]]) -> None:
         from laxflow.policy.registry import create_policy
         from laxflow.sim.network.engine import FluidNetwork
 
@@ -176,13 +184,12 @@ class InstanceEngine:
         if self.config.placement == "cluster":
             config = (self.config.cluster or ClusterConfig()).resolve(
                 int(dep.gpus_per_node), float(dep.nic_gbps), float(dep.intra_node_gbps or 7200.0))
-            cluster, self.gpus = instance_cluster(config, [(i.id, i.role) for i in self.instances.values()],
-                                                  int(dep.gpus))
+            cluster, self.gpus = instance_cluster(config, roles, int(dep.gpus))
             nvswitch = config.nvswitch_bytes_per_s
         else:
             nic = (self.config.cluster and self.config.cluster.nic_gbps) or dep.nic_gbps
             port = nic * 1e9 / 8 * dep.gpus  # every GPU's NIC carries its TP shard of the KV
-            cluster, self.gpus = instance_ports(list(self.instances), port)
+            cluster, self.gpus = instance_ports([iid for iid, _ in roles], port)
             nvswitch = dep.intra_node_gbps * 1e9 / 8
         self.cluster = cluster
         self.topology = cluster.topology
@@ -211,6 +218,9 @@ class InstanceEngine:
         inst = self.instances[instance_id]
         if seq.prefill_instance is None:
             seq.prefill_instance = instance_id
+        if isinstance(inst, UnitInstance):
+            self._unit_arrival(inst, seq)
+            return
         inst.add(seq)
         self._kick(inst)
 
@@ -372,6 +382,87 @@ class InstanceEngine:
         del src.outbound[seq.id]
         self._kick(src)  # freed KV may let a deferred prefill in
         self.place(seq, dst.id)
+
+    # -- prefill units (config.prefill_units, instances/unit.py) ---------------------------
+
+    def _build_units(self, roles: list[tuple[str, str]], kv: int) -> None:
+        """The prefill-role instances as prefill units of the deployment's layer plan, on the placed cluster
+        and the run's fabric; the decode instances as usual (their roles are fixed: no pools)."""
+        from laxflow.sim.serving.batch import BatchContext, BatchRun
+        from laxflow.sim.serving.config import ServingConfig
+        from laxflow.sim.serving.layered_prefill import LayeredPrefill, check_scheduler, ttft_predictor
+        from laxflow.sim.serving.plan import ModelRunner
+        from laxflow.sim.serving.prefill_driver import PolicyHooks
+
+        c = self.config
+        self.runner = ModelRunner(self.timer.model.name, self.timer.dep)
+        check_scheduler(c.scheduler, self.runner)
+        self.context = BatchContext(self.queue, self.network, self.runner, self.cluster, None,
+                                    self._unit_compute_done, self._unit_kv_landed, self.fabric)
+        self.batches: list[BatchRun] = []
+        budget = int(c.scheduler_options.get("token_budget", ServingConfig.token_budget))
+        predictor = ttft_predictor(self.runner, self.context, max(budget, max(s.prompt for s in self.seqs)))
+        pruned = PolicyHooks(self.network.policy).pruned  # the flow policy's pruned set reaches the drivers
+        self.units: list[UnitInstance] = []  # by prefill unit index
+        self._decode_unit: dict[str, int] = {}  # decode instance id -> its decode unit index
+        for iid, role in roles:
+            if role == "prefill":
+                spec = self.cluster.prefill_units[len(self.units)]
+                prefill = LayeredPrefill(self.context, spec, c.scheduler, predictor, budget, pruned,
+                                         self._after_arrivals, self.batches)
+                self.units.append(UnitInstance(iid, prefill, kv))
+                self.instances[iid] = self.units[-1]
+            else:
+                self._decode_unit[iid] = len(self._decode_unit)
+                self.instances[iid] = Instance(iid, role, {"decode": DecodeAll()}, kv, self.timer)
+        self._requests = {str(r.id): r for r in self._workload}
+        self._index = {s.id: k for k, s in enumerate(self.seqs)}
+        self._by_id = {s.id: s for s in self.seqs}
+        self.unit_states: dict[str, Any] = {}  # every admitted request's state (RequestState), by id
+
+    def _after_arrivals(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` after every arrival of this instant (TIMER runs after ARRIVAL at equal times)."""
+        self.queue.push(self.queue.now, Priority.TIMER, lambda _: fn(), None)
+
+    def _unit_arrival(self, inst: UnitInstance, seq: Seq) -> None:
+        """``seq`` reached prefill unit ``inst``: its decode instance is fixed now (its KV leaves per layer)."""
+        from laxflow.sim.serving.request_state import RequestState
+        from laxflow.sim.serving.router import Route
+
+        target = self.dispatcher.decode_target(self, seq, self.queue.now)
+        if target not in self._decode_unit:
+            raise RuntimeError(f"dispatcher sent the KV of {seq.id} to {target!r}, which is not a decode instance")
+        seq.decode_instance = target
+        route = Route(inst.prefill.unit.index, self._decode_unit[target], 0, 0, None)
+        state = self.unit_states[seq.id] = RequestState(self._requests[seq.id], self._index[seq.id], route,
+                                                         seq.ttft_slo, 0.0)
+        inst.admit(seq, state)
+
+    def _unit_compute_done(self, batch: Any) -> None:
+        """A unit's batch computed its last layer: its prompts' first tokens; the unit's next task."""
+        inst = self.units[batch.unit.index]
+        now = self.queue.now
+        for state in batch.states:
+            inst.computed(self._by_id[state.id], now)
+        inst.steps += 1
+        inst.busy_seconds += batch.plan.compute * batch.num_layers + batch.stall + sum(batch.cct)
+        inst.driver.compute_done(batch)
+        self.dispatcher.after_step(self, inst, now)
+        self._refresh(inst)
+
+    def _unit_kv_landed(self, state: Any, now: float) -> None:
+        """The last P2D byte of ``state``'s prompt landed: its first token is seen; it decodes."""
+        seq = self._by_id[state.id]
+        self.units[state.route.prefill].landed(seq)
+        state.finish = seq.kv_landed = now
+        seq.token_times[0] = max(seq.token_times[0], now)
+        self.p2d_bytes += seq.prompt_tokens * self.runner.kv_transfer_bytes_per_token_per_layer * self.runner.num_layers
+        if seq.done:  # its one token was the first
+            self.finished += 1
+            if self.progress is not None:
+                self.progress(1)
+            return
+        self.place(seq, seq.decode_instance)
 
     def _refresh(self, inst: Instance) -> None:
         queue = tuple(QueuedPrefill(s.id, s.prompt_tokens - s.computed,

@@ -190,8 +190,9 @@ def instance_cluster(config: ClusterConfig, roles: Sequence[tuple[str, str]],
     "prefill and colocated first, then decode" (the engine's own order) takes
     GPUs ``k*gpus .. k*gpus+gpus-1``; its unit is a prefill unit unless its
     role is decode. Returns the cluster and, per instance id, its GPUs.
-    Raises ``UserError`` when the servers are too few or an instance would
-    straddle two servers.
+    An instance wider than a server spans whole servers (a prefill unit's EP
+    group across servers). Raises ``UserError`` when the servers are too few
+    or an instance would straddle two servers.
     """
     per = config.gpus_per_server
     order = [iid for iid, role in roles if role != "decode"] + [iid for iid, role in roles if role == "decode"]
@@ -199,9 +200,9 @@ def instance_cluster(config: ClusterConfig, roles: Sequence[tuple[str, str]],
     if need > config.servers * per:
         raise UserError(f"--servers: {len(order)} instances of {gpus} GPUs need {need} GPUs, but {config.servers} "
                         f"servers x {per} GPUs have {config.servers * per}")
-    if gpus > per or per % gpus:
-        raise UserError(f"--servers: an instance of {gpus} GPUs does not fit a whole number of times on a server of "
-                        f"{per} GPUs (instances may not straddle servers)")
+    if (per % gpus if gpus <= per else gpus % per):
+        raise UserError(f"--servers: an instance of {gpus} GPUs neither fits a whole number of times on a server of "
+                        f"{per} GPUs nor spans whole servers (instances may not straddle servers)")
     kinds = dict(roles)
     units: dict[str, list[Unit]] = {"prefill": [], "decode": []}
     placed: dict[str, tuple[int, ...]] = {}
