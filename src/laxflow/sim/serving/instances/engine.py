@@ -93,111 +93,62 @@ def tdg_weights(requests: Sequence[Request]) -> tuple[float, float]:
     return mean_in / mean_out, 1.0
 
 
-class InstanceEngine:
-    """One run: builds the instances, router and network from ``config``; ``run()`` simulates it."""
+class ServingEngine:
+    """The one serving loop (module docstring): requests arrive, a dispatcher places them, instances step,
+    prefill units run their batches, KV moves and decodes, on one event queue and one flow-level network.
 
-    def __init__(self, config: InstanceSimConfig, requests: Sequence[Request], flow_policy: Any = None,
-                 dispatcher: Dispatcher | None = None, progress: Callable[[int], None] | None = None) -> None:
-        if not requests:
-            raise UserError("workload: no requests to simulate")
-        self.config = config
+    A builder (a subclass: :class:`InstanceEngine` from an ``InstanceSimConfig``, the unit engine's
+    :class:`~laxflow.sim.serving.simulator.ServingSimulator` from a ``ServingConfig``) sets its parts
+    before ``_simulate``: ``queue``, ``network``, ``fabric``, ``seqs`` (arrival order), ``instances``,
+    ``dispatcher``, ``progress``, ``timer`` and ``gpus`` (batch-scheduler instances' hand-offs),
+    ``p2d_layer`` (they send per layer), ``hold`` (decode "hold": seconds per output token a request's
+    decode unit stays held, with no decode steps; None: decode instances run), ``reporting`` (refresh the
+    instances' reports after each step: routers and pool managers read them), and with prefill units
+    :meth:`_start_units`, one :meth:`_add_unit` per unit and the decode instances' ids in ``_decode_unit``.
+    The unit hooks (:meth:`unit_route`, :meth:`idle_ttft`, :meth:`unit_admitted`, :meth:`unit_computed`,
+    :meth:`left_decode`) are where a builder's routing and caches plug in.
+    """
+
+    def _loop_state(self) -> None:
+        """The loop's own counters and tables (a builder calls this first)."""
         self.queue = EventQueue()
-        self.progress = progress
-        self.timer = StepTimer(config.deployment)
-        self.samples = profile_samples(config.deployment)
-        kv = config.kv_tokens or self.timer.kv_capacity_tokens(config.gpu_memory_utilization)
-        if kv < 1:
-            raise UserError(f"deployment {config.deployment!r}: the weights leave no GPU memory for KV "
-                            f"(gpu_memory_utilization {config.gpu_memory_utilization})")
-        self.w_p, self.w_d = (config.w_p, 1.0) if config.w_p is not None else tdg_weights(requests)
-        self._workload = requests
-        self.seqs = [self._seq(r) for r in sorted(requests, key=lambda r: r.arrival)]
-        for s in self.seqs:
-            check_kv_fits(s.id, s.prompt, s.target_outputs, kv, "one instance", config.deployment)
-        self.instances: dict[str, Any] = {}  # id -> Instance (or UnitInstance: prefill units)
-        roles = [(f"i{k}", "colocated" if not config.disaggregated else
-                  ("prefill" if k < config.prefill_instances else "decode")) for k in range(config.instances)]
-        if config.prefill_units:
-            self._network(flow_policy, roles)
-            self._build_units(roles, kv)
-        else:
-            for iid, role in roles:
-                self.instances[iid] = Instance(iid, role, self._schedulers(), kv, self.timer)
-        self._reports: dict[str, InstanceView] = {}
-        self.dispatcher = dispatcher if dispatcher is not None else self._router_dispatcher()
-        for inst in self.instances.values():
-            if isinstance(self.dispatcher, RouterDispatcher):
-                self.dispatcher.after_step(self, inst, 0.0)  # the empty instance's first report (its PAB)
-            self._refresh(inst)
-        if not config.prefill_units:
-            self._network(flow_policy, roles)
         self.p2d_bytes = 0.0
         self.finished = 0
         self.rejected = 0
-
-    # -- construction ------------------------------------------------------------
-
-    def _seq(self, r: Request) -> Seq:
-        weight = PRIORITY_WEIGHTS.get(r.category or "", 1.0)
-        return Seq(r.id, float(r.arrival), int(r.input_tokens), max(1, int(r.output_tokens)), self.config.ttft_slo,
-                   self.config.tpot_slo, weight)
-
-    def _schedulers(self) -> dict[str, Any]:
-        """One scheduler per role for one instance (fresh objects: some keep online corrections)."""
-        c = self.config
-        out: dict[str, Any] = {}
-        for role in ROLES:
-            if role == "decode":
-                out[role] = DecodeAll()
-                continue
-            opts = dict(c.scheduler_options)
-            if c.scheduler == "slidebatching":
-                opts.setdefault("setting", "colocated" if role == "colocated" else "disaggregated")
-                opts.setdefault("w_p", self.w_p)
-                opts.setdefault("w_d", self.w_d)
-            try:
-                out[role] = create_batch_scheduler(c.scheduler, self.samples, **opts)
-            except ValueError as exc:
-                raise UserError(f"--prefill {c.scheduler}: {exc}") from None
-        return out
-
-    def _router_dispatcher(self) -> RouterDispatcher:
-        c = self.config
-        opts = dict(c.router_options)
-        if c.router == "gorouting":
-            opts.setdefault("setting", "disaggregated" if c.disaggregated else "colocated")
-            opts.setdefault("w_p", self.w_p)
-            opts.setdefault("w_d", self.w_d)
-            opts.setdefault("seed", c.seed)
-        try:
-            router = create_router(c.router, self.samples, **opts)
-        except ValueError as exc:
-            raise UserError(f"--router {c.router}: {exc}") from None
-        pab = LinearBatchModel.fit(self.samples) if c.router == "pab" else None
-        return RouterDispatcher(router, pab, c.ttft_slo, c.tpot_slo)
-
-    def _network(self, flow_policy: Any, roles: list[tuple[str, str]]) -> None:
-        from laxflow.policy.registry import create_policy
-        from laxflow.sim.network.engine import FluidNetwork
-
-        dep = self.timer.dep
-        if self.config.placement == "cluster":
-            config = (self.config.cluster or ClusterConfig()).resolve(
-                int(dep.gpus_per_node), float(dep.nic_gbps), float(dep.intra_node_gbps or 7200.0))
-            cluster, self.gpus = instance_cluster(config, roles, int(dep.gpus))
-            nvswitch = config.nvswitch_bytes_per_s
-        else:
-            nic = (self.config.cluster and self.config.cluster.nic_gbps) or dep.nic_gbps
-            port = nic * 1e9 / 8 * dep.gpus  # every GPU's NIC carries its TP shard of the KV
-            cluster, self.gpus = instance_ports([iid for iid, _ in roles], port)
-            nvswitch = dep.intra_node_gbps * 1e9 / 8
-        self.cluster = cluster
-        self.topology = cluster.topology
-        policy = flow_policy if flow_policy is not None else create_policy(self.config.flow_policy)
-        self.network = FluidNetwork(self.topology, policy, self.queue, flow_fields=False)  # (no flow's level is read here)
-        self.fabric = create_fabric(self.config.network, self.queue, self.network, cluster, nvswitch)
         self.p2d_flows: dict[int, Flow] = {}  # P2D flows on the network, by id(flow), until they land
         self._handed: dict[str, tuple[Instance, Instance]] = {}  # p2d "layer": prompt done, KV not landed yet
+        self._reports: dict[str, InstanceView] = {}
+        self.instances: dict[str, Any] = {}  # id -> Instance (or UnitInstance: prefill units)
+        self.units: list[UnitInstance] = []  # prefill units, by their cluster unit's index
+        self._decode_unit: dict[str, int] = {}  # with prefill units: decode instance id -> its decode unit index
+        self.unit_states: dict[str, Any] = {}  # every request a prefill unit admitted (RequestState), by id
+        self.p2d_layer = False
+        self.hold: float | None = None
+        self.reporting = True
+
+    def _start_units(self, runner: Any, cluster: Any, reuse_lookahead: int | None) -> None:
+        """Prefill units will run on ``cluster`` with ``runner``'s layer plans, through the run's fabric."""
+        from laxflow.sim.serving.batch import BatchContext, BatchRun
+
+        self.runner = runner
+        self.context = BatchContext(self.queue, self.network, runner, cluster, reuse_lookahead,
+                                    self._unit_compute_done, self._unit_kv_landed, self.fabric)
+        self.batches: list[BatchRun] = []
+        self._index = {s.id: k for k, s in enumerate(self.seqs)}
+        self._by_id = {s.id: s for s in self.seqs}
+        self._requests: dict[str, Any] = {}  # id -> workload request (the builder fills it)
+
+    def _add_unit(self, iid: str, spec: Any, scheduler: str, predictor: Any, budget: int,
+                  pruned: Callable[[], set[str]] | None, kv: int) -> UnitInstance:
+        """Prefill unit ``spec`` (a cluster unit) as instance ``iid`` over a fresh ``scheduler``."""
+        from laxflow.sim.serving.layered_prefill import LayeredPrefill
+
+        prefill = LayeredPrefill(self.context, spec, scheduler, predictor, budget, pruned, self._after_arrivals,
+                                 self.batches)
+        inst = UnitInstance(iid, prefill, kv)
+        self.units.append(inst)
+        self.instances[iid] = inst
+        return inst
 
     # -- the pool manager's API ----------------------------------------------------
 
@@ -224,23 +175,19 @@ class InstanceEngine:
         inst.add(seq)
         self._kick(inst)
 
-    # -- events ------------------------------------------------------------------
-
-    def run(self) -> InstanceResult:
+    def _simulate(self) -> float:
+        """Run every request to its end; returns the wall seconds it took."""
         start = time.perf_counter()
-        for s in self.seqs:
-            self.queue.push(s.arrival, Priority.ARRIVAL, self._arrive, s)
+        self.queue.push(self.seqs[0].arrival, Priority.ARRIVAL, self._arrive, 0)
         self.queue.run()
-        stuck = [s.id for s in self.seqs if not s.done]
-        if stuck:
-            raise RuntimeError(f"simulation ended with {len(stuck)} unfinished requests (first: {stuck[0]})")
-        warm = min(self.config.warmup, len(self.seqs) - 1)
-        stats = {i.id: {"role_end": i.role, "steps": i.steps, "busy_s": i.busy_seconds,
-                        "preemptions": i.preemptions} for i in self.instances.values()}
-        return InstanceResult(self.seqs, self.seqs[warm:], stats, self.w_p, self.w_d, self.p2d_bytes,
-                              time.perf_counter() - start, self.queue.now, self.network.events)
+        if self.finished != len(self.seqs):
+            raise RuntimeError(f"simulation ended with {len(self.seqs) - self.finished} requests unfinished")
+        return time.perf_counter() - start
 
-    def _arrive(self, seq: Seq) -> None:
+    def _arrive(self, k: int) -> None:
+        if k + 1 < len(self.seqs):  # the next arrival (one pending at a time)
+            self.queue.push(self.seqs[k + 1].arrival, Priority.ARRIVAL, self._arrive, k + 1)
+        seq = self.seqs[k]
         now = self.queue.now
         target = self.dispatcher.prefill_target(self, seq, now)
         if target not in self.instances:
@@ -253,14 +200,12 @@ class InstanceEngine:
             seq.rejected = True
             seq.prefill_instance = target
             self.rejected += 1
-            self.finished += 1
-            if self.progress is not None:
-                self.progress(1)
+            self._finish(seq)
             return
         self.place(seq, target)
 
     def _kick(self, inst: Instance) -> None:
-        inst.kick(self.queue, self._step_end, self._layered if self.config.p2d == "layer" else None)
+        inst.kick(self.queue, self._step_end, self._layered if self.p2d_layer else None)
 
     def _layered(self, inst: Instance, secs: float) -> bool:
         """A prefill-role step that sends KV runs layer by layer (layers.py; it ends in _step_end at the
@@ -277,14 +222,12 @@ class InstanceEngine:
             step = f"{inst.id}.s{inst.steps - 1}"  # the flow policy's batch: the step that finished the prompt
             for s in prefilled:
                 if not s.done:
-                    (self._hand_off_layered if self.config.p2d == "layer" else self._hand_off)(inst, s, now, step)
-        elif self.config.p2d == "layer":
+                    (self._hand_off_layered if self.p2d_layer else self._hand_off)(inst, s, now, step)
+        elif self.p2d_layer:
             for s in prefilled:  # the role changed during the step: it decodes here, its KV stays
                 s.p2d_target, s.p2d_sent = None, 0
         for s in finished:
-            self.finished += 1
-            if self.progress is not None:
-                self.progress(1)
+            self._finish(s)
         self.dispatcher.after_step(self, inst, now)
         self._refresh(inst)
         self._kick(inst)
@@ -304,7 +247,7 @@ class InstanceEngine:
         self.fabric.issue(f"{seq.id}.kv", shape, None, seq.arrival + seq.ttft_slo, 0.0, seq.id, step, None, True,
                           self.p2d_flows, self._kv_landed, (seq, src, dst))
 
-    # -- per-layer P2D (config.p2d "layer", layers.py) ------------------------------------
+    # -- per-layer P2D (p2d "layer", layers.py) ------------------------------------
 
     def _layer_sends(self, inst: Instance) -> list[Send]:
         """The KV the step just formed on prefill-role ``inst`` sends, per chunk (empty: a one-event step).
@@ -385,63 +328,49 @@ class InstanceEngine:
 
     # -- prefill units (config.prefill_units, instances/unit.py) ---------------------------
 
-    def _build_units(self, roles: list[tuple[str, str]], kv: int) -> None:
-        """The prefill-role instances as prefill units of the deployment's layer plan, on the placed cluster
-        and the run's fabric; the decode instances as usual (their roles are fixed: no pools)."""
-        from laxflow.sim.serving.batch import BatchContext, BatchRun
-        from laxflow.sim.serving.config import ServingConfig
-        from laxflow.sim.serving.layered_prefill import LayeredPrefill, check_scheduler, ttft_predictor
-        from laxflow.sim.serving.plan import ModelRunner
-        from laxflow.sim.serving.prefill_driver import PolicyHooks
-
-        c = self.config
-        self.runner = ModelRunner(self.timer.model.name, self.timer.dep)
-        check_scheduler(c.scheduler, self.runner)
-        self.context = BatchContext(self.queue, self.network, self.runner, self.cluster, None,
-                                    self._unit_compute_done, self._unit_kv_landed, self.fabric)
-        self.batches: list[BatchRun] = []
-        budget = int(c.scheduler_options.get("token_budget", ServingConfig.token_budget))
-        predictor = ttft_predictor(self.runner, self.context, max(budget, max(s.prompt for s in self.seqs)))
-        pruned = PolicyHooks(self.network.policy).pruned  # the flow policy's pruned set reaches the drivers
-        self.units: list[UnitInstance] = []  # by prefill unit index
-        self._decode_unit: dict[str, int] = {}  # decode instance id -> its decode unit index
-        for iid, role in roles:
-            if role == "prefill":
-                spec = self.cluster.prefill_units[len(self.units)]
-                prefill = LayeredPrefill(self.context, spec, c.scheduler, predictor, budget, pruned,
-                                         self._after_arrivals, self.batches)
-                self.units.append(UnitInstance(iid, prefill, kv))
-                self.instances[iid] = self.units[-1]
-            else:
-                self._decode_unit[iid] = len(self._decode_unit)
-                self.instances[iid] = Instance(iid, role, {"decode": DecodeAll()}, kv, self.timer)
-        self._requests = {str(r.id): r for r in self._workload}
-        self._index = {s.id: k for k, s in enumerate(self.seqs)}
-        self._by_id = {s.id: s for s in self.seqs}
-        self.unit_states: dict[str, Any] = {}  # every admitted request's state (RequestState), by id
-
     def _after_arrivals(self, fn: Callable[[], None]) -> None:
         """Call ``fn`` after every arrival of this instant (TIMER runs after ARRIVAL at equal times)."""
         self.queue.push(self.queue.now, Priority.TIMER, lambda _: fn(), None)
 
     def _unit_arrival(self, inst: UnitInstance, seq: Seq) -> None:
-        """``seq`` reached prefill unit ``inst``: its decode instance is fixed now (its KV leaves per layer)."""
+        """``seq`` reached prefill unit ``inst``: its route (decode instance, reuse) is fixed now."""
         from laxflow.sim.serving.request_state import RequestState
+
+        route = self.unit_route(inst, seq)
+        state = self.unit_states[seq.id] = RequestState(self._requests[seq.id], self._index[seq.id], route,
+                                                         seq.ttft_slo, self.idle_ttft(seq))
+        inst.admit(seq, state)
+        self.unit_admitted(state)
+
+    def unit_route(self, inst: UnitInstance, seq: Seq) -> Any:
+        """The ``router.Route`` of ``seq`` on prefill unit ``inst`` (a builder may route otherwise): the
+        dispatcher's decode instance, nothing reused (the instance engine keeps no prefix cache)."""
         from laxflow.sim.serving.router import Route
 
         target = self.dispatcher.decode_target(self, seq, self.queue.now)
         if target not in self._decode_unit:
             raise RuntimeError(f"dispatcher sent the KV of {seq.id} to {target!r}, which is not a decode instance")
         seq.decode_instance = target
-        route = Route(inst.prefill.unit.index, self._decode_unit[target], 0, 0, None)
-        state = self.unit_states[seq.id] = RequestState(self._requests[seq.id], self._index[seq.id], route,
-                                                         seq.ttft_slo, 0.0)
-        inst.admit(seq, state)
+        return Route(inst.prefill.unit.index, self._decode_unit[target], 0, 0, None)
+
+    def idle_ttft(self, seq: Seq) -> float:
+        """``seq``'s TTFT alone on the idle cluster, for its request state (0.0: not modelled)."""
+        return 0.0
+
+    def unit_admitted(self, state: Any) -> None:
+        """A builder's hook: ``state`` is on its prefill unit (its attention-DP rank set)."""
+
+    def unit_computed(self, batch: Any) -> None:
+        """A builder's hook: a prefill unit's ``batch`` computed its last layer (before its next task starts)."""
+
+    def left_decode(self, seq: Seq) -> None:
+        """A builder's hook: ``seq`` has left its decode instance (or, decode "hold", its hold ended)."""
 
     def _unit_compute_done(self, batch: Any) -> None:
         """A unit's batch computed its last layer: its prompts' first tokens; the unit's next task."""
         inst = self.units[batch.unit.index]
         now = self.queue.now
+        self.unit_computed(batch)
         for state in batch.states:
             inst.computed(self._by_id[state.id], now)
         inst.steps += 1
@@ -457,14 +386,26 @@ class InstanceEngine:
         state.finish = seq.kv_landed = now
         seq.token_times[0] = max(seq.token_times[0], now)
         self.p2d_bytes += seq.prompt_tokens * self.runner.kv_transfer_bytes_per_token_per_layer * self.runner.num_layers
+        if self.hold is not None:  # decode "hold": done here; its decode unit is held for its outputs' time
+            self._finish(seq, left=False)
+            outputs = int(getattr(self._requests[seq.id], "output_tokens", 0) or 0)
+            self.queue.push(now + outputs * self.hold, Priority.TIMER, self.left_decode, seq)
+            return
         if seq.done:  # its one token was the first
-            self.finished += 1
-            if self.progress is not None:
-                self.progress(1)
+            self._finish(seq)
             return
         self.place(seq, seq.decode_instance)
 
+    def _finish(self, seq: Seq, left: bool = True) -> None:
+        self.finished += 1
+        if left:
+            self.left_decode(seq)
+        if self.progress is not None:
+            self.progress(1)
+
     def _refresh(self, inst: Instance) -> None:
+        if not self.reporting:
+            return
         queue = tuple(QueuedPrefill(s.id, s.prompt_tokens - s.computed,
                                     s.arrival + s.ttft_slo + s.outputs * s.tpot_slo, s.weight)
                       for s in inst.seqs.values() if s.is_prefill)
@@ -473,3 +414,138 @@ class InstanceEngine:
         self._reports[inst.id] = InstanceView(
             inst.id, waiting=len(queue), running=decoding, pab=inst.pab, reported_at=at, prefill_queue=queue,
             queue_updated_at=at, decoding=decoding, free_kv_blocks=max(0, inst.kv_free()) // KV_BLOCK)
+
+
+class InstanceEngine(ServingEngine):
+    """One run: builds the instances, router and network from ``config``; ``run()`` simulates it."""
+
+    def __init__(self, config: InstanceSimConfig, requests: Sequence[Request], flow_policy: Any = None,
+                 dispatcher: Dispatcher | None = None, progress: Callable[[int], None] | None = None) -> None:
+        if not requests:
+            raise UserError("workload: no requests to simulate")
+        self.config = config
+        self._loop_state()
+        self.progress = progress
+        self.p2d_layer = config.p2d == "layer"
+        self.timer = StepTimer(config.deployment)
+        self.samples = profile_samples(config.deployment)
+        kv = config.kv_tokens or self.timer.kv_capacity_tokens(config.gpu_memory_utilization)
+        if kv < 1:
+            raise UserError(f"deployment {config.deployment!r}: the weights leave no GPU memory for KV "
+                            f"(gpu_memory_utilization {config.gpu_memory_utilization})")
+        self.w_p, self.w_d = (config.w_p, 1.0) if config.w_p is not None else tdg_weights(requests)
+        self._workload = requests
+        self.seqs = [self._seq(r) for r in sorted(requests, key=lambda r: r.arrival)]
+        for s in self.seqs:
+            check_kv_fits(s.id, s.prompt, s.target_outputs, kv, "one instance", config.deployment)
+        roles = [(f"i{k}", "colocated" if not config.disaggregated else
+                  ("prefill" if k < config.prefill_instances else "decode")) for k in range(config.instances)]
+        if config.prefill_units:
+            self._network(flow_policy, roles)
+            self._build_units(roles, kv)
+        else:
+            for iid, role in roles:
+                self.instances[iid] = Instance(iid, role, self._schedulers(), kv, self.timer)
+        self.dispatcher = dispatcher if dispatcher is not None else self._router_dispatcher()
+        for inst in self.instances.values():
+            if isinstance(self.dispatcher, RouterDispatcher):
+                self.dispatcher.after_step(self, inst, 0.0)  # the empty instance's first report (its PAB)
+            self._refresh(inst)
+        if not config.prefill_units:
+            self._network(flow_policy, roles)
+
+    # -- construction ------------------------------------------------------------
+
+    def _seq(self, r: Request) -> Seq:
+        weight = PRIORITY_WEIGHTS.get(r.category or "", 1.0)
+        return Seq(r.id, float(r.arrival), int(r.input_tokens), max(1, int(r.output_tokens)), self.config.ttft_slo,
+                   self.config.tpot_slo, weight)
+
+    def _schedulers(self) -> dict[str, Any]:
+        """One scheduler per role for one instance (fresh objects: some keep online corrections)."""
+        c = self.config
+        out: dict[str, Any] = {}
+        for role in ROLES:
+            if role == "decode":
+                out[role] = DecodeAll()
+                continue
+            opts = dict(c.scheduler_options)
+            if c.scheduler == "slidebatching":
+                opts.setdefault("setting", "colocated" if role == "colocated" else "disaggregated")
+                opts.setdefault("w_p", self.w_p)
+                opts.setdefault("w_d", self.w_d)
+            try:
+                out[role] = create_batch_scheduler(c.scheduler, self.samples, **opts)
+            except ValueError as exc:
+                raise UserError(f"--prefill {c.scheduler}: {exc}") from None
+        return out
+
+    def _router_dispatcher(self) -> RouterDispatcher:
+        c = self.config
+        opts = dict(c.router_options)
+        if c.router == "gorouting":
+            opts.setdefault("setting", "disaggregated" if c.disaggregated else "colocated")
+            opts.setdefault("w_p", self.w_p)
+            opts.setdefault("w_d", self.w_d)
+            opts.setdefault("seed", c.seed)
+        try:
+            router = create_router(c.router, self.samples, **opts)
+        except ValueError as exc:
+            raise UserError(f"--router {c.router}: {exc}") from None
+        pab = LinearBatchModel.fit(self.samples) if c.router == "pab" else None
+        return RouterDispatcher(router, pab, c.ttft_slo, c.tpot_slo)
+
+    def _network(self, flow_policy: Any, roles: list[tuple[str, str]]) -> None:
+        from laxflow.policy.registry import create_policy
+        from laxflow.sim.network.engine import FluidNetwork
+
+        dep = self.timer.dep
+        if self.config.placement == "cluster":
+            config = (self.config.cluster or ClusterConfig()).resolve(
+                int(dep.gpus_per_node), float(dep.nic_gbps), float(dep.intra_node_gbps or 7200.0))
+            cluster, self.gpus = instance_cluster(config, roles, int(dep.gpus))
+            nvswitch = config.nvswitch_bytes_per_s
+        else:
+            nic = (self.config.cluster and self.config.cluster.nic_gbps) or dep.nic_gbps
+            port = nic * 1e9 / 8 * dep.gpus  # every GPU's NIC carries its TP shard of the KV
+            cluster, self.gpus = instance_ports([iid for iid, _ in roles], port)
+            nvswitch = dep.intra_node_gbps * 1e9 / 8
+        self.cluster = cluster
+        self.topology = cluster.topology
+        policy = flow_policy if flow_policy is not None else create_policy(self.config.flow_policy)
+        self.network = FluidNetwork(self.topology, policy, self.queue, flow_fields=False)  # (no flow's level is read here)
+        self.fabric = create_fabric(self.config.network, self.queue, self.network, cluster, nvswitch)
+
+    # -- events ------------------------------------------------------------------
+
+    def run(self) -> InstanceResult:
+        wall = self._simulate()
+        warm = min(self.config.warmup, len(self.seqs) - 1)
+        stats = {i.id: {"role_end": i.role, "steps": i.steps, "busy_s": i.busy_seconds,
+                        "preemptions": i.preemptions} for i in self.instances.values()}
+        return InstanceResult(self.seqs, self.seqs[warm:], stats, self.w_p, self.w_d, self.p2d_bytes, wall,
+                              self.queue.now, self.network.events)
+
+    def _build_units(self, roles: list[tuple[str, str]], kv: int) -> None:
+        """The prefill-role instances as prefill units of the deployment's layer plan, on the placed cluster
+        and the run's fabric; the decode instances as usual (their roles are fixed: no pools)."""
+        from laxflow.sim.serving.config import ServingConfig
+        from laxflow.sim.serving.layered_prefill import check_scheduler, ttft_predictor
+        from laxflow.sim.serving.plan import ModelRunner
+        from laxflow.sim.serving.prefill_driver import PolicyHooks
+
+        c = self.config
+        runner = ModelRunner(self.timer.model.name, self.timer.dep)
+        check_scheduler(c.scheduler, runner)
+        self._start_units(runner, self.cluster, None)
+        budget = int(c.scheduler_options.get("token_budget", ServingConfig.token_budget))
+        predictor = ttft_predictor(self.runner, self.context, max(budget, max(s.prompt for s in self.seqs)))
+        pruned = PolicyHooks(self.network.policy).pruned  # the flow policy's pruned set reaches the drivers
+        self._requests = {str(r.id): r for r in self._workload}
+        for iid, role in roles:
+            if role == "prefill":
+                self._add_unit(iid, self.cluster.prefill_units[len(self.units)], c.scheduler, predictor, budget,
+                               pruned, kv)
+            else:
+                self._decode_unit[iid] = len(self._decode_unit)
+                self.instances[iid] = Instance(iid, role, {"decode": DecodeAll()}, kv, self.timer)
