@@ -1,41 +1,47 @@
-"""The serving simulator: disaggregated prefill/decode units coupled with the fluid network.
+"""The unit engine: disaggregated prefill/decode units coupled with the fluid network.
 
-One :class:`ServingSimulator` runs one workload under one flow policy. Its
-events and the network's share one :class:`~laxflow.sim.events.EventQueue`
-(the one event order), so compute and communication interleave exactly and
-a run is deterministic for a given workload.
+One :class:`ServingSimulator` runs one workload under one flow policy. It is a
+configuration of the serving loop
+(:class:`~laxflow.sim.serving.instances.engine.ServingEngine`, the instance
+engine's loop too): its events and the network's share one
+:class:`~laxflow.sim.events.EventQueue` (the one event order), so compute and
+communication interleave exactly and a run is deterministic for a given
+workload.
 
-Who calls what: at construction every request gets its SLO (:mod:`.slo`,
-from the workload alone, the same for every policy). :meth:`run` walks the
-request arrivals (one ARRIVAL event at a time); each arrival is routed
-(:mod:`.router`) to its prefill unit, whose
-:class:`~laxflow.sim.serving.prefill_driver.PrefillDriver` puts it on an
-attention-DP rank and tells the unit's prefill scheduler (``--prefill``;
-by default ``fcfs``: run-to-end batches, one per rank) after every arrival
-of that instant; each task the scheduler starts is a
-:class:`~laxflow.sim.serving.batch.BatchRun`, which calls back
-:meth:`batch_compute_done` and :meth:`request_done` through its
-:class:`~laxflow.sim.serving.batch.BatchContext`.
+What this configuration sets: the cluster's prefill and decode units
+(:class:`~laxflow.sim.serving.cluster.Cluster`: prefill servers, then decode
+servers); every request's SLO at construction (:mod:`.slo`, from the workload
+alone, the same for every policy); one prefill unit per cluster unit
+(:class:`~laxflow.sim.serving.instances.unit.UnitInstance` over
+:class:`~laxflow.sim.serving.layered_prefill.LayeredPrefill`: the unit's
+prefill scheduler, ``--prefill``, by default ``fcfs``: run-to-end batches, one
+per rank); and itself as the loop's dispatcher: each arrival is routed
+(:mod:`.router`, prefix caches) to its prefill unit, the unit's batch caches
+its prompts when its compute ends. When a request's last P2D byte lands its
+TTFT ends; then with ``decode = "hold"`` its decode unit is held for its
+outputs' time (the router's load), with ``"steps"`` it decodes on its decode
+unit, a decode instance of the loop (TPOT, TBT).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from laxflow.errors import UserError, user_errors
 from laxflow.policy.base import FlowPolicy
-from laxflow.sim.events import EventQueue, Priority
 from laxflow.sim.network import FluidNetwork
-from laxflow.sim.serving.batch import BatchContext, BatchRun
+from laxflow.sim.serving.batch import BatchRun
 from laxflow.sim.serving.cluster import Cluster
 from laxflow.sim.serving.config import ServingConfig
+from laxflow.sim.serving.instances.engine import ServingEngine
+from laxflow.sim.serving.instances.fabric import Fabric
+from laxflow.sim.serving.instances.instance import Seq
 from laxflow.sim.serving.metrics import pruned_count
 from laxflow.sim.serving.plan import ModelRunner
 from laxflow.sim.serving.request_state import RequestState
-from laxflow.sim.serving.router import GlobalRouter, PrefixCaches
+from laxflow.sim.serving.router import GlobalRouter, PrefixCaches, Route
 from laxflow.sim.serving.slo import SloModel, workload_reuse
 
 
@@ -63,8 +69,8 @@ class SimResult:
         return [s for s in self.states if s.index >= self.warmup]
 
 
-class ServingSimulator:
-    """One workload, one policy, one cluster."""
+class ServingSimulator(ServingEngine):
+    """One workload, one policy, one cluster: the unit engine, a configuration of the serving loop."""
 
     def __init__(
         self,
@@ -93,12 +99,15 @@ class ServingSimulator:
             int(dep.gpus_per_node), float(dep.nic_gbps), float(dep.intra_node_gbps or 7200.0)
         )
         self.cluster = Cluster(self.cluster_config, self.runner.unit_gpus)
-        self.queue = EventQueue()
+        self._loop_state()
+        self.progress = progress
+        self.reporting = False  # (no router here reads the instances' reports)
         # The "ttft" dispatch reads the measured link load whatever the policy reads;
         # nothing here reads a flow's level, queue or DSCP (the results are per request and batch).
         self.network = FluidNetwork(self.cluster.topology, self.policy, self.queue,
                                     track_link_load=True if config.router_dispatch == "ttft" else None,
                                     flow_fields=False)
+        self.fabric = Fabric(self.queue, self.network, self.cluster, self.cluster.config.nvswitch_bytes_per_s)
         self.caches = PrefixCaches(len(self.cluster.prefill_units), config.cache_tokens_per_unit, config.kv_placement)
         self.router = GlobalRouter(
             len(self.cluster.prefill_units), len(self.cluster.decode_units), self.caches, config.router_overlap_weight,
@@ -108,50 +117,44 @@ class ServingSimulator:
         # Fixed before anything runs: the same per-request SLO under every policy.
         self.idle_ttfts = [self.slo.idle_ttft(int(r.input_tokens), reuse)
                            for r, reuse in zip(self.requests, workload_reuse(self.requests))]
-        self.context = BatchContext(self.queue, self.network, self.runner, self.cluster, config.reuse_lookahead,
-                                    self.batch_compute_done, self.request_done)
-        self.batches: list[BatchRun] = []
-        self.units = self._units()  # one per prefill unit
-        self.drivers = [u.driver for u in self.units]
-        self.decode_seqs: dict[int, Any] = {}  # decode "steps": request index -> its decode (instances.Seq)
-        self._decoding: dict[str, RequestState] = {}  # decode "steps": on a decode unit now, by request id
-        self.decode = self._decode_units() if config.decode == "steps" else None
+        self.seqs = [Seq(str(r.id), float(r.arrival), int(r.input_tokens), max(1, _outputs(r)), self._slo(r, idle),
+                         math.inf) for r, idle in zip(self.requests, self.idle_ttfts)]
+        self._start_units(self.runner, self.cluster, config.reuse_lookahead)
+        self._requests = {s.id: r for s, r in zip(self.seqs, self.requests)}
+        self.dispatcher = self
+        kv = self._decode_units() if config.decode == "steps" else 0
+        if config.decode == "hold":
+            self.hold = config.decode_seconds_per_token
+        self.drivers = [u.driver for u in self._units(kv)]  # one per prefill unit
         self.decode_tokens = [0.0] * len(self.cluster.decode_units)
-        self.states: list[RequestState] = []
-        self.done = 0
-        self._progress = progress
+        self._routes: dict[str, Route] = {}  # routed, not yet on its unit
 
     # -- run ---------------------------------------------------------------------
 
     def run(self) -> SimResult:
-        """Simulate every request to its last P2D byte; returns the result."""
-        t0 = time.perf_counter()
-        self.queue.push(float(self.requests[0].arrival), Priority.ARRIVAL, self._arrive, 0)
-        self.queue.run()
-        if self.done != len(self.requests):
-            raise RuntimeError(f"simulation ended with {len(self.requests) - self.done} requests unfinished")
+        """Simulate every request to its last P2D byte (and, decode "steps", its last token); returns the result."""
+        wall = self._simulate()
         return SimResult(
             policy=self.policy_name,
-            states=self.states,
+            states=list(self.unit_states.values()),
             batches=self.batches,
             warmup=min(self.config.warmup, len(self.requests) - 1),
-            stage_bytes_delivered=dict(self.context.delivered),
-            wall_s=time.perf_counter() - t0,
+            stage_bytes_delivered=dict(self.fabric.delivered),
+            wall_s=wall,
             sim_time=self.queue.now,
             network_events=self.network.events,
             cache_evictions=self.caches.evicted,
             prefill=self.config.prefill,
             pruned=pruned_count(self.policy),
             deferred=None if self.config.prefill is None else sum(d.deferrals for d in self.drivers),
-            decode=None if self.decode is None else self.decode_seqs,
+            decode=None if self.hold is not None else dict(enumerate(self.seqs)),
         )
 
-    # -- events ------------------------------------------------------------------
+    # -- the loop's dispatcher and unit hooks ------------------------------------------
 
-    def _arrive(self, i: int) -> None:
-        req = self.requests[i]
-        if i + 1 < len(self.requests):
-            self.queue.push(float(self.requests[i + 1].arrival), Priority.ARRIVAL, self._arrive, i + 1)
+    def prefill_target(self, engine: Any, seq: Seq, now: float) -> str:
+        """Route ``seq`` (prefix overlap and load, or the TTFT estimate): its prefill unit's id."""
+        req = self._requests[seq.id]
         block = int(req.block_size)
         if self.config.router_dispatch == "ttft":
             self.router.ttft_cost = self._ttft_cost(int(req.input_tokens), block)
@@ -159,29 +162,41 @@ class ServingSimulator:
             list(req.block_hashes), block, int(req.input_tokens),
             [d.queued_tokens for d in self.drivers], self.decode_tokens,
         )
-        idle = self.idle_ttfts[i]
-        state = RequestState(req, i, route, self._slo(req, idle), idle)
-        self.states.append(state)
+        self._routes[seq.id] = route
         self.decode_tokens[route.decode] += int(req.input_tokens)
         reused = list(req.block_hashes)[: -(-route.reused_tokens // block)]
         if route.local_tokens:
             self.caches.touch(route.prefill, reused)
         for holder, _, _ in route.fetches:
             self.caches.touch(holder, reused)
-        self.drivers[route.prefill].arrival(state)  # on a rank now; its scheduler hears it at this instant's end
+        return self.units[route.prefill].id
+
+    def decode_target(self, engine: Any, seq: Seq, now: float) -> str:
+        return str(seq.decode_instance)
+
+    def after_step(self, engine: Any, instance: Any, now: float) -> None:
+        """(Nothing to monitor: routing reads the drivers' queues and the decode units' tokens.)"""
+
+    def unit_route(self, inst: Any, seq: Seq) -> Route:
+        route = self._routes.pop(seq.id)
+        seq.decode_instance = f"d{route.decode}"
+        return route
+
+    def idle_ttft(self, seq: Seq) -> float:
+        return self.idle_ttfts[self._index[seq.id]]
+
+    def unit_admitted(self, state: RequestState) -> None:
         if self.config.reuse_from == "routed":  # the prompt's blocks are reusable from its arrival (config.REUSE_FROM)
-            self.caches.insert(route.prefill, req.block_hashes, block, state.rank)
+            req = state.request
+            self.caches.insert(state.route.prefill, req.block_hashes, req.block_size, state.rank)
 
-    def _after_arrivals(self, fn: Callable[[], None]) -> None:
-        """Call ``fn`` after every arrival of this instant (TIMER runs after ARRIVAL at equal times),
-        so simultaneous requests batch together."""
-        self.queue.push(self.queue.now, Priority.TIMER, lambda _: fn(), None)
-
-    def batch_compute_done(self, batch: BatchRun) -> None:
-        """Called by a batch when its last layer's compute ends: cache its prompts, free the unit."""
+    def unit_computed(self, batch: Any) -> None:
+        """A batch computed its last layer: its unit caches the prompts."""
         for s in batch.states:
             self.caches.insert(batch.unit.index, list(s.request.block_hashes), int(s.request.block_size), s.rank)
-        self.drivers[batch.unit.index].compute_done(batch)
+
+    def left_decode(self, seq: Seq) -> None:
+        self.decode_tokens[self.unit_states[seq.id].route.decode] -= seq.prompt
 
     # -- scheduler-driven prefill units (--prefill) --------------------------------
 
@@ -228,59 +243,45 @@ class ServingSimulator:
 
         return cost
 
-    def _units(self) -> list[Any]:
+    def _units(self, kv: int) -> list[Any]:
         """One prefill unit per cluster unit, over the ``--prefill`` scheduler (default ``fcfs``, which needs no
         TTFT predictor and hears no pruned set: the units' plain run-to-end batches)."""
-        from laxflow.sim.serving.layered_prefill import LayeredPrefill, check_scheduler
+        from laxflow.sim.serving.layered_prefill import check_scheduler
         from laxflow.sim.serving.prefill_driver import PolicyHooks
 
         name = self.config.prefill or "fcfs"
         check_scheduler(name, self.runner)
         predictor = self._predictor() if self.config.prefill else None
         hooks = PolicyHooks(self.policy) if self.config.prefill and self.config.prefill_coupling else None
-        return [LayeredPrefill(self.context, spec, name, predictor, self.config.token_budget,
-                               None if hooks is None else hooks.pruned, self._after_arrivals, self.batches)
+        return [self._add_unit(f"p{spec.index}", spec, name, predictor, self.config.token_budget,
+                               None if hooks is None else hooks.pruned, kv)
                 for spec in self.cluster.prefill_units]
 
-    def request_done(self, state: RequestState, now: float) -> None:
-        """Called when a request's last P2D byte lands: its TTFT ends; it decodes, then leaves its decode unit."""
-        state.finish = now
-        self.done += 1
-        outputs = int(getattr(state.request, "output_tokens", 0) or 0)
-        if self.decode is None:
-            self.queue.push(now + outputs * self.config.decode_seconds_per_token, Priority.TIMER, self._leave_decode,
-                            state)
-        else:
-            from laxflow.sim.serving.instances.instance import Seq
-
-            # Its prompt's KV and its first token arrive together; the rest of its outputs decode there.
-            seq = Seq(state.id, state.arrival, state.input_tokens, max(1, outputs), state.slo, math.inf,
-                      computed=state.input_tokens, outputs=1, token_times=[now], prefill_end=state.compute_end,
-                      kv_landed=now)
-            self.decode_seqs[state.index] = seq
-            if seq.done:
-                self._leave_decode(state)
-            else:
-                self._decoding[seq.id] = state
-                self.decode.join(state.route.decode, seq)
-        if self._progress is not None:
-            self._progress(1)
-
-    def _decode_units(self) -> Any:
+    def _decode_units(self) -> int:
+        """Decode "steps": one decode instance per decode unit (a replica of the deployment, vLLM's KV sizing,
+        continuous decode batches); returns a unit's KV tokens."""
         from laxflow.sim.serving.instances.config import GPU_MEMORY_UTILIZATION
-        from laxflow.sim.serving.instances.decode import DecodeUnits
+        from laxflow.sim.serving.instances.decode import DecodeAll
+        from laxflow.sim.serving.instances.instance import Instance, check_kv_fits
+        from laxflow.sim.serving.instances.profile import StepTimer
 
         dep = self.runner.deployment
         sizes = {len(u.gpus) for u in self.cluster.decode_units}
         if sizes != {int(dep.gpus)}:
             raise UserError(f"--decode steps: a decode unit runs one replica of {dep.name!r} ({dep.gpus} GPUs), "
                             f"but the cluster's decode units have {', '.join(map(str, sorted(sizes)))} GPUs")
-        units = DecodeUnits(self.queue, dep, len(self.cluster.decode_units), GPU_MEMORY_UTILIZATION,
-                            lambda seq: self._leave_decode(self._decoding.pop(seq.id)))
-        for r in self.requests:  # before anything runs: every request fits a unit's KV memory
-            units.check(str(r.id), int(r.input_tokens), max(1, int(getattr(r, "output_tokens", 0) or 0)))
-        return units
+        self.timer = StepTimer(dep)
+        kv = self.timer.kv_capacity_tokens(GPU_MEMORY_UTILIZATION)
+        if kv < 1:
+            raise UserError(f"--decode steps: deployment {dep.name!r} leaves no GPU memory for KV")
+        for s in self.seqs:  # before anything runs: every request fits a unit's KV memory
+            check_kv_fits(s.id, s.prompt, s.target_outputs, kv, "a decode unit", dep.name)
+        for unit in self.cluster.decode_units:
+            iid = f"d{unit.index}"
+            self._decode_unit[iid] = unit.index
+            self.instances[iid] = Instance(iid, "decode", {"decode": DecodeAll()}, kv, self.timer)
+        return kv
 
-    def _leave_decode(self, state: RequestState) -> None:
-        self.decode_tokens[state.route.decode] -= state.input_tokens
 
+def _outputs(request: Any) -> int:
+    return int(getattr(request, "output_tokens", 0) or 0)

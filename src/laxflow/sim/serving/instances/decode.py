@@ -1,4 +1,4 @@
-"""Decode instances: their batch former (every decode, within KV memory) and the unit engine's decode units.
+"""Decode instances: their batch former (every decode, within KV memory).
 
 :class:`DecodeAll` is called by :class:`.instance.Instance` before each step when its role is
 ``decode``. A decode instance holds sequences whose prompt KV arrived over
@@ -7,20 +7,15 @@ batching, as vLLM and DistServe decode instances do), oldest first when KV
 is short. A sequence that was preempted there (recompute) prefills again in
 chunks of at most ``token_budget`` tokens after the decodes.
 
-:class:`DecodeUnits` runs the unit-level engine's decode units as such
-instances (``ServingConfig.decode = "steps"``): one per decode unit, each a
-replica of the deployment timed by :class:`.profile.StepTimer` with vLLM's
-KV sizing, stepping on the simulator's event queue and thread. A request
-joins its unit when its last P2D byte lands, with its prompt's KV and its
-first token (seen then), and decodes its other output tokens there.
+The unit engine's decode units (``ServingConfig.decode = "steps"``) are such
+instances too, one per decode unit (``simulator.ServingSimulator``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from laxflow.errors import UserError
 from laxflow.integrations.prefill.iteration import (
     BatchEntry,
     BatchSample,
@@ -30,8 +25,6 @@ from laxflow.integrations.prefill.iteration import (
     TokenBudgetConfig,
     build_config,
 )
-from laxflow.sim.serving.instances.instance import Instance, Seq, check_kv_fits
-from laxflow.sim.serving.instances.profile import StepTimer
 
 
 @dataclass(frozen=True)
@@ -67,34 +60,3 @@ class DecodeAll(BatchScheduler):
             budget -= take
             left -= take
         return IterationBatch(tuple(entries), 0.0, 0.0)
-
-
-class DecodeUnits:
-    """The unit engine's decode units as decode-role instances (module docstring)."""
-
-    def __init__(self, queue: Any, deployment: Any, units: int, gpu_memory_utilization: float,
-                 finished: Callable[[Seq], None]) -> None:
-        self.queue = queue
-        self.timer = StepTimer(deployment)
-        self.kv_capacity = self.timer.kv_capacity_tokens(gpu_memory_utilization)  # tokens per unit
-        if self.kv_capacity < 1:
-            raise UserError(f"--decode steps: deployment {self.timer.dep.name!r} leaves no GPU memory for KV")
-        self.instances = [Instance(f"d{k}", "decode", {"decode": DecodeAll()}, self.kv_capacity, self.timer)
-                          for k in range(units)]
-        self._finished = finished
-
-    def check(self, request_id: str, prompt: int, outputs: int) -> None:
-        """Raise UserError unless a request of ``prompt`` + ``outputs`` tokens fits a unit's KV memory."""
-        check_kv_fits(request_id, prompt, outputs, self.kv_capacity, "a decode unit", self.timer.dep.name)
-
-    def join(self, unit: int, seq: Seq) -> None:
-        """``seq`` (prompt computed, first token seen now) decodes on decode unit ``unit`` from now."""
-        inst = self.instances[unit]
-        inst.add(seq)
-        inst.kick(self.queue, self._step_end)
-
-    def _step_end(self, inst: Instance) -> None:
-        _, finished = inst.end_step(self.queue.now)
-        for s in finished:
-            self._finished(s)
-        inst.kick(self.queue, self._step_end)
