@@ -45,6 +45,10 @@ engine's instance order, prefill instances first, one NIC per GPU. Two
 instances on one server move KV over NVSwitch (no flow); across servers a
 TP-g instance's KV is g per-GPU pairs (per-pair units, ``cluster.py``), the
 same bytes as the bonded port of :func:`instance_ports`, not the same flow.
+Under either placement the traffic inside a batch-scheduler or decode
+instance (TP all-reduces, EP all-to-alls of a wide one) is a term of its step
+time (``profile.StepTimer``), no flow; only prefill units
+(``instances/unit.py``) run their layer plan's collectives as flows.
 """
 
 from __future__ import annotations
