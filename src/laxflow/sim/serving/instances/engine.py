@@ -1,8 +1,18 @@
-"""The iteration-level serving engine: instances that loop steps, a dispatcher, P2D KV over the network.
+"""The serving loop (:class:`ServingEngine`) and the instance engine, its iteration-level configuration.
+
+:class:`ServingEngine` is the one event loop of every serving simulation:
+requests arrive (one pending arrival at a time), a dispatcher places them,
+instances step, prefill units (:mod:`.unit`) run their layer-by-layer
+batches, KV moves and decodes. Two builders configure it:
+:class:`InstanceEngine` here (from an ``InstanceSimConfig``) and the unit
+engine, ``laxflow.sim.serving.simulator.ServingSimulator`` (from a
+``ServingConfig``: the MFS experiments' prefill units, prefix-aware routing,
+decode ``hold`` or decode instances).
 
 Who calls: :func:`.run.run_instances` (``laxflow sim serve/sweep`` with a
-batch scheduler in ``--prefill``, or ``--router``), ``bench/batching_repro.py``
-and tests; everything runs on one thread in one :class:`EventQueue`.
+batch scheduler in ``--prefill``, or ``--router``, ``--pools``,
+``--instances``), ``bench/batching_repro.py`` and tests; everything runs on
+one thread in one :class:`EventQueue`. What follows is the instance engine.
 
 Per arrival the :class:`~.dispatch.Dispatcher` picks an instance
 (``prefill_target``); a scheduler with admission control (``fairbatching-pab``:
@@ -38,6 +48,14 @@ role)`` between steps (the new role's scheduler forms the next batch;
 resident sequences stay), ``engine.report(instance)`` and ``engine.queue.now``.
 A new role takes effect at the instance's next step; sequences already on it
 finish there (a prefill on an instance flipped to decode decodes locally).
+
+With a prefill scheduler in ``config.scheduler`` (``--prefill fcfs|flowprefill|
+edf-*`` and ``--instances P:D``) every prefill-role instance is a prefill unit
+(:class:`~.unit.UnitInstance`): at arrival its route is fixed (the
+dispatcher's decode instance), the unit's scheduler runs whole-prompt tasks
+as batches of the deployment's layer plan (collectives and each layer's KV
+as flows), a prompt's first token is emitted when its last layer is computed
+and seen when its KV has landed, and it then decodes on its decode instance.
 """
 
 from __future__ import annotations
