@@ -17,8 +17,10 @@ Per-layer P2D rule: each chunk runs all L layers; the KV of a chunk's layer j
 (its tokens x the model's per-token KV / L, to the chunk's decode instance,
 GPU k to GPU k mod |dst| through the run's :class:`~.fabric.Fabric`) leaves
 when layer j ends, as one transfer ``{seq}.L{j}.p2d`` with ``layer=j``, the
-request's ``arrival + ttft_slo`` as its deadline and as ``downstream`` the
-step's compute still to run after layer j (``secs * (L-1-j) / L``). KV of a
+request's ``arrival + ttft_slo`` as its deadline and ``downstream`` 0, the
+P2D rule of the prefill units too (``batch.py``): nothing of the request waits
+for a layer's KV but its TTFT (the later layers and chunks compute while it
+moves). KV of a
 prompt computed in an earlier step that sent none (a step under another
 role) rides with its next layered chunk. At every layer boundary the live
 P2D flows of the step's requests get ``current_layer`` (and, at the end of
@@ -91,10 +93,9 @@ class LayeredStep:
             self.engine.network.reschedule(flows)
 
     def _layer_end(self, j: int) -> None:
-        downstream = self.secs * (self.layers - 1 - j) / self.layers
         landed = self.engine._layer_landed
         for seq, shape, _ in self.sends:
-            seq.p2d_pending += self._issue(f"{seq.id}.L{j}.p2d", shape, j, seq.arrival + seq.ttft_slo, downstream,
+            seq.p2d_pending += self._issue(f"{seq.id}.L{j}.p2d", shape, j, seq.arrival + seq.ttft_slo, 0.0,
                                            seq.id, self.tag, j, False, seq.p2d_live, landed, seq)
         if j + 1 < self.layers:
             self._progress(j + 1)
