@@ -128,3 +128,20 @@ def test_the_cli_runs_prefill_units_with_the_units_layout_by_default(laxflow_cli
     for r in rows.values():
         assert r["deferred"] == 0 and r["tpot_mean"] > 0 and r["cct_mean"] > 0
         assert r["network_bytes_by_stage"]["p2d"] > 0 and r["network_bytes_by_stage"]["collective"] > 0
+
+
+def test_an_ideal_network_moves_the_units_bytes_at_no_cost():
+    reqs = _requests(16, seed=7)
+    runs = {}
+    for net in ("fabric", "ideal"):
+        engine = InstanceEngine(InstanceSimConfig(deployment="testbed-mixtral-8x7b", instances=2, prefill_instances=1,
+                                                  scheduler="fcfs", placement="cluster", p2d="layer", network=net,
+                                                  cluster=ClusterConfig(servers=4), flow_policy="fs"), reqs)
+        added, add = [], engine.network.add_flow
+        engine.network.add_flow = lambda flow, done=None, add=add, added=added: (added.append(flow), add(flow, done))[1]
+        runs[net] = (engine, engine.run(), added)
+    (fabric, fres, fflows), (ideal, ires, iflows) = runs["fabric"], runs["ideal"]
+    assert not iflows and {f.stage.value for f in fflows} == {"collective", "p2d"}  # no flow reaches the network
+    assert ideal.fabric.delivered == pytest.approx(fabric.fabric.delivered)  # the same bytes, moved for free
+    assert all(i.kv_landed <= f.kv_landed for i, f in zip(ires.seqs, fres.seqs))
+    assert sum(s.kv_landed - s.arrival for s in ires.seqs) < sum(s.kv_landed - s.arrival for s in fres.seqs)
