@@ -27,6 +27,10 @@ skips it. ``detail.mfs_path`` says whether mfs decided in its C core
 reference (``python``); ``detail.mfs_glue`` is kept for older readers and
 says the same as a bool (admission and completion are the core's now).
 
+``--decode`` picks the decode units' model (``ServingConfig.decode``): ``hold``
+by default, named here rather than taken from the config's default, so the
+figures compare across versions; ``steps`` runs them as decode instances.
+
 ``--split`` (with ``fs``) adds three paper-scale runs that tell apart what
 ``mfs_over_fs`` is made of (``bench/_schedule_replay.py``): fs with the
 link-load average kept (``fs_link_load_s``); mfs with its decisions
@@ -64,9 +68,9 @@ from laxflow.sim.serving.simulator import ServingSimulator
 
 
 def timed_run(servers: int, requests: int, warmup: int, rate: float, policy: str | FlowPolicy, model: str,
-              workload: str) -> tuple[dict, tuple]:
+              workload: str, decode: str = "hold") -> tuple[dict, tuple]:
     """One run's figures, and its outcome (network events, every request's TTFT, bytes per stage) to compare runs."""
-    cfg = ServingConfig(model=model, cluster=ClusterConfig(servers=servers), warmup=warmup)
+    cfg = ServingConfig(model=model, cluster=ClusterConfig(servers=servers), warmup=warmup, decode=decode)
     spec = RunSpec(cfg, workload, rate, "fs", requests, seed=0)  # (the workload does not depend on the policy)
     reqs = build_workload(spec)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -125,6 +129,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1024, help="measured requests at 256 servers")
     ap.add_argument("--warmup", type=int, default=512, help="warm-up requests at 256 servers")
     ap.add_argument("--no-mfs", action="store_true", help="skip the paper-scale mfs run (mfs_over_fs)")
+    ap.add_argument("--decode", choices=("hold", "steps"), default="hold",
+                    help="the decode units' model (ServingConfig.decode; default hold, whatever the config's default "
+                         "is, so figures compare across versions)")
     ap.add_argument("--split", action="store_true",
                     help="three more paper-scale runs: what mfs_over_fs is made of (needs --policy fs and the mfs run)")
     args = ap.parse_args()
@@ -139,13 +146,13 @@ def main() -> None:
 
     sizes = [int(s) for s in args.servers.split(",")]
     def paper_run(policy: str | FlowPolicy) -> tuple[dict, tuple]:
-        return timed_run(256, args.requests, args.warmup, args.rate, policy, args.model, args.workload)
+        return timed_run(256, args.requests, args.warmup, args.rate, policy, args.model, args.workload, args.decode)
 
     runs, outcomes = {}, {}
     for servers in sizes:
         scale = servers / 256
         r, outcomes[servers] = timed_run(servers, max(1, round(args.requests * scale)), round(args.warmup * scale),
-                                         args.rate, args.policy, args.model, args.workload)
+                                         args.rate, args.policy, args.model, args.workload, args.decode)
         runs[servers] = r
         if not args.json:
             print(json.dumps(r), file=sys.stderr)
@@ -174,6 +181,7 @@ def main() -> None:
         "scaling": {str(s): round(r["wall_s"], 3) for s, r in runs.items()},
         **({"split": parts} if parts else {}),
         "detail": {"policy": args.policy, "rate": args.rate, "load": load, "model": args.model, "workload": args.workload,
+                   "decode": args.decode,
                    "runs": {str(s): r for s, r in runs.items()}, "mfs_run": mfs,
                    # which state mfs ran on: its C core (built at install) or the reference
                    "mfs_path": "native" if NATIVE else "python", "mfs_glue": NATIVE},
