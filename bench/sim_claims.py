@@ -65,8 +65,10 @@ def point_specs(item: tuple[str, str, float | None], args: argparse.Namespace, s
                   warmup=preset.warmup if args.warmup is None else args.warmup)
     if args.kv_placement:
         cfg = replace(cfg, kv_placement=args.kv_placement)
+    cfg = replace(cfg, decode=args.decode)
     n = args.requests or preset.requests
-    key = f"{name}@{float(rate)}" + ("" if cfg.physics == "faithful" else f"|{cfg.physics}")
+    key = (f"{name}@{float(rate)}" + ("" if cfg.physics == "faithful" else f"|{cfg.physics}")
+           + ("" if args.decode == "hold" else f"|decode={args.decode}"))
     policies = args.policies.split(",") if args.policies else preset.policies
     return key, [RunSpec(cfg, preset.workload, float(rate), p, n, seed) for p in policies]
 
@@ -83,6 +85,7 @@ def summary(key: str, rows: list[dict], specs: list[RunSpec], fraction: float | 
     line: dict = {"preset": name, "rate": float(rate), "servers": spec.config.cluster.servers,
                   "requests": spec.requests, "warmup": spec.config.warmup, "seeds": len(seeds),
                   "kv_placement": spec.config.kv_placement, "physics": spec.config.physics, "fraction": fraction,
+                  "decode": spec.config.decode,
                   "policies": {}}
     if not seeds:
         return line
@@ -154,6 +157,9 @@ def main() -> None:
     ap.add_argument("--physics", default="faithful",
                     help="comma-separated: faithful, paper, or field=value;... over faithful (one choice at a time: "
                     "config.parse_physics); a bare preset's rate is a fraction of the capacity under each")
+    ap.add_argument("--decode", default="hold", choices=("hold", "steps"),
+                    help="the decode units' model (ServingConfig.decode): hold (the runs recorded so far) or steps "
+                         "(decode batches; each point's key gets |decode=steps)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default="out/claims")
     ap.add_argument("--summary", action="store_true", help="only summarize the runs already in OUT/runs.jsonl")
