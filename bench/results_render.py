@@ -1150,8 +1150,42 @@ def merge_rows(rec: Record) -> list[str]:
     return lines
 
 
+def decode_rows(recs: dict[str, Record]) -> list[str]:
+    """``sim_claims`` (decode ``hold``) beside ``sim_claims_decode`` (``--decode steps``), paired by seed."""
+    hold, steps = recs["sim_claims"], recs["sim_claims_decode"]
+    for rec in (steps, hold):
+        if not rec.ok:
+            return [not_run(rec), ""]
+    before = get(hold.result, "points")
+    rows, margins, moved, beyond, total = [], [], 0, 0, 0
+    for key, line in get(steps.result, "points").items():
+        old = before.get(key)
+        if old is None or old["rate"] != line["rate"]:
+            continue
+        point = f"{key}@{line['rate']:g}"
+        for p, new in line["policies"].items():
+            a, b = old["policies"][p]["slo_attainment_seeds"], new["slo_attainment_seeds"]
+            d = [round(y - x, 6) for x, y in zip(a, b)]  # (the seeds are rounded to 3 digits)
+            ci = ci95(d) or 0.0
+            mean = round(sum(d) / len(d), 6) + 0.0  # (+ 0.0: no "-0")
+            total += 1
+            moved += any(d)
+            out = abs(mean) > ci
+            beyond += out
+            tpot = new.get("tpot_mean")
+            rows.append(f"| {point} | {p} | {num(old['policies'][p]['slo_attainment'])} ({_seeds(a)}) | "
+                        f"{num(new['slo_attainment'])} ({_seeds(b)}) | {mean:+.3g} ± {ci:.2g}{' *' if out else ''} | "
+                        f"{'-' if tpot is None else f'{tpot * 1e3:.2f} ms'} |")
+        margins.append(f"| {point} | {_diff_cell(old)} | {_diff_cell(line)} |")
+    return [f"{total} values; {moved} moved, {beyond} beyond their paired 95 % interval.", "",
+            "| point | MFS over the best baseline, hold | the same, steps |", "|---|---|---|", *margins, "",
+            "| point | policy | hold (seeds) | steps (seeds) | steps - hold (paired) | TPOT mean (steps) |",
+            "|---|---|---|---|---|---|", *rows, ""]
+
+
 def page_merge(recs: dict[str, Record], now: str) -> list[str]:
-    lines = header("One serving simulator: results before and after the merge", [recs["merge_compare"]], now)
+    lines = header("One serving simulator: results before and after the merge",
+                   [recs["merge_compare"], recs["sim_claims"], recs["sim_claims_decode"]], now)
     lines += ["Issue 34 merges the unit-level engine (the MFS experiments) and the iteration-level instance engine "
               "(FairBatching, ProServe, Arrow) into one. Results may change only where the old split was wrong, "
               "and each change larger than its interval is explained by the physics that changed. "
@@ -1159,6 +1193,14 @@ def page_merge(recs: dict[str, Record], now: str) -> list[str]:
               "(`bench/results/premerge/`, 3 seeds, every preset) and pairs each value with its old one on the same "
               "seeds; * where the paired 95 % interval excludes 0.", ""]
     lines += merge_rows(recs["merge_compare"])
+    lines += ["## Decode batches (`--decode steps`) against the decode hold", "",
+              "The unit engine's decode units hold a request's load for its output tokens x 30 ms (`--decode hold`, "
+              "the default) or run it as decode batches within their KV memory (`--decode steps`, the instance "
+              "engine's decode). TTFT ends at the last P2D byte either way, so only the router's choice of decode "
+              "unit can move it: with `steps` a unit's load ends when its decode does. `sim_claims` and "
+              "`sim_claims_decode` run the same points, seeds and policies under each; * where the paired 95 % "
+              "interval excludes 0.", ""]
+    lines += decode_rows(recs)
     return lines
 
 

@@ -107,6 +107,8 @@ def summary(key: str, rows: list[dict], specs: list[RunSpec], fraction: float | 
             "remote_reuse_share": round(mean_ci([r["remote_reuse_share"] for r in mine])[0], 3),
             "byte_share": {k: round(v / total, 3) for k, v in net.items()},
         }
+        if all(r.get("tpot_mean") is not None for r in mine):  # --decode steps
+            line["policies"][p]["tpot_mean"] = round(mean_ci([r["tpot_mean"] for r in mine])[0], 6)
     pol = line["policies"]
     margin = paired_margin(by_seed, seeds)
     if margin is not None:

@@ -352,3 +352,26 @@ def test_mfs_page_splits_ttft_into_its_parts_per_policy(renderer):
     page = pages()["mfs.md"]
     assert "`fig12-conv` under paper physics at 2.0 req/s/GPU, 64 servers, 128 + 384 requests, 3 seeds" in page
     assert "| mfs | 0.690 ± 0.0100 | 11.3 / 22.6 | 28.0 / 28.0 | 18.7 / 28.0 |" in page
+
+
+def test_merge_page_pairs_the_decode_hold_and_steps_runs_seed_by_seed(renderer):
+    _, data, pages = renderer
+    hold = _claims_point("fig10-mixtral")
+    steps = json.loads(json.dumps(hold))
+    steps["policies"]["fs"]["slo_attainment_seeds"] = [0.6, 0.7, 0.8]  # unmoved
+    steps["policies"]["mfs"].update(slo_attainment=0.763, slo_attainment_seeds=[0.68, 0.77, 0.84], tpot_mean=0.0071)
+    steps["policies"]["fs"]["tpot_mean"] = 0.0072
+    (data / "sim_claims.json").write_text(json.dumps(_record("sim_claims", {"points": {"fig10-mixtral": hold}})))
+    assert "*not run in this regeneration*: `python bench/results.py --only sim_claims_decode`" in pages()["merge.md"]
+    (data / "sim_claims_decode.json").write_text(
+        json.dumps(_record("sim_claims_decode", {"points": {"fig10-mixtral": steps}})))
+    page = pages()["merge.md"]
+    assert "2 values; 1 moved, 0 beyond their paired 95 % interval." in page
+    assert "| fig10-mixtral@0.65 | fs | 0.700 (0.600, 0.700, 0.800) | 0.700 (0.600, 0.700, 0.800) | +0 ± 0 | 7.20 ms |" in page
+    assert ("| fig10-mixtral@0.65 | mfs | 0.750 (0.660, 0.750, 0.840) | 0.763 (0.680, 0.770, 0.840) | +0.0133 ± 0.029 | "
+            "7.10 ms |") in page
+    # A point the hold run lacks (another rate) is not paired.
+    steps["rate"] = 0.7
+    (data / "sim_claims_decode.json").write_text(
+        json.dumps(_record("sim_claims_decode", {"points": {"fig10-mixtral": steps}})))
+    assert "0 values; 0 moved" in pages()["merge.md"]
