@@ -2,9 +2,8 @@
 
 Each family keeps one instance in its own ``registry.py``: flow policies
 (``policy/registry.py``), prefill and batch schedulers
-(``integrations/prefill/registry.py``), routers, pool managers, and the
-simulator's local schedulers (``sim/serving/prefill_unit.py``); those modules
-keep their public functions and delegate here. This module imports nothing of
+(``integrations/prefill/registry.py``), routers and pool managers; those
+modules keep their public functions and delegate here. This module imports nothing of
 laxflow, so the lowest layer (``policy``, pure) can use it.
 
 Built-ins are ``module:Class`` strings imported on first use, so importing a

@@ -160,7 +160,7 @@ class ServingConfig:
     # forms its own batch, as DP-attention engines do (SGLang --dp-size, vLLM
     # DP+EP: max_num_batched_tokens is per engine); the unit's ranks step together.
     token_budget: int = 8192
-    # None: each prefill unit forms run-to-end FCFS batches per attention-DP rank (prefill_unit.py). A name of
+    # None: each prefill unit runs the fcfs prefill scheduler (run-to-end batches per attention-DP rank). A name of
     # laxflow.integrations.prefill (flowprefill, fcfs, edf-cp2k, ...): that
     # scheduler drives each unit with preemption (serving/prefill_driver.py).
     prefill: str | None = None

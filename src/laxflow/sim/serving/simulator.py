@@ -35,7 +35,7 @@ from laxflow.sim.network import FluidNetwork
 from laxflow.sim.serving.batch import BatchRun
 from laxflow.sim.serving.cluster import Cluster
 from laxflow.sim.serving.config import ServingConfig
-from laxflow.sim.serving.instances.engine import ServingEngine
+from laxflow.sim.serving.instances.engine import ServingEngine, output_tokens
 from laxflow.sim.serving.instances.fabric import Fabric
 from laxflow.sim.serving.instances.instance import Seq
 from laxflow.sim.serving.metrics import pruned_count
@@ -117,7 +117,7 @@ class ServingSimulator(ServingEngine):
         # Fixed before anything runs: the same per-request SLO under every policy.
         self.idle_ttfts = [self.slo.idle_ttft(int(r.input_tokens), reuse)
                            for r, reuse in zip(self.requests, workload_reuse(self.requests))]
-        self.seqs = [Seq(str(r.id), float(r.arrival), int(r.input_tokens), max(1, _outputs(r)), self._slo(r, idle),
+        self.seqs = [Seq(str(r.id), float(r.arrival), int(r.input_tokens), max(1, output_tokens(r)), self._slo(r, idle),
                          math.inf) for r, idle in zip(self.requests, self.idle_ttfts)]
         self._start_units(self.runner, self.cluster, config.reuse_lookahead)
         self._requests = {s.id: r for s, r in zip(self.seqs, self.requests)}
@@ -281,7 +281,3 @@ class ServingSimulator(ServingEngine):
             self._decode_unit[iid] = unit.index
             self.instances[iid] = Instance(iid, "decode", {"decode": DecodeAll()}, kv, self.timer)
         return kv
-
-
-def _outputs(request: Any) -> int:
-    return int(getattr(request, "output_tokens", 0) or 0)

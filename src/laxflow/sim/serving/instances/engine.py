@@ -104,6 +104,11 @@ class InstanceResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def output_tokens(request: Any) -> int:
+    """A workload request's output tokens (0 when it gives none): what its decode produces or is held for."""
+    return int(getattr(request, "output_tokens", 0) or 0)
+
+
 def tdg_weights(requests: Sequence[Request]) -> tuple[float, float]:
     """ProServe §5.1's rule, for every policy alike: w_p / w_d = mean input / mean output, w_d = 1."""
     mean_in = float(np.mean([r.input_tokens for r in requests]))
@@ -336,13 +341,18 @@ class ServingEngine:
 
     def _kv_landed(self, moved: tuple[Seq, Instance, Instance]) -> None:
         seq, src, dst = moved
-        # The first token reaches the user with its KV (TTFT ends at the last P2D byte, as on the unit engine).
-        seq.kv_landed = now = self.queue.now
-        if seq.token_times[0] < now:
-            seq.token_times[0] = now
+        self._seen(seq, self.queue.now)
         del src.outbound[seq.id]
         self._kick(src)  # freed KV may let a deferred prefill in
         self.place(seq, dst.id)
+
+    @staticmethod
+    def _seen(seq: Seq, now: float) -> None:
+        """``seq``'s KV landed at ``now``: its first token reaches the user with it (TTFT ends at the last P2D
+        byte, on the prefill units and the instances alike)."""
+        seq.kv_landed = now
+        if seq.token_times[0] < now:
+            seq.token_times[0] = now
 
     # -- prefill units (config.prefill_units, instances/unit.py) ---------------------------
 
@@ -401,13 +411,13 @@ class ServingEngine:
         """The last P2D byte of ``state``'s prompt landed: its first token is seen; it decodes."""
         seq = self._by_id[state.id]
         self.units[state.route.prefill].landed(seq)
-        state.finish = seq.kv_landed = now
-        seq.token_times[0] = max(seq.token_times[0], now)
+        state.finish = now
+        self._seen(seq, now)
         self.p2d_bytes += seq.prompt_tokens * self.runner.kv_transfer_bytes_per_token_per_layer * self.runner.num_layers
         if self.hold is not None:  # decode "hold": done here; its decode unit is held for its outputs' time
             self._finish(seq, left=False)
-            outputs = int(getattr(self._requests[seq.id], "output_tokens", 0) or 0)
-            self.queue.push(now + outputs * self.hold, Priority.TIMER, self.left_decode, seq)
+            self.queue.push(now + output_tokens(self._requests[seq.id]) * self.hold, Priority.TIMER,
+                            self.left_decode, seq)
             return
         if seq.done:  # its one token was the first
             self._finish(seq)
@@ -452,7 +462,6 @@ class InstanceEngine(ServingEngine):
             raise UserError(f"deployment {config.deployment!r}: the weights leave no GPU memory for KV "
                             f"(gpu_memory_utilization {config.gpu_memory_utilization})")
         self.w_p, self.w_d = (config.w_p, 1.0) if config.w_p is not None else tdg_weights(requests)
-        self._workload = requests
         self.seqs = [self._seq(r) for r in sorted(requests, key=lambda r: r.arrival)]
         for s in self.seqs:
             check_kv_fits(s.id, s.prompt, s.target_outputs, kv, "one instance", config.deployment)
@@ -460,7 +469,7 @@ class InstanceEngine(ServingEngine):
                   ("prefill" if k < config.prefill_instances else "decode")) for k in range(config.instances)]
         if config.prefill_units:
             self._network(flow_policy, roles)
-            self._build_units(roles, kv)
+            self._build_units(roles, kv, requests)
         else:
             for iid, role in roles:
                 self.instances[iid] = Instance(iid, role, self._schedulers(), kv, self.timer)
@@ -544,7 +553,7 @@ class InstanceEngine(ServingEngine):
         return InstanceResult(self.seqs, self.seqs[warm:], stats, self.w_p, self.w_d, self.p2d_bytes, wall,
                               self.queue.now, self.network.events)
 
-    def _build_units(self, roles: list[tuple[str, str]], kv: int) -> None:
+    def _build_units(self, roles: list[tuple[str, str]], kv: int, requests: Sequence[Request]) -> None:
         """The prefill-role instances as prefill units of the deployment's layer plan, on the placed cluster
         and the run's fabric; the decode instances as usual (their roles are fixed: no pools)."""
         from laxflow.sim.serving.config import ServingConfig
@@ -559,7 +568,7 @@ class InstanceEngine(ServingEngine):
         budget = int(c.scheduler_options.get("token_budget", ServingConfig.token_budget))
         predictor = ttft_predictor(self.runner, self.context, max(budget, max(s.prompt for s in self.seqs)))
         pruned = PolicyHooks(self.network.policy).pruned  # the flow policy's pruned set reaches the drivers
-        self._requests = {str(r.id): r for r in self._workload}
+        self._requests = {str(r.id): r for r in requests}
         for iid, role in roles:
             if role == "prefill":
                 self._add_unit(iid, self.cluster.prefill_units[len(self.units)], c.scheduler, predictor, budget,
