@@ -18,8 +18,9 @@ each ``--physics``. Each cell runs, on the same requests per seed:
 Per cell and combination: SLO attainment (mean ± 95 % half-width over seeds), pruned requests and
 deferred tasks (means); then the paired differences on the same requests: ``coupled - blind`` (what
 the coupling itself adds) and ``coupled - best alone`` (the higher of ``mfs`` and ``flowprefill``),
-each with its interval and whether it excludes 0. With ``--decode steps`` the decode units run decode
-batches (``ServingConfig.decode``) and each combination also reports its mean TPOT. Finished runs go to
+each with its interval and whether it excludes 0. The decode units run decode batches
+(``--decode steps``, ``ServingConfig.decode``'s default) and each combination also reports its mean
+TPOT; ``--decode hold`` holds them instead and reports none. Finished runs go to
 ``OUT/runs.jsonl`` at once; a rerun skips them. Not a test: only wall time depends on the machine.
 """
 
@@ -97,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loads", default="0.8,1.0,1.2")
     ap.add_argument("--physics", default="faithful",
                     help="comma-separated: faithful, paper or field=value;... (config.parse_physics)")
-    ap.add_argument("--decode", default="hold", choices=("hold", "steps"),
-                    help="steps: the decode units run decode batches (TPOT per combination); hold: the old decode load")
+    ap.add_argument("--decode", default="steps", choices=("hold", "steps"),
+                    help="steps (default): the decode units run decode batches (TPOT per combination); hold: a "
+                         "decode unit held output tokens x 30 ms, no TPOT")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--servers", type=int, default=16)
     ap.add_argument("--requests", type=int, default=200)
@@ -122,15 +124,19 @@ def main(argv: list[str] | None = None) -> int:
     cells = [(p, ph, s, ld) for p in presets for ph in a.physics.split(",") for s in scales for ld in loads]
 
     def todo_for(seed: int) -> list[tuple[tuple, RunSpec]]:
-        return [((cell, seed, name), spec) for cell in cells for name, spec in cell_specs(*cell, seed, a).items()]
+        return [((cell, seed, name, a.decode), spec)
+                for cell in cells for name, spec in cell_specs(*cell, seed, a).items()]
 
     def record(key: tuple, spec: RunSpec, row: dict) -> dict:
-        cell, seed, name = key
+        cell, seed, name, decode = key
         keep = {k: row.get(k) for k in ("slo_attainment", "pruned", "deferred", "ttft_mean", "tpot_mean", "wall_s")}
-        return {**keep, "cell": list(cell), "seed": seed, "combo": name, "rate": spec.rate}
+        return {**keep, "cell": list(cell), "seed": seed, "combo": name, "decode": decode, "rate": spec.rate}
 
+    # A run's key names its decode (rows recorded before decode batches were the default say none: hold),
+    # so a resumed folder never mixes the two.
     done = run_campaign(out / "runs.jsonl", range(a.seeds), todo_for, record,
-                        lambda r: (tuple(r["cell"]), r["seed"], r["combo"]), a.jobs)
+                        lambda r: (tuple(r["cell"]), r["seed"], r["combo"], r.get("decode", "hold")), a.jobs)
+    done = {k[:3]: row for k, row in done.items() if k[3] == a.decode}
     for cell in cells:
         seeds = sorted({s for (c, s, _) in done if c == cell and all((cell, s, n) in done for n in COMBOS)})
         rate = cell_specs(*cell, 0, a)["mfs"].rate

@@ -542,7 +542,9 @@ CODESIGN_TEXT = (
     "capacity (load above 1). Each cell runs on the same requests per seed: MFS alone with pruning (FCFS batches), "
     "FlowPrefill alone (FS on the network), both blind (the pruned set not passed on) and both coupled (pruned "
     "tasks deferred). Paired differences: coupled minus blind is what the coupling itself adds; coupled minus the "
-    "better one alone is what running both buys; * where the 95 % interval excludes 0.")
+    "better one alone is what running both buys; * where the 95 % interval excludes 0. The decode units run "
+    "decode batches within their KV memory (`--decode steps`); TTFT still ends at the last P2D byte, and decode "
+    "reaches the prefill side only through the router's decode-unit load. TPOT is each combination's mean.")
 
 
 def _att(c: dict) -> str:
@@ -551,17 +553,19 @@ def _att(c: dict) -> str:
 
 def _codesign_row(line: dict) -> str:
     c = line["combos"]
+    tpot = " / ".join("-" if c[k].get("tpot_mean_ms") is None else num(c[k]["tpot_mean_ms"])
+                      for k in ("mfs", "flowprefill", "blind", "coupled"))  # "-": a run with --decode hold
     return (f"| `{line['preset']}` | {line['physics']} | {line['slo_scale']:g} | {line['load']:g} | "
             f"{_att(c['mfs'])} | {_att(c['flowprefill'])} | {_att(c['blind'])} | {_att(c['coupled'])} | "
             f"{c['coupled']['pruned']:g} / {c['coupled']['deferred']:g} | {_paired_text(line['coupled_minus_blind'])} | "
-            f"{_paired_text(line['coupled_minus_best_alone'])} ({line['best_alone']}) |")
+            f"{_paired_text(line['coupled_minus_best_alone'])} ({line['best_alone']}) | {tpot} |")
 
 
 def codesign_rows(recs: dict[str, Record]) -> list[str]:
     return _line_table(recs["codesign"], [
         "| preset | physics | SLO scale | load | MFS alone | FlowPrefill alone | blind | coupled | pruned / "
-        "deferred (coupled) | coupled − blind | coupled − best alone |", "|---|---|---|---|---|---|---|---|---|---|---|"],
-        _codesign_row)
+        "deferred (coupled) | coupled − blind | coupled − best alone | TPOT ms: MFS / FlowPrefill / blind / coupled |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"], _codesign_row)
 
 
 INSTANCE_TEXT = (
@@ -588,22 +592,6 @@ def instance_rows(recs: dict[str, Record]) -> list[str]:
         "| experiment | instances / pools | NIC (Gbit/s) | rate (req/s/instance) | TTFT attainment per policy | "
         "MFS − FS | MFS-prune − FS | FS TPOT (ms) | MFS − FS TPOT (ms) |", "|---|---|---|---|---|---|---|---|---|"],
         _instance_row)
-
-
-def _codesign_decode_row(line: dict) -> str:
-    c = line["combos"]
-    tpot = " / ".join(num(c[k]["tpot_mean_ms"]) for k in ("mfs", "flowprefill", "blind", "coupled"))
-    return (f"| `{line['preset']}` | {line['slo_scale']:g} | {line['load']:g} | {_att(c['mfs'])} | "
-            f"{_att(c['flowprefill'])} | {_att(c['coupled'])} | {c['coupled']['pruned']:g} / "
-            f"{c['coupled']['deferred']:g} | {_paired_text(line['coupled_minus_blind'])} | "
-            f"{_paired_text(line['coupled_minus_best_alone'])} ({line['best_alone']}) | {tpot} |")
-
-
-def codesign_decode_rows(recs: dict[str, Record]) -> list[str]:
-    return _line_table(recs["codesign_decode"], [
-        "| preset | SLO scale | load | MFS alone | FlowPrefill alone | coupled | pruned / deferred (coupled) | "
-        "coupled − blind | coupled − best alone | TPOT ms: MFS / FlowPrefill / blind / coupled |",
-        "|---|---|---|---|---|---|---|---|---|---|"], _codesign_decode_row)
 
 
 MAP_AXES = ("nic_gbps", "ep", "ep_comm", "kv_placement", "remote_reuse", "prompt_scale", "load")
@@ -702,7 +690,7 @@ def workload_rows(recs: dict[str, Record]) -> list[str]:
 def page_mfs(recs: dict[str, Record], now: str) -> list[str]:
     lines = header("MFS (paper 001): the paper's figures and laxflow's",
                    [recs[n] for n in ("sim_claims", "sim_claims_paper", "sim_claims_baselines", "sim_claims_scale",
-                                      "sim_claims_paper_scale", "ttft_parts", "sim_physics_sweep", "sim_physics_ablation", "codesign", "codesign_decode",
+                                      "sim_claims_paper_scale", "ttft_parts", "sim_physics_sweep", "sim_physics_ablation", "codesign",
                                       "instance_policies", "sim_map", "testbed_ratio", "workload_calibration")], now)
     lines += ["The serving simulator runs every policy (MFS and the baselines FS, SJF, EDF, Karuna) on the same "
               "requests per seed, each point at 0.8 of its model's capacity on its workload (never a rate picked per "
@@ -736,11 +724,6 @@ def page_mfs(recs: dict[str, Record], now: str) -> list[str]:
     lines += map_rows(recs)
     lines += ["## Co-design where MFS prunes: MFS with FlowPrefill", "", CODESIGN_TEXT, ""]
     lines += codesign_rows(recs)
-    lines += ["### With real decode", "",
-              "The same four combinations with the decode units run as decode instances (`--decode steps`: "
-              "continuous batches within KV memory), faithful physics, the tight end of the grid. TTFT still ends at "
-              "the last P2D byte; decode reaches the prefill side only through the router's decode-unit load.", ""]
-    lines += codesign_decode_rows(recs)
     lines += ["## On the instance engine: P2D under contention, and Arrow's pools", "", INSTANCE_TEXT, ""]
     lines += instance_rows(recs)
     lines += ["## Figure 9 on the emulated testbed", ""]
@@ -1151,8 +1134,8 @@ def merge_rows(rec: Record) -> list[str]:
 
 
 def decode_rows(recs: dict[str, Record]) -> list[str]:
-    """``sim_claims`` (decode ``hold``) beside ``sim_claims_decode`` (``--decode steps``), paired by seed."""
-    hold, steps = recs["sim_claims"], recs["sim_claims_decode"]
+    """``sim_claims_hold`` (``--decode hold``) beside ``sim_claims`` (decode steps), paired by seed."""
+    hold, steps = recs["sim_claims_hold"], recs["sim_claims"]
     for rec in (steps, hold):
         if not rec.ok:
             return [not_run(rec), ""]
@@ -1185,7 +1168,7 @@ def decode_rows(recs: dict[str, Record]) -> list[str]:
 
 def page_merge(recs: dict[str, Record], now: str) -> list[str]:
     lines = header("One serving simulator: results before and after the merge",
-                   [recs["merge_compare"], recs["sim_claims"], recs["sim_claims_decode"]], now)
+                   [recs["merge_compare"], recs["sim_claims"], recs["sim_claims_hold"]], now)
     lines += ["Issue 34 merges the unit-level engine (the MFS experiments) and the iteration-level instance engine "
               "(FairBatching, ProServe, Arrow) into one. Results may change only where the old split was wrong, "
               "and each change larger than its interval is explained by the physics that changed. "
@@ -1194,12 +1177,12 @@ def page_merge(recs: dict[str, Record], now: str) -> list[str]:
               "seeds; * where the paired 95 % interval excludes 0.", ""]
     lines += merge_rows(recs["merge_compare"])
     lines += ["## Decode batches (`--decode steps`) against the decode hold", "",
-              "The unit engine's decode units hold a request's load for its output tokens x 30 ms (`--decode hold`, "
-              "the default) or run it as decode batches within their KV memory (`--decode steps`, the instance "
-              "engine's decode). TTFT ends at the last P2D byte either way, so only the router's choice of decode "
-              "unit can move it: with `steps` a unit's load ends when its decode does. `sim_claims` and "
-              "`sim_claims_decode` run the same points, seeds and policies under each; * where the paired 95 % "
-              "interval excludes 0.", ""]
+              "The unit engine's decode units run a request as decode batches within their KV memory (`--decode "
+              "steps`, the default: the instance engine's decode) or hold its load for its output tokens x 30 ms "
+              "(`--decode hold`, as the MFS paper's simulator, which stops at the first token). TTFT ends at the "
+              "last P2D byte either way, so only the router's choice of decode unit can move it: with `steps` a "
+              "unit's load ends when its decode does. `sim_claims_hold` and `sim_claims` run the same points, seeds "
+              "and policies under each; * where the paired 95 % interval excludes 0.", ""]
     lines += decode_rows(recs)
     return lines
 

@@ -28,8 +28,9 @@ reference (``python``); ``detail.mfs_glue`` is kept for older readers and
 says the same as a bool (admission and completion are the core's now).
 
 ``--decode`` picks the decode units' model (``ServingConfig.decode``): ``hold``
-by default, named here rather than taken from the config's default, so the
-figures compare across versions; ``steps`` runs them as decode instances.
+by default, named here rather than taken from the config's default (decode
+batches, ``steps``, since they became it), so the figures compare across
+versions; ``steps`` runs them as decode instances.
 
 ``--split`` (with ``fs``) adds three paper-scale runs that tell apart what
 ``mfs_over_fs`` is made of (``bench/_schedule_replay.py``): fs with the
@@ -130,8 +131,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=512, help="warm-up requests at 256 servers")
     ap.add_argument("--no-mfs", action="store_true", help="skip the paper-scale mfs run (mfs_over_fs)")
     ap.add_argument("--decode", choices=("hold", "steps"), default="hold",
-                    help="the decode units' model (ServingConfig.decode; default hold, whatever the config's default "
-                         "is, so figures compare across versions)")
+                    help="the decode units' model (ServingConfig.decode; default hold, not the config's default "
+                         "steps, so figures compare across versions)")
     ap.add_argument("--split", action="store_true",
                     help="three more paper-scale runs: what mfs_over_fs is made of (needs --policy fs and the mfs run)")
     args = ap.parse_args()

@@ -159,9 +159,10 @@ def main() -> None:
     ap.add_argument("--physics", default="faithful",
                     help="comma-separated: faithful, paper, or field=value;... over faithful (one choice at a time: "
                     "config.parse_physics); a bare preset's rate is a fraction of the capacity under each")
-    ap.add_argument("--decode", default="hold", choices=("hold", "steps"),
-                    help="the decode units' model (ServingConfig.decode): hold (the runs recorded so far) or steps "
-                         "(decode batches; each point's key gets |decode=steps)")
+    ap.add_argument("--decode", default="steps", choices=("hold", "steps"),
+                    help="the decode units' model (ServingConfig.decode): steps, decode batches (the default; each "
+                         "point's key gets |decode=steps), or hold, a decode unit held output tokens x 30 ms (the "
+                         "keys of runs recorded before decode batches)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default="out/claims")
     ap.add_argument("--summary", action="store_true", help="only summarize the runs already in OUT/runs.jsonl")

@@ -8,7 +8,10 @@ hash must be equal. Each hash covers, per request (arrival order), the batch,
 batch start, compute end, finish (TTFT end), stall, P2D count and bytes per
 stage; per batch, its start, compute end, stall and every layer's CCT; the
 network's event count and bytes delivered per stage. Floats are hashed by
-their exact bits (``float.hex``), so a last-bit difference shows. CPU
+their exact bits (``float.hex``), so a last-bit difference shows. The first
+twelve runs hold their decode units (``decode = "hold"``, named here so their
+hashes compare across versions); the ``-steps`` runs decode (the config's
+default) and their hash also covers every request's token times. CPU
 seconds per run (``time.process_time``) are printed alongside, for a rough
 A/B; they are not part of the hash.
 """
@@ -42,6 +45,9 @@ CONFIGS = {
     "fs-16-ttft-dispatch": (*MIX, 16, 0.7, "fs", 80, 40, {"router_dispatch": "ttft"}),
     "mfs-llama-flowprefill": (*LLAMA, 16, 0.8, "mfs", 80, 40, {"prefill": "flowprefill"}),
     "edf-16-lookahead": (*MIX, 16, 0.7, "edf", 80, 40, {"reuse_lookahead": 2}),
+    "fs-16-steps": (*MIX, 16, 0.7, "fs", 120, 60, {"decode": "steps"}),
+    "mfs-16-steps": (*MIX, 16, 0.7, "mfs", 120, 60, {"decode": "steps"}),
+    "mfs-llama-flowprefill-steps": (*LLAMA, 16, 0.8, "mfs", 80, 40, {"prefill": "flowprefill", "decode": "steps"}),
 }
 
 
@@ -52,7 +58,8 @@ def _h(x: float | None) -> str:
 def digest(name: str) -> tuple[str, float]:
     """(sha256 of the run's results, CPU seconds of ServingSimulator.run)."""
     model, workload, servers, load, policy, requests, warmup, extra = CONFIGS[name]
-    cfg = replace(ServingConfig(model=model, cluster=ClusterConfig(servers=servers), warmup=warmup), **extra)
+    cfg = replace(ServingConfig(model=model, cluster=ClusterConfig(servers=servers), warmup=warmup, decode="hold"),
+                  **extra)
     spec = RunSpec(cfg, workload, load * CAPACITY[(model, workload)], policy, requests, seed=0)
     reqs = build_workload(spec)
     t0 = time.process_time()
@@ -64,6 +71,8 @@ def digest(name: str) -> tuple[str, float]:
                  f"{_h(s.stall)}|{s.p2d_pending}|{sorted((k, _h(v)) for k, v in s.bytes.items())}\n".encode())
     for b in res.batches:
         h.update(f"{b.id}|{_h(b.start)}|{_h(b.compute_end)}|{_h(b.stall)}|{[_h(c) for c in b.cct]}\n".encode())
+    for index, seq in sorted((res.decode or {}).items()):  # decode steps: every token's time
+        h.update(f"{index}|{[_h(t) for t in seq.token_times]}\n".encode())
     h.update(f"{res.network_events}|{sorted((k, _h(v)) for k, v in res.stage_bytes_delivered.items())}|"
              f"{_h(res.sim_time)}".encode())
     return h.hexdigest(), cpu

@@ -213,13 +213,13 @@ def test_mfs_page_shows_the_codesign_cells(renderer):
     mfs = pages()["mfs.md"]
     row = next(ln for ln in mfs.splitlines() if ln.startswith("| `fig12-conv` | faithful | 1.5 | 1.2 |"))
     assert "| 0.720 ± 0.020 |" in row and "| 20 / 4 |" in row
-    assert "| +0.020 ± 0.030 | +0.060 ± 0.020 * (flowprefill) |" in row
-    for name in ("mfs", "flowprefill", "blind", "coupled"):
-        line["combos"][name]["tpot_mean_ms"] = 7.5
-    (data / "codesign_decode.json").write_text(json.dumps(_record("codesign_decode", {"lines": [line]})))
+    assert "| +0.020 ± 0.030 | +0.060 ± 0.020 * (flowprefill) | - / - / - / - |" in row  # --decode hold: no TPOT
+    for name, ms in zip(("mfs", "flowprefill", "blind", "coupled"), (7.5, 7.25, 7.0, 6.5)):
+        line["combos"][name]["tpot_mean_ms"] = ms
+    (data / "codesign.json").write_text(json.dumps(_record("codesign", {"lines": [line]})))
     mfs = pages()["mfs.md"]
-    row = next(ln for ln in mfs.splitlines() if ln.startswith("| `fig12-conv` | 1.5 | 1.2 |"))
-    assert "| 0.500 ± 0.020 | 0.660 ± 0.020 | 0.720 ± 0.020 | 20 / 4 |" in row and "| 7.50 / 7.50 / 7.50 / 7.50 |" in row
+    row = next(ln for ln in mfs.splitlines() if ln.startswith("| `fig12-conv` | faithful | 1.5 | 1.2 |"))
+    assert "| 0.720 ± 0.020 | 20 / 4 |" in row and row.endswith("| 7.50 / 7.25 / 7.00 / 6.50 |")
 
 
 def test_mfs_page_shows_both_baseline_semantics(renderer):
@@ -361,10 +361,10 @@ def test_merge_page_pairs_the_decode_hold_and_steps_runs_seed_by_seed(renderer):
     steps["policies"]["fs"]["slo_attainment_seeds"] = [0.6, 0.7, 0.8]  # unmoved
     steps["policies"]["mfs"].update(slo_attainment=0.763, slo_attainment_seeds=[0.68, 0.77, 0.84], tpot_mean=0.0071)
     steps["policies"]["fs"]["tpot_mean"] = 0.0072
-    (data / "sim_claims.json").write_text(json.dumps(_record("sim_claims", {"points": {"fig10-mixtral": hold}})))
-    assert "*not run in this regeneration*: `python bench/results.py --only sim_claims_decode`" in pages()["merge.md"]
-    (data / "sim_claims_decode.json").write_text(
-        json.dumps(_record("sim_claims_decode", {"points": {"fig10-mixtral": steps}})))
+    (data / "sim_claims.json").write_text(json.dumps(_record("sim_claims", {"points": {"fig10-mixtral": steps}})))
+    assert "*not run in this regeneration*: `python bench/results.py --only sim_claims_hold`" in pages()["merge.md"]
+    (data / "sim_claims_hold.json").write_text(
+        json.dumps(_record("sim_claims_hold", {"points": {"fig10-mixtral": hold}})))
     page = pages()["merge.md"]
     assert "2 values; 1 moved, 0 beyond their paired 95 % interval." in page
     assert "| fig10-mixtral@0.65 | fs | 0.700 (0.600, 0.700, 0.800) | 0.700 (0.600, 0.700, 0.800) | +0 ± 0 | 7.20 ms |" in page
@@ -372,6 +372,5 @@ def test_merge_page_pairs_the_decode_hold_and_steps_runs_seed_by_seed(renderer):
             "7.10 ms |") in page
     # A point the hold run lacks (another rate) is not paired.
     steps["rate"] = 0.7
-    (data / "sim_claims_decode.json").write_text(
-        json.dumps(_record("sim_claims_decode", {"points": {"fig10-mixtral": steps}})))
+    (data / "sim_claims.json").write_text(json.dumps(_record("sim_claims", {"points": {"fig10-mixtral": steps}})))
     assert "0 values; 0 moved" in pages()["merge.md"]

@@ -68,9 +68,9 @@ FLAGS: tuple[Flag, ...] = (
          "instances (disaggregated); the rate is then requests/s per instance (default 1)."),
     Flag("network", "--network", "str", "Instance engine: fabric (every transfer is a flow on the network under "
          "the flow policy; default) or ideal (transfers cost nothing and land at once)."),
-    Flag("decode", "--decode", "str", "Prefill-unit engine: hold (a decode unit is held output tokens x 30 ms "
-         "for the router's load; default) or steps (decode units run continuous decode batches with KV memory: "
-         "TPOT and TBT are measured). The instance engine always runs decode steps."),
+    Flag("decode", "--decode", "str", "Prefill-unit engine: steps (decode units run continuous decode batches "
+         "with KV memory: TPOT and TBT are measured; default) or hold (a decode unit is held output tokens x 30 ms "
+         "for the router's load, no decode runs). The instance engine always runs decode steps."),
     Flag("p2d", "--p2d", "str", "Instance engine: prompt (a prompt's KV leaves whole after its last prefill step; "
          "default with batch schedulers) or layer (each chunk's KV leaves layer by layer as its step computes it; "
          "prefill units' only choice)."),

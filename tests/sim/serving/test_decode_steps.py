@@ -21,8 +21,8 @@ def _requests(outputs: list[int]):
 
 def test_each_request_decodes_its_outputs_after_its_last_p2d_byte():
     reqs = _requests([5, 1, 3, 8])
-    _, hold = run(create_config(), reqs)
-    sim, steps = run(create_config(decode="steps"), reqs)
+    _, hold = run(create_config(decode="hold"), reqs)
+    sim, steps = run(create_config(), reqs)  # decode steps: the default
     # One decode unit (2 servers: one prefill, one decode): the same route, so the same TTFT to the last float.
     assert [s.finish for s in steps.states] == [s.finish for s in hold.states]
     timer = StepTimer(get_deployment("mixtral-8x7b"))
@@ -52,10 +52,14 @@ def test_decode_units_must_be_one_replica_and_the_mode_must_be_known():
 def test_decode_flag_on_the_command_line(capsys):
     base = ["sim", "serve", "--quiet", "--model", "mixtral-8x7b", "--servers", "2", "--requests", "6", "--warmup",
             "0", "--jobs", "1", "--policies", "fs", "--workload", "qwen-conv"]
-    code, out, err = cli(capsys, *base, "--decode", "steps", "--json", "-")
+    code, out, err = cli(capsys, *base, "--json", "-")
     assert code == 0, err
     data = json.loads(out)
-    assert data["config"]["decode"] == "steps" and data["results"][0]["tpot_mean"] > 0
+    assert data["config"]["decode"] == "steps" and data["results"][0]["tpot_mean"] > 0  # the default
+    code, out, err = cli(capsys, *base, "--decode", "hold", "--json", "-")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["config"]["decode"] == "hold" and data["results"][0]["tpot_mean"] is None
     code, _, err = cli(capsys, *base, "--decode", "real")
     assert code == 2 and "--decode: expected one of hold, steps, got 'real'" in err
     code, _, err = cli(capsys, *base, "--decode", "steps", "--instances", "1:1")

@@ -16,8 +16,11 @@ DECODE = ("tpot_attainment", "tpot_mean", "tpot_p50", "tpot_p90", "tpot_p99", "t
           "max_tbt_attainment", "envelope_attainment", "token_deadline_attainment", "tdg_ratio", "effective_rps")
 
 
-def _unit(policy: str) -> RunSpec:
-    cfg = ServingConfig(model="mixtral-8x7b", cluster=ClusterConfig(servers=2), warmup=2)
+DECODE_MEASURED = ("tpot_mean", "tpot_p50", "tpot_p90", "tpot_p99", "tbt_p50", "tbt_p99", "tbt_max")
+
+
+def _unit(policy: str, decode: str = "steps") -> RunSpec:
+    cfg = ServingConfig(model="mixtral-8x7b", cluster=ClusterConfig(servers=2), warmup=2, decode=decode)
     return RunSpec(cfg, "qwen-agent", 1.0, policy, 8, 0)
 
 
@@ -27,7 +30,9 @@ def _instance(policy: str, **engine: str) -> RunSpec:
 
 @pytest.fixture(scope="module")
 def rows() -> dict[str, dict]:
+    assert ServingConfig().decode == "steps"  # the unit engine decodes unless told to hold
     return {"unit-fs": run_one(_unit("fs")), "unit-mfs": run_one(_unit("mfs")),
+            "unit-hold": run_one(_unit("fs", "hold")),
             "disagg-mfs": run_one(_instance("mfs", router="minload", instances="1:1")),
             "pools-fs": run_one(_instance("fs", pools="static-pd", instances="2"))}
 
@@ -39,14 +44,19 @@ def test_every_row_of_both_engines_carries_every_key_of_the_union_in_one_order(r
         assert set(row) == set(ROW_KEYS) | set(RUN_KEYS), name
 
 
-def test_unit_rows_say_none_for_decode_and_keep_their_own_meanings(rows):
-    fs, mfs = rows["unit-fs"], rows["unit-mfs"]
-    for row in (fs, mfs):
+def test_unit_rows_measure_decode_but_judge_ttft_only_and_keep_their_own_meanings(rows):
+    fs, mfs, hold = rows["unit-fs"], rows["unit-mfs"], rows["unit-hold"]
+    assert all(hold[k] is None for k in DECODE)  # decode "hold": no decode iterations run
+    assert hold["ttft_mean"] == fs["ttft_mean"]  # 2 servers: one decode unit, so the router has no choice
+    for row in (fs, mfs, hold):
         assert row["ttft_attainment"] == row["slo_attainment"]  # TTFT is its only SLO
-        assert all(row[k] is None for k in DECODE)  # no decode iterations on this engine
+        assert all(row[k] is None for k in DECODE if k not in DECODE_MEASURED)  # no TPOT SLO to attain
         assert (row["rejected"], row["flips_p2d"], row["flips_d2p"], row["pools_end"]) == (0, 0, 0, None)
         assert (row["prefill"], row["router"], row["pools"], row["instances"], row["deferred"]) == (None,) * 5
         assert row["cct_mean"] > 0 and row["cct_inflation"] >= 1.0 - 1e-9  # EP all-to-alls (NVSwitch here)
+    for row in (fs, mfs):  # decode steps: every output token timed on the decode unit
+        assert all(row[k] > 0 for k in DECODE_MEASURED)
+        assert row["tpot_p50"] <= row["tpot_p90"] <= row["tpot_p99"] and row["tbt_p50"] <= row["tbt_max"]
     assert fs["pruned"] is None and isinstance(mfs["pruned"], int)  # only MFS keeps a pruned set
 
 
@@ -69,8 +79,8 @@ def test_one_json_and_one_table_over_rows_of_both_engines(rows, capsys):
     pts = points(list(rows.values()), keys)
     text = json.dumps([json_view(p) for p in pts], allow_nan=False)  # None is null; a NaN would be refused here
     back = json.loads(text)
-    assert [p["cct_mean"] is None for p in back] == [False, False, True, True]
-    assert [p["tpot_p90"] is None for p in back] == [True, True, False, False]
+    assert [p["cct_mean"] is None for p in back] == [False, False, False, True, True]
+    assert [p["tpot_p90"] is None for p in back] == [False, False, True, False, False]
     import sys
 
     print_table(pts, "both engines", sys.stdout)

@@ -33,10 +33,11 @@ FAIRNESS = ("qp", "group")
 # when its prefill's compute ends and its unit stores them; "routed", from its arrival, so the
 # workload's own reuse ratio is realized whatever the load (the MFS paper's §6.1/§6.3 workloads).
 REUSE_FROM = ("stored", "routed")
-# What a request does on its decode unit after its last P2D byte (ServingConfig.decode): "hold", it
-# holds the unit's load (for the router) output_tokens x decode_seconds_per_token, no decode is run;
-# "steps", the decode units are decode instances of the instance engine (instances/decode.py:
-# continuous batches, KV memory, recompute preemption) and every output token is timed (TPOT, TBT).
+# What a request does on its decode unit after its last P2D byte (ServingConfig.decode): "steps" (the
+# default), the decode units are decode instances of the instance engine (instances/decode.py:
+# continuous batches, KV memory, recompute preemption) and every output token is timed (TPOT, TBT);
+# "hold", it holds the unit's load (for the router) output_tokens x decode_seconds_per_token and no
+# decode is run (the MFS paper's simulator, which stops at the first token; bench/sim.py's timing).
 DECODES = ("hold", "steps")
 # The modeling choices where laxflow's faithful simulator and the MFS paper differ (README / results
 # "why they differ"), as ServingConfig field values; ``--physics NAME`` sets them all, each field
@@ -180,7 +181,7 @@ class ServingConfig:
     cache_tokens_per_unit: int = 1 << 20  # prefix-cache capacity of one prefill unit (LRU), in tokens
     router_overlap_weight: float = 1.0  # weight of non-cached prefix blocks against queued blocks (Dynamo's default)
     decode_seconds_per_token: float = 0.03  # decode "hold": how long a request holds its decode unit per output token
-    decode: str = "hold"  # one of DECODES
+    decode: str = "steps"  # one of DECODES
     kv_placement: str = "pool"  # one of KV_PLACEMENTS (see there)
     # None: the router trades prefix overlap against load. A share in [0, 1]: that share of requests
     # with a cached prefix go to the least-loaded unit that does not hold most of it (their reuse is

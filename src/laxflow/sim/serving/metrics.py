@@ -65,10 +65,10 @@ the two shared a row; compare engines on the keys marked "both"):
 Decode and TDG keys (``tpot_*``, ``tbt_*``, ``max_tbt_attainment``,
 ``envelope_attainment``, ``token_deadline_attainment``, ``tdg_*``,
 ``effective_rps``, ``tpot_slo``, per priority ``*_high``/``*_low``) are None on
-the unit engine with ``decode = "hold"`` (the default): it runs no decode
+the unit engine with ``decode = "hold"`` (``--decode hold``): it runs no decode
 iterations (a decode unit holds a request ``output_tokens x
 decode_seconds_per_token`` for the router's load, nothing more). With
-``decode = "steps"`` (``--decode steps``) its decode units run as decode
+``decode = "steps"`` (the default) its decode units run as decode
 instances and it fills the measured ones, ``tpot_mean/p50/p90/p99``,
 ``tbt_p50/p99/max`` and ``preemptions`` (recompute preemptions on the decode
 units), the same way as the instance engine; the attainments, TDG keys and

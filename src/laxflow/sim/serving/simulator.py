@@ -18,9 +18,9 @@ prefill scheduler, ``--prefill``, by default ``fcfs``: run-to-end batches, one
 per rank); and itself as the loop's dispatcher: each arrival is routed
 (:mod:`.router`, prefix caches) to its prefill unit, the unit's batch caches
 its prompts when its compute ends. When a request's last P2D byte lands its
-TTFT ends; then with ``decode = "hold"`` its decode unit is held for its
-outputs' time (the router's load), with ``"steps"`` it decodes on its decode
-unit, a decode instance of the loop (TPOT, TBT).
+TTFT ends; then with ``decode = "steps"`` (the default) it decodes on its
+decode unit, a decode instance of the loop (TPOT, TBT), with ``"hold"`` its
+decode unit is held for its outputs' time (the router's load).
 """
 
 from __future__ import annotations
