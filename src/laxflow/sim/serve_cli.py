@@ -181,6 +181,8 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         raise UserError(f"--slo-scale: expected a positive number, got {v['slo_scale']}")
     if v["jobs"] < 0:
         raise UserError(f"--jobs: expected 0 (one per CPU) or a positive number of processes, got {v['jobs']}")
+    if v.get("tpot_slo") is not None and not (math.isfinite(v["tpot_slo"]) and v["tpot_slo"] > 0):
+        raise UserError(f"--tpot-slo: expected a positive number of seconds, got {v['tpot_slo']}")
     if v.get("nic_gbps") is not None and not (math.isfinite(v["nic_gbps"]) and v["nic_gbps"] > 0):
         raise UserError(f"--nic-gbps: expected a positive number of Gbit/s, got {v['nic_gbps']}")
     if v["topology"] is not None and v["topology"] not in TOPOLOGIES:
@@ -267,6 +269,8 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         config = replace(config, decode=v["decode"])
     if v.get("nic_gbps") is not None:
         config = replace(config, cluster=replace(config.cluster, nic_gbps=float(v["nic_gbps"])))
+    if v.get("tpot_slo") is not None:
+        config = replace(config, tpot_slo=float(v["tpot_slo"]))
     config.validate()
     from laxflow.sim import models, workload as wl
 
@@ -295,6 +299,7 @@ def _build(v: dict[str, Any], which: str) -> Plan:
         "nic_gbps": config.cluster.nic_gbps,  # None: the deployment's
         "prefill_gpus": gpus,
         "slo_scale": config.slo_scale,
+        "tpot_slo": config.tpot_slo,  # None: the workload's
         "token_budget": config.token_budget,
         "rate_unit": "requests/s per instance" if engine else "requests/s per prefill GPU",
         "policies": names,

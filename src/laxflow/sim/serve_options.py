@@ -87,6 +87,9 @@ FLAGS: tuple[Flag, ...] = (
          "list. Reports the mean and a 95% confidence interval."),
     Flag("servers", "--servers", "int", "Servers, half prefill, half decode (256)."),
     Flag("slo_scale", "--slo-scale", "float", "SLO = this x TTFT alone on the idle cluster (3)."),
+    Flag("tpot_slo", "--tpot-slo", "float", "Each request's TPOT SLO in seconds, both engines (default: the "
+         "workload's; the SLO workloads have one, the MFS workloads none). With it the prefill units' decode steps "
+         "report tpot_attainment and the token envelopes' attainments beside TTFT's."),
     Flag("topology", "--topology", "str", "fat-tree, big-switch or testbed."),
     Flag("nic_gbps", "--nic-gbps", "float", "NIC bandwidth per GPU in Gbit/s, both engines (default: the "
          "deployment's); a preset's rates stay as they are (sim map normalizes load per NIC)."),

@@ -70,3 +70,50 @@ def test_a_request_larger_than_a_decode_units_kv_is_refused_before_the_run():
     big = replace(create_request(0, 0.0, 300), output_tokens=10_000_000)
     with pytest.raises(UserError, match=r"request r0: 300 prompt \+ 10000000 output tokens exceed a decode unit's KV"):
         run(create_config(decode="steps"), [big])
+
+
+def test_a_tpot_slo_gives_the_token_attainments_on_the_prefill_units():
+    reqs = _requests([6, 1, 4, 9])
+    _, plain = run(create_config(), reqs)
+    assert summarize(plain, 1.0)["tpot_attainment"] is None  # no TPOT SLO: measured, not judged
+    _, result = run(create_config(tpot_slo=0.003405), reqs)
+    row = summarize(result, 1.0)
+    seqs = [result.decode[s.index] for s in result.measured]
+    # By hand from the token times: TPOT over (outputs - 1) gaps (0 for one output); the envelope per token.
+    tpot = [(s.token_times[-1] - s.token_times[0]) / (len(s.token_times) - 1) if len(s.token_times) > 1 else 0.0
+            for s in seqs]
+    assert row["tpot_slo"] == 0.003405 and row["tpot_attainment"] == 0.5  # TPOTs near 3.40 ms: split
+    assert row["tpot_attainment"] == sum(t <= 0.003405 for t in tpot) / len(seqs)
+    envelope = [all(t <= s.arrival + s.ttft_slo + i * 0.003405 for i, t in enumerate(s.token_times)) for s in seqs]
+    assert row["envelope_attainment"] == sum(envelope) / len(seqs)
+    assert [s.ttft_slo for s in seqs] == [s.slo for s in result.measured]  # TTFT judged by its own SLO
+    assert row["slo_attainment"] == summarize(plain, 1.0)["slo_attainment"]  # still TTFT's: the MFS metric
+    assert row["tdg_ratio"] is None
+    with pytest.raises(UserError, match="tpot_slo: expected a positive number, got -1"):
+        create_config(tpot_slo=-1)
+
+
+def test_the_workload_s_tpot_slo_is_the_default_and_the_flag_overrides_it(capsys):
+    base = ["sim", "serve", "--quiet", "--model", "mixtral-8x7b", "--servers", "2", "--requests", "6", "--warmup",
+            "0", "--jobs", "1", "--policies", "fs"]
+    code, out, err = cli(capsys, *base, "--workload", "qwen-trace", "--json", "-")  # an SLO workload: 50 ms
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["config"]["tpot_slo"] is None and data["results"][0]["tpot_attainment"] is not None
+    code, out, err = cli(capsys, *base, "--workload", "qwen-conv", "--tpot-slo", "0.5", "--json", "-")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["config"]["tpot_slo"] == 0.5 and data["results"][0]["tpot_attainment"] == 1.0
+    code, _, err = cli(capsys, *base, "--workload", "qwen-conv", "--json", "-")  # an MFS workload: none
+    assert code == 0 and json.loads(_)["results"][0]["tpot_attainment"] is None
+    code, _, err = cli(capsys, *base, "--tpot-slo", "0")
+    assert code == 2 and "--tpot-slo: expected a positive number of seconds, got 0.0" in err
+    # The instance engine takes the same flag over its workload's SLO.
+    inst = ["sim", "serve", "--quiet", "--requests", "8", "--warmup", "0", "--jobs", "1", "--policies", "fs",
+            "--prefill", "sarathi", "--instances", "1:1", "--workload", "qwen-trace", "--rate", "2"]
+    code, out, err = cli(capsys, *inst, "--json", "-")
+    assert code == 0, err
+    assert json.loads(out)["results"][0]["tpot_slo"] == 0.05  # qwen-trace's
+    code, out, err = cli(capsys, *inst, "--tpot-slo", "0.2", "--json", "-")
+    assert code == 0, err
+    assert json.loads(out)["results"][0]["tpot_slo"] == 0.2

@@ -182,6 +182,9 @@ class ServingConfig:
     router_overlap_weight: float = 1.0  # weight of non-cached prefix blocks against queued blocks (Dynamo's default)
     decode_seconds_per_token: float = 0.03  # decode "hold": how long a request holds its decode unit per output token
     decode: str = "steps"  # one of DECODES
+    # Each request's TPOT SLO in seconds (both engines): None, the workload's (the SLO workloads have
+    # one; the MFS workloads none, so the unit engine then reports TPOT without attainments).
+    tpot_slo: float | None = None
     kv_placement: str = "pool"  # one of KV_PLACEMENTS (see there)
     # None: the router trades prefix overlap against load. A share in [0, 1]: that share of requests
     # with a cached prefix go to the least-loaded unit that does not hold most of it (their reuse is
@@ -239,6 +242,8 @@ class ServingConfig:
             raise UserError(f"reuse_from: unknown {self.reuse_from!r} (expected one of {', '.join(REUSE_FROM)})")
         if self.router_overlap_weight < 0:
             raise UserError(f"router_overlap_weight: expected >= 0, got {self.router_overlap_weight!r}")
+        if self.tpot_slo is not None:
+            _positive_float("tpot_slo", self.tpot_slo)
         if self.decode not in DECODES:
             raise UserError(f"decode: unknown {self.decode!r} (expected one of {', '.join(DECODES)})")
         if self.decode_seconds_per_token < 0:

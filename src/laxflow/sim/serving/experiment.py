@@ -292,7 +292,7 @@ def build_workload(spec: RunSpec) -> list[Any]:
 
 def run_one(spec: RunSpec, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Simulate one run and summarize it (a top-level function: it crosses process boundaries)."""
-    from laxflow.sim.serving.instances.run import check_engine_option, run_instances, uses_instances
+    from laxflow.sim.serving.instances.run import check_engine_option, run_instances, uses_instances, workload_tpot_slo
     from laxflow.sim.serving.metrics import summarize
     from laxflow.sim.serving.simulator import ServingSimulator
 
@@ -301,6 +301,8 @@ def run_one(spec: RunSpec, progress: Callable[[int], None] | None = None) -> dic
     check_engine_option("--network", spec.network, engine=False)
     requests = build_workload(spec)
     config = spec.config if spec.prefill is None else replace(spec.config, prefill=spec.prefill)
+    if config.tpot_slo is None:  # the workload's, where it has one
+        config = replace(config, tpot_slo=workload_tpot_slo(spec.workload, spec.trace, spec.trace_format))
     result = ServingSimulator(config, requests, spec.policy, progress=progress).run()
     rate = spec.rate
     if rate == 0:  # a trace replayed at its own timestamps: report its per-GPU rate

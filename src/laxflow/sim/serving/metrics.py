@@ -71,9 +71,13 @@ decode_seconds_per_token`` for the router's load, nothing more). With
 ``decode = "steps"`` (the default) its decode units run as decode
 instances and it fills the measured ones, ``tpot_mean/p50/p90/p99``,
 ``tbt_p50/p99/max`` and ``preemptions`` (recompute preemptions on the decode
-units), the same way as the instance engine; the attainments, TDG keys and
-``tpot_slo`` stay None (its workloads have no TPOT SLO). ``busy_share`` is
-None there too (not measured). Per priority keys are
+units), the same way as the instance engine. With a TPOT SLO
+(``ServingConfig.tpot_slo``, ``--tpot-slo``; by default the workload's, which
+only the SLO workloads have) it also fills ``tpot_slo``, ``tpot_attainment``,
+``max_tbt_attainment``, ``envelope_attainment`` and
+``token_deadline_attainment`` (TTFT against each request's own SLO);
+``slo_attainment`` stays its TTFT attainment (the MFS metric), and the TDG
+keys stay None. ``busy_share`` is None there too (not measured). Per priority keys are
 None on the instance engine when the workload has one priority.
 
 Keys both engines fill from what ran: ``prefill`` (unit: the ``--prefill``
@@ -93,6 +97,7 @@ engine's default FCFS and the instance engine's batch schedulers).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -253,12 +258,18 @@ def _collective_keys(batches: list[Any], measured: list[Any]) -> dict[str, Any]:
 
 
 def _unit_decode(result: SimResult) -> dict[str, Any]:
-    """Decode "steps": the decode units' measured keys (the workloads here have no TPOT SLO, so the
-    attainments and TDG keys stay None); "hold": none."""
+    """Decode "steps": the decode units' measured keys, and with a TPOT SLO (``ServingConfig.tpot_slo``)
+    the token attainments (TTFT against each request's own SLO); TDG keys stay None. "hold": none."""
     if result.decode is None:
         return {}
     seqs = [result.decode[s.index] for s in result.measured]
-    return _decode_latencies(seqs, np.array([request_metrics(s)["tpot"] for s in seqs], dtype=float))
+    rows = [request_metrics(s) for s in seqs]
+    out = _decode_latencies(seqs, np.array([r["tpot"] for r in rows], dtype=float))
+    if all(math.isfinite(s.tpot_slo) for s in seqs):
+        ok_tpot = _met(seqs, rows)[1]
+        out.update(tpot_attainment=float(np.sum(ok_tpot) / len(seqs)), **_token_envelopes(seqs, rows, len(seqs)),
+                   tpot_slo=float(np.mean([s.tpot_slo for s in seqs])))
+    return out
 
 
 # -- the iteration-level engine ----------------------------------------------------
@@ -288,6 +299,28 @@ def _decode_latencies(seqs: list[Seq], tpot: np.ndarray) -> dict[str, Any]:
             "preemptions": sum(s.preemptions for s in seqs)}
 
 
+def _met(seqs: list[Seq], rows: list[dict[str, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per served request (``rows``: its ``request_metrics``), whether its TTFT and its TPOT met their SLOs."""
+    ttft = np.array([r["ttft"] for r in rows])
+    tpot = np.array([r["tpot"] for r in rows])
+    return ttft <= np.array([s.ttft_slo for s in seqs]) * _TOL, tpot <= np.array([s.tpot_slo for s in seqs]) * _TOL
+
+
+def _token_envelopes(seqs: list[Seq], rows: list[dict[str, float]], n: int) -> dict[str, float]:
+    """Attainments over every token of the served ``seqs`` (``rows``: their ``request_metrics``) out of ``n``
+    requests (the rest rejected, counted as misses): TTFT and the largest gap within their SLOs; every token
+    inside the deadline envelope (FairBatching §3.1); and the share of tokens on time."""
+    on_time = sum(sum(1 for i, t in enumerate(s.token_times) if t <= s.arrival + s.ttft_slo + i * s.tpot_slo)
+                  for s in seqs)
+    tokens = sum(len(s.token_times) for s in seqs)
+    max_tbt_ok = [r["ttft"] <= s.ttft_slo * _TOL and r["max_tbt"] <= s.tpot_slo * _TOL for r, s in zip(rows, seqs)]
+    envelope_ok = [all(t <= (s.arrival + s.ttft_slo + i * s.tpot_slo) * _TOL for i, t in enumerate(s.token_times))
+                   for s in seqs]
+    missed = [False] * (n - len(seqs))
+    return {"max_tbt_attainment": float(np.mean(max_tbt_ok + missed)),
+            "envelope_attainment": float(np.mean(envelope_ok + missed)), "token_deadline_attainment": on_time / tokens}
+
+
 def _group(all_seqs: list[Seq], weights: TdgWeights) -> dict[str, Any]:
     """Latencies over the served requests; attainments and TDG over all (a rejected one misses, gains 0)."""
     seqs = [s for s in all_seqs if not s.rejected]
@@ -295,8 +328,7 @@ def _group(all_seqs: list[Seq], weights: TdgWeights) -> dict[str, Any]:
     rows = [request_metrics(s) for s in seqs]
     ttft = np.array([r["ttft"] for r in rows])
     tpot = np.array([r["tpot"] for r in rows])
-    ok_ttft = ttft <= np.array([s.ttft_slo for s in seqs]) * _TOL
-    ok_tpot = tpot <= np.array([s.tpot_slo for s in seqs]) * _TOL
+    ok_ttft, ok_tpot = _met(seqs, rows)
     gains = [tdg_gain(s.arrival, s.ttft_slo, s.tpot_slo, s.token_times, s.weight, weights) for s in seqs]
     # A rejected request's ideal gain is what its prompt and outputs would have earned (ProServe Eq. 3).
     ideal = [tdg_ideal(len(s.token_times) if not s.rejected else s.target_outputs, s.weight, weights)
@@ -330,14 +362,6 @@ def _instance(result: InstanceResult, rate: float, label: dict[str, Any],
     everyone, seqs = seqs, g["served"]  # rejected requests (admission control) count below as misses
     if not seqs:
         raise UserError("every measured request was rejected by admission control: no latency to report")
-    on_time = sum(sum(1 for i, t in enumerate(s.token_times) if t <= s.arrival + s.ttft_slo + i * s.tpot_slo)
-                  for s in seqs)
-    tokens = sum(len(s.token_times) for s in seqs)
-    max_tbt_ok = [r["ttft"] <= s.ttft_slo * _TOL and r["max_tbt"] <= s.tpot_slo * _TOL for r, s in zip(g["rows"], seqs)]
-    max_tbt_ok += [False] * (len(everyone) - len(seqs))
-    # FairBatching §3.1: a request meets its SLO when every token lies inside the deadline envelope.
-    envelope_ok = [all(t <= (s.arrival + s.ttft_slo + i * s.tpot_slo) * _TOL for i, t in enumerate(s.token_times))
-                   for s in seqs] + [False] * (len(everyone) - len(seqs))
     span = max(max(s.token_times[-1] for s in seqs), max(s.arrival for s in everyone)) - \
         min(s.arrival for s in everyone)
     slos = np.array([s.ttft_slo for s in seqs])
@@ -357,10 +381,9 @@ def _instance(result: InstanceResult, rate: float, label: dict[str, Any],
         "rejected": len(everyone) - len(seqs),
         "prefill": label.get("prefill"), "router": label.get("router"), "pools": label.get("pools"),
         "instances": label.get("instances"), "ttft_attainment": g["ttft_attainment"],
-        "tpot_attainment": g["tpot_attainment"],
-        "max_tbt_attainment": float(np.mean(max_tbt_ok)), "envelope_attainment": float(np.mean(envelope_ok)),
+        "tpot_attainment": g["tpot_attainment"], **_token_envelopes(seqs, g["rows"], len(everyone)),
         **_decode_latencies(seqs, tpot),
-        "token_deadline_attainment": on_time / tokens, "tdg_gain": g["gain"], "tdg_ratio": g["tdg_ratio"],
+        "tdg_gain": g["gain"], "tdg_ratio": g["tdg_ratio"],
         "tdg_w_p": result.w_p, "tdg_w_d": result.w_d,
         "effective_rps": g["slo_attainment"] * (len(everyone) - 1) / span if span > 0 else 0.0,
         "tpot_slo": float(np.mean([s.tpot_slo for s in seqs])),

@@ -118,7 +118,7 @@ class ServingSimulator(ServingEngine):
         self.idle_ttfts = [self.slo.idle_ttft(int(r.input_tokens), reuse)
                            for r, reuse in zip(self.requests, workload_reuse(self.requests))]
         self.seqs = [Seq(str(r.id), float(r.arrival), int(r.input_tokens), max(1, output_tokens(r)), self._slo(r, idle),
-                         math.inf) for r, idle in zip(self.requests, self.idle_ttfts)]
+                         config.tpot_slo or math.inf) for r, idle in zip(self.requests, self.idle_ttfts)]
         self._start_units(self.runner, self.cluster, config.reuse_lookahead)
         self._requests = {s.id: r for s, r in zip(self.seqs, self.requests)}
         self.dispatcher = self

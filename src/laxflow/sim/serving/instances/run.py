@@ -47,6 +47,12 @@ def check_engine_option(flag: str, value: str, engine: bool) -> None:
                         f"--instances) has {what}; the MFS prefill units {how}")
 
 
+def workload_tpot_slo(workload: str, trace: str | None, trace_format: str | None) -> float | None:
+    """The TPOT SLO of a run's workload (or its trace format's source), None where it has none."""
+    name = TRACE_FORMAT_SLO.get(trace_format or "") if trace else workload
+    return SLO_WORKLOADS[name].tpot_slo if name in SLO_WORKLOADS else None
+
+
 def slo_workload_name(workload: str, trace: str | None, trace_format: str | None) -> str:
     """The SLO_WORKLOADS entry whose SLO a run uses (the workload, or the trace format's source)."""
     name = TRACE_FORMAT_SLO.get(trace_format or "") if trace else workload
@@ -66,7 +72,7 @@ def engine_config(spec: Any) -> InstanceSimConfig:
     return InstanceSimConfig(
         deployment=spec.config.deployment or DEFAULT_DEPLOYMENT, instances=total, prefill_instances=prefill,
         scheduler=spec.prefill or "sarathi", router=spec.router or "dplb", pools=spec.pools,
-        ttft_slo=w.ttft_slo, tpot_slo=w.tpot_slo, warmup=spec.config.warmup, seed=spec.seed, flow_policy=spec.policy,
+        ttft_slo=w.ttft_slo, tpot_slo=spec.config.tpot_slo or w.tpot_slo, warmup=spec.config.warmup, seed=spec.seed, flow_policy=spec.policy,
         network=spec.network, cluster=spec.config.cluster, p2d=spec.p2d, placement=spec.placement)
 
 
