@@ -1095,9 +1095,14 @@ def page_benchmarks(recs: dict[str, Record], now: str, link: str, title: str) ->
 
 # What changed in the physics of each engine since the "before" commit, by bench: the reason a value may move.
 MERGE_PHYSICS = {
-    "sim_claims": "the unit engine (MFS presets): no change of physics is intended; its 12 `bench/sim_digest.py` "
-                  "hashes are kept equal at every step, so any moved value here is unexplained",
-    "flowprefill": "the unit engine with `--prefill` drivers: no change of physics is intended (as `sim_claims`)",
+    "sim_claims": "the unit engine (MFS presets): its decode units run decode batches (`--decode steps`, now the "
+                  "default) instead of holding a request's load for its output tokens x 30 ms; TTFT still ends at "
+                  "the last P2D byte, so a value moves only through the router's choice of decode unit (a unit's load "
+                  "now ends when its decode does). Nothing else changed: with `--decode hold` the 12 "
+                  "`bench/sim_digest.py` hashes are equal at every step, and the section below pairs hold and steps "
+                  "on the same runs",
+    "flowprefill": "the unit engine with `--prefill` drivers: decode batches by default, as for `sim_claims`; with one "
+                   "decode unit (1P1D) the router has no choice, so no value may move",
     "batching_repro": "the instance engine: a disaggregated request's TTFT now ends when its KV has landed on the "
                       "decode instance (it ended when the prefill instance emitted the first token), so `ps_disagg` "
                       "may lose attainment by the P2D transfer time; colocated presets move no KV and stay",
