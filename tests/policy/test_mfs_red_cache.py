@@ -4,7 +4,6 @@ hits included; and the state's admission is robust to a decision that raised."""
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from laxflow.protocol._shm import lib
-from laxflow.protocol.shm import EventKind, Segment, proc_start_ticks
+from laxflow.protocol.shm import EventKind, proc_start_ticks
 
 
 def test_corrupt_slot_never_hangs_a_producer(ring_producer, segment):

@@ -4,7 +4,6 @@ import inspect
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -51,7 +50,7 @@ def test_scheduler_and_worker_sides_forward_everything_with_laxflow_metadata(tmp
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
     from laxflow.integrations.vllm.connector import (
-        FORWARDED, FORWARDED_CLASSMETHODS, FORWARDED_PROPERTIES, STAGE_P2D, STAGE_REUSE, LaxflowConnector,
+        FORWARDED, FORWARDED_CLASSMETHODS, FORWARDED_PROPERTIES, STAGE_P2D, LaxflowConnector,
         LaxflowConnectorMetadata,
     )
 
