@@ -111,6 +111,7 @@ def test_requests_out_has_the_export_columns(laxflow_cli, tmp_path):
     rows = list(csv.DictReader(path.open()))
     assert len(rows) == 16 and list(rows[0]) == list(REQUEST_COLUMNS)
     assert {r["unit"] for r in rows} == {"0"} and {r["decode_unit"] for r in rows} == {"1"}
+    assert all(int(r["outputs"]) >= 1 and float(r["max_tbt"]) >= float(r["tpot"]) >= 0 for r in rows)  # its decode
 
 
 def test_azure_trace_runs_with_its_slo(laxflow_cli, tmp_path):

@@ -133,7 +133,7 @@ def run_instances(spec: Any, progress: Callable[[int], None] | None = None) -> d
 
 
 def _request_row(s: Any, spec: Any, rate: float, engine: Any) -> dict[str, Any]:
-    """``--requests-out``: the serving export's columns (no reuse, batch or stall here), TPOT beside them."""
+    """``--requests-out``: the serving export's columns (no reuse, batch or stall here)."""
     from laxflow.sim.serving.metrics import request_metrics
 
     m = request_metrics(s)
@@ -145,5 +145,5 @@ def _request_row(s: Any, spec: Any, rate: float, engine: Any) -> dict[str, Any]:
             "ttft": m["ttft"], "met": m["ttft"] <= s.ttft_slo * (1 + 1e-12),
             "bytes_reuse": 0.0, "bytes_collective": 0.0,
             "bytes_p2d": float(s.prompt_tokens * engine.timer.kv_bytes_per_token()) if moved else 0.0,
-            "stall": 0.0, "tpot": m["tpot"], "outputs": len(s.token_times), "weight": s.weight,
+            "stall": 0.0, "outputs": len(s.token_times), "tpot": m["tpot"], "max_tbt": m["max_tbt"],
             "preemptions": s.preemptions}
