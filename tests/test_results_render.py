@@ -374,3 +374,17 @@ def test_merge_page_pairs_the_decode_hold_and_steps_runs_seed_by_seed(renderer):
     steps["rate"] = 0.7
     (data / "sim_claims.json").write_text(json.dumps(_record("sim_claims", {"points": {"fig10-mixtral": steps}})))
     assert "0 values; 0 moved" in pages()["merge.md"]
+
+
+def test_a_page_names_the_unit_engine_records_made_with_the_decode_hold(renderer):
+    _, data, pages = renderer
+    held = "Recorded before decode batches became the unit engine's default"
+    point = _claims_point("fig10-mixtral")
+    (data / "sim_claims.json").write_text(json.dumps(_record("sim_claims", {"points": {"fig10-mixtral": point}})))
+    (data / "sim_claims_hold.json").write_text(
+        json.dumps(_record("sim_claims_hold", {"points": {"fig10-mixtral": point}})))
+    line = next(ln for ln in pages()["merge.md"].splitlines() if ln.startswith(held))
+    assert "`sim_claims`." in line and "sim_claims_hold" not in line  # --decode hold by name: not pending
+    (data / "sim_claims.json").write_text(json.dumps(_record(
+        "sim_claims", {"points": {"fig10-mixtral": point}}, date="2026-12-05 06:10 UTC")))
+    assert held not in pages()["merge.md"]  # rerun since: decode batches
