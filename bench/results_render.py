@@ -470,14 +470,16 @@ def ttft_parts_rows(rec: Record) -> list[str]:
     r = rec.result
     lines = [f"`{r['point']}` under {r['physics']} physics at {r['rate']} req/s/GPU, {r['servers']} servers, "
              f"{r['warmup']} + {r['requests']} requests, {r['seeds']} seeds; milliseconds, mean ± 95 % half-width "
-             "over seeds, all measured requests / those that missed their SLO:", "",
-             "| policy | SLO attainment | queue | compute | P2D tail |", "|---|---|---|---|---|"]
+             "over seeds, all measured requests / those that missed their SLO; the decode units' mean TPOT ('-': "
+             "held, `--decode hold`):", "",
+             "| policy | SLO attainment | queue | compute | P2D tail | TPOT |", "|---|---|---|---|---|---|"]
     for pol, v in r["policies"].items():
         def ms(key: str) -> str:
             return f"{num(v[key + '_ms']['mean'])} / {num(v['missed_' + key + '_ms']['mean'])}"
         att = v["slo_attainment"]
+        tpot = f"{num(v['tpot_ms']['mean'])} ± {num(v['tpot_ms']['ci95'])}" if "tpot_ms" in v else "-"
         lines.append(f"| {pol} | {num(att['mean'])} ± {num(att['ci95'])} | {ms('queue')} | {ms('compute')} | "
-                     f"{ms('p2d_tail')} |")
+                     f"{ms('p2d_tail')} | {tpot} |")
     return lines + [""]
 
 

@@ -9,7 +9,9 @@ to the last P2D byte: the KV that had not landed when the compute ended). A flow
 between them: giving collectives the fabric shortens compute (and so the queue behind it) and lengthens
 the P2D tail. One JSON document: per policy, each part's mean over the measured requests and over those
 that missed their SLO, as mean and 95 % half-width over seeds, with the SLO attainment; the point at
-``--fraction`` of its capacity under ``--physics`` (as ``bench/sim_claims.py``). Not a test.
+``--fraction`` of its capacity under ``--physics`` (as ``bench/sim_claims.py``), its decode units running
+decode batches (``--decode steps``, the default; each policy then also reports its mean TPOT,
+``tpot_ms``) or held (``--decode hold``). Not a test.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from sim_claims import point_specs  # noqa: E402
 
 from laxflow.sim.map.figures import mean_ci  # noqa: E402
 from laxflow.sim.serving.experiment import RunSpec, build_workload  # noqa: E402
-from laxflow.sim.serving.metrics import met_slo  # noqa: E402
+from laxflow.sim.serving.metrics import met_slo, request_metrics  # noqa: E402
 from laxflow.sim.serving.simulator import ServingSimulator  # noqa: E402
 
 PARTS = ("queue", "compute", "p2d_tail")
@@ -42,6 +44,9 @@ def parts(spec: RunSpec) -> dict[str, float]:
              "p2d_tail": [s.finish - s.compute_end for s in m]}
     missed = [not met_slo(s.ttft, s.slo) for s in m]
     out = {"slo_attainment": 1.0 - sum(missed) / len(m)}
+    if res.decode is not None:  # decode steps: the mean TPOT over the requests with more than one token
+        tpot = [request_metrics(q)["tpot"] for q in (res.decode[s.index] for s in m) if len(q.token_times) > 1]
+        out["tpot_ms"] = 1e3 * sum(tpot) / len(tpot) if tpot else 0.0
     for k, v in split.items():
         out[f"{k}_ms"] = 1e3 * sum(v) / len(v)
         late = [x for x, miss in zip(v, missed) if miss]
@@ -60,9 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--policies", default="fs,mfs")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--decode", default="steps", choices=("hold", "steps"),
+                    help="the decode units' model (ServingConfig.decode): steps, decode batches (default), or hold")
     a = ap.parse_args(argv)
     args = argparse.Namespace(servers=a.servers, warmup=a.warmup, kv_placement=None, requests=a.requests,
-                              policies=a.policies)
+                              policies=a.policies, decode=a.decode)
     specs = [s for seed in range(a.seeds) for s in point_specs((a.point, a.physics, a.fraction), args, seed)[1]]
     t0 = time.monotonic()
     with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as pool:
@@ -70,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     by_policy: dict[str, list[dict[str, float]]] = {}
     for spec, row in zip(specs, rows):
         by_policy.setdefault(spec.policy, []).append(row)
-    out: dict[str, Any] = {"point": a.point, "physics": a.physics, "fraction": a.fraction, "rate": specs[0].rate,
+    out: dict[str, Any] = {"point": a.point, "physics": a.physics, "decode": a.decode, "fraction": a.fraction,
+                           "rate": specs[0].rate,
                            "servers": specs[0].config.cluster.servers, "requests": specs[0].requests,
                            "warmup": specs[0].config.warmup, "seeds": a.seeds, "policies": {}}
     for pol, runs in by_policy.items():

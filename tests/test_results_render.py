@@ -351,7 +351,10 @@ def test_mfs_page_splits_ttft_into_its_parts_per_policy(renderer):
     (data / "ttft_parts.json").write_text(json.dumps(_record("ttft_parts", doc)))
     page = pages()["mfs.md"]
     assert "`fig12-conv` under paper physics at 2.0 req/s/GPU, 64 servers, 128 + 384 requests, 3 seeds" in page
-    assert "| mfs | 0.690 ± 0.0100 | 11.3 / 22.6 | 28.0 / 28.0 | 18.7 / 28.0 |" in page
+    assert "| mfs | 0.690 ± 0.0100 | 11.3 / 22.6 | 28.0 / 28.0 | 18.7 / 28.0 | - |" in page  # held: no TPOT
+    pol["mfs"]["tpot_ms"] = v(7.25)
+    (data / "ttft_parts.json").write_text(json.dumps(_record("ttft_parts", doc)))
+    assert "| mfs | 0.690 ± 0.0100 | 11.3 / 22.6 | 28.0 / 28.0 | 18.7 / 28.0 | 7.25 ± 0.0100 |" in pages()["mfs.md"]
 
 
 def test_merge_page_pairs_the_decode_hold_and_steps_runs_seed_by_seed(renderer):
