@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
 
 @pytest.fixture
-def tp(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    sys.modules.pop("ttft_parts", None)
-    return importlib.import_module("ttft_parts")
+def tp(bench_script):
+    return bench_script("ttft_parts", "sim_claims")
 
 
 def _run(tp, capsys, *extra: str) -> dict:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib
 import json
 import sys
 from pathlib import Path
@@ -14,10 +13,8 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 @pytest.fixture
-def mc(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    sys.modules.pop("merge_compare", None)
-    return importlib.import_module("merge_compare")
+def mc(bench_script):
+    return bench_script("merge_compare")
 
 
 def _recorded(name: str) -> list:

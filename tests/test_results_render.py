@@ -7,14 +7,10 @@ the shape ``bench/results.py`` keeps and read the pages back.
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 MACHINE = {"cpu": "Test CPU 9000", "cores": 2, "python": "3.11.7", "kernel": "6.0-test"}
 
@@ -39,12 +35,9 @@ def _claims_point(preset: str) -> dict:
 
 
 @pytest.fixture()
-def renderer(tmp_path, monkeypatch):
+def renderer(tmp_path, bench_script):
     """A fresh ``results_render`` module, an empty results folder, and a function rendering it: page name -> text."""
-    monkeypatch.syspath_prepend(str(BENCH))
-    for mod in ("results", "results_render", "results_benches"):
-        sys.modules.pop(mod, None)
-    results_render = importlib.import_module("results_render")
+    results_render = bench_script("results_render", "results", "results_benches")
     data = tmp_path / "results"
     data.mkdir()
 
@@ -119,19 +112,15 @@ def test_benchmarks_page_checks_targets(render):
     assert "[`policy`](results/policy.json)" in readme and "| `sim_claims` | `python bench/sim_claims.py" in readme
 
 
-def test_results_cli_rejects_unknown_bench(monkeypatch, capsys):
-    monkeypatch.syspath_prepend(str(BENCH))
-    sys.modules.pop("results", None)
-    results = importlib.import_module("results")
+def test_results_cli_rejects_unknown_bench(bench_script, capsys):
+    results = bench_script("results")
     with pytest.raises(SystemExit):
         results.main(["--only", "nosuch"])
     assert "unknown bench 'nosuch'" in capsys.readouterr().err
 
 
-def test_parse_output_takes_json_lines():
-    sys.path.insert(0, str(BENCH))
-    sys.modules.pop("results", None)
-    results = importlib.import_module("results")
+def test_parse_output_takes_json_lines(bench_script):
+    results = bench_script("results")
     assert results.parse_output('# seed 0 done\n{"preset": "a"}\n{"preset": "b"}\n') == [{"preset": "a"},
                                                                                          {"preset": "b"}]
     assert results.shape("sim_claims", [{"preset": "a"}, {"preset": "b"}]) == {"points": {"a": {"preset": "a"},
@@ -146,12 +135,9 @@ def _batching_point(att: list[float]) -> dict:
             "slo_attainment_seeds": att, "envelope_attainment_seeds": att}
 
 
-def test_arrow_fairbatching_proserve_values_render_from_their_json_shapes(tmp_path, monkeypatch):
+def test_arrow_fairbatching_proserve_values_render_from_their_json_shapes(bench_script):
     """The shapes bench/arrow_repro.py and bench/batching_repro.py print (float rate keys become strings in JSON)."""
-    monkeypatch.syspath_prepend(str(BENCH))
-    for mod in ("results", "results_render", "results_benches"):
-        sys.modules.pop(mod, None)
-    rr = importlib.import_module("results_render")
+    rr = bench_script("results_render", "results", "results_benches")
     arrow = {"instances": 8, "requests": 1000, "arrow_over": {"vllm": 1.5},
              "sustainable_rate": {"arrow": {"per_seed": [20.0, 22.0, 21.0]}, "vllm": {"per_seed": [14.0, 13.0, 15.0]}},
              "scaling_rate_per_instance": {"arrow": {"2": 0.7, "4": 1.4}}}
