@@ -85,7 +85,7 @@ def parse_output(text: str):
 
 def shape(name: str, result):
     """Per-bench reshaping of the parsed output into one object (JSON lines keyed by what they describe)."""
-    if name in ("sim_claims", "sim_claims_paper", "sim_claims_hold"):
+    if name in ("sim_claims", "sim_claims_paper", "sim_claims_hold", "sim_claims_paper_hold"):
         lines = result if isinstance(result, list) else [result]
         return {"points": {ln["preset"]: ln for ln in lines}}
     if isinstance(result, list):

@@ -1162,9 +1162,9 @@ def merge_rows(rec: Record) -> list[str]:
     return lines
 
 
-def decode_rows(recs: dict[str, Record]) -> list[str]:
-    """``sim_claims_hold`` (``--decode hold``) beside ``sim_claims`` (decode steps), paired by seed."""
-    hold, steps = recs["sim_claims_hold"], recs["sim_claims"]
+def decode_rows(recs: dict[str, Record], steps_bench: str = "sim_claims") -> list[str]:
+    """``<steps_bench>_hold`` (``--decode hold``) beside ``steps_bench`` (decode steps), paired by seed."""
+    hold, steps = recs[f"{steps_bench}_hold"], recs[steps_bench]
     for rec in (steps, hold):
         if not rec.ok:
             return [not_run(rec), ""]
@@ -1197,7 +1197,8 @@ def decode_rows(recs: dict[str, Record]) -> list[str]:
 
 def page_merge(recs: dict[str, Record], now: str) -> list[str]:
     lines = header("One serving simulator: results before and after the merge",
-                   [recs["merge_compare"], recs["sim_claims"], recs["sim_claims_hold"]], now)
+                   [recs[n] for n in ("merge_compare", "sim_claims", "sim_claims_hold", "sim_claims_paper",
+                                      "sim_claims_paper_hold")], now)
     lines += ["Issue 34 merges the unit-level engine (the MFS experiments) and the iteration-level instance engine "
               "(FairBatching, ProServe, Arrow) into one. Results may change only where the old split was wrong, "
               "and each change larger than its interval is explained by the physics that changed. "
@@ -1210,9 +1211,15 @@ def page_merge(recs: dict[str, Record], now: str) -> list[str]:
               "steps`, the default: the instance engine's decode) or hold its load for its output tokens x 30 ms "
               "(`--decode hold`, as the MFS paper's simulator, which stops at the first token). TTFT ends at the "
               "last P2D byte either way, so only the router's choice of decode unit can move it: with `steps` a "
-              "unit's load ends when its decode does. `sim_claims_hold` and `sim_claims` run the same points, seeds "
-              "and policies under each; * where the paired 95 % interval excludes 0.", ""]
+              "unit's load ends when its decode does, and the unit it picks is where the prompt's KV goes (its P2D "
+              "flows' path). `sim_claims_hold` and `sim_claims` run the same points, seeds and policies under each; "
+              "* where the paired 95 % interval excludes 0.", ""]
     lines += decode_rows(recs)
+    lines += ["### Under the paper's physics", "",
+              "The same pairing for `sim_claims_paper_hold` and `sim_claims_paper` (`--physics paper`: pair-wise EP "
+              "dispatch, per-group fair sharing, collectives at 60 % of a layer, reuse from arrival), where the "
+              "fabric is far busier, so a P2D flow's path weighs more.", ""]
+    lines += decode_rows(recs, "sim_claims_paper")
     return lines
 
 

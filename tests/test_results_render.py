@@ -363,6 +363,13 @@ def test_merge_page_pairs_the_decode_hold_and_steps_runs_seed_by_seed(renderer):
     steps["rate"] = 0.7
     (data / "sim_claims.json").write_text(json.dumps(_record("sim_claims", {"points": {"fig10-mixtral": steps}})))
     assert "0 values; 0 moved" in pages()["merge.md"]
+    # The same pairing under the paper's physics, from its own two benches.
+    assert "`python bench/results.py --only sim_claims_paper` (command" in pages()["merge.md"]
+    for name, point in (("sim_claims_paper", steps), ("sim_claims_paper_hold", hold)):
+        point = dict(point, rate=0.65)
+        (data / f"{name}.json").write_text(json.dumps(_record(name, {"points": {"fig10-mixtral": point}})))
+    paper = pages()["merge.md"].split("### Under the paper's physics")[1]
+    assert "2 values; 1 moved, 0 beyond their paired 95 % interval." in paper
 
 
 def test_a_page_names_the_unit_engine_records_made_with_the_decode_hold(renderer):
