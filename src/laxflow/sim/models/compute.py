@@ -70,15 +70,17 @@ def _validate(new_tokens: Sequence[int], context_tokens: Sequence[int]) -> None:
             raise ValueError(f"request {i}: expected 0 <= new_tokens <= context_tokens, got {n}, {c}")
 
 
-def _group_time(model: ModelSpec, dep: Deployment, reqs: list[tuple[int, int]]) -> LayerTime:
-    """Attention-side operators of one ``tp x sp`` group running ``reqs`` = [(new, context)]."""
+def _group_parts(model: ModelSpec, dep: Deployment, reqs: list[tuple[int, int]]) -> tuple[float, ...]:
+    """Attention-side operators of one ``tp x sp`` group running ``reqs`` = [(new, context)]: (total, qkv,
+    attention, out_proj, router, dense_ffn), or (0.0,) for no tokens (LayerTime's order: one layer's parts
+    for each group, the LayerTime only for the slowest)."""
     gpu, b = dep.gpu, model.dtype_bytes
     tp, sp = dep.tp, dep.sp
     shard = tp * sp
     h, q, kv = model.hidden, model.q_dim, model.kv_dim
     t = sum(n for n, _ in reqs)
     if t == 0:
-        return LayerTime(total=0.0)
+        return (0.0,)
     t_gpu = t / sp  # tokens each GPU of the group holds activations for
     qkv = gpu.roofline(2 * t * h * (q + 2 * kv) / shard,
                        b * (h * (q + 2 * kv) / tp + t_gpu * (h + (q + 2 * kv) / tp)))
@@ -95,8 +97,7 @@ def _group_time(model: ModelSpec, dep: Deployment, reqs: list[tuple[int, int]]) 
     ffn = 0.0
     if f:
         ffn = gpu.roofline(6 * t * h * f / shard, b * (3 * h * f / tp + t_gpu * (2 * h + 3 * f / tp)))
-    return LayerTime(total=qkv + attn + out + router + ffn, qkv=qkv, attention=attn,
-                     out_proj=out, router=router, dense_ffn=ffn)
+    return qkv + attn + out + router + ffn, qkv, attn, out, router, ffn
 
 
 def _expert_time(model: ModelSpec, dep: Deployment, tokens: int) -> float:
@@ -122,12 +123,17 @@ def assign_attention_groups(model: ModelSpec, dep: Deployment, new_tokens: Seque
     assignment is deterministic.
     """
     _validate(new_tokens, context_tokens)
+    return _assign(model, dep, new_tokens, context_tokens)
+
+
+def _assign(model: ModelSpec, dep: Deployment, new_tokens: Sequence[int], context_tokens: Sequence[int]) -> list[int]:
+    """``assign_attention_groups`` of validated lengths."""
     if dep.attn_dp == 1:
         return [0] * len(new_tokens)
     per_token = 2 * model.hidden * (2 * model.q_dim + 2 * model.kv_dim) / dep.gpu.mfu
     per_pair = 4 * model.num_heads * model.head_dim / dep.gpu.attn_eff
     cost = [n * per_token + attention_pairs(n, c) * per_pair for n, c in zip(new_tokens, context_tokens)]
-    order = sorted(range(len(cost)), key=lambda i: (-cost[i], i))
+    order = sorted(range(len(cost)), key=cost.__getitem__, reverse=True)  # costliest first, ties by index (stable)
     heap = [(0.0, g) for g in range(dep.attn_dp)]
     where = [0] * len(cost)
     for i in order:
@@ -147,18 +153,15 @@ def layer_compute_breakdown(model: ModelSpec, dep: Deployment, new_tokens: Seque
     _validate(new_tokens, context_tokens)
     reqs = [(int(n), int(c)) for n, c in zip(new_tokens, context_tokens)]
     if groups is None:
-        groups = assign_attention_groups(model, dep, new_tokens, context_tokens)
+        groups = _assign(model, dep, new_tokens, context_tokens)
     elif len(groups) != len(reqs) or any(not 0 <= g < dep.attn_dp for g in groups):
         raise ValueError(f"groups: expected {len(reqs)} group numbers in 0..{dep.attn_dp - 1}, got {list(groups)}")
     by_group: list[list[tuple[int, int]]] = [[] for _ in range(dep.attn_dp)]
     for req, g in zip(reqs, groups):
         by_group[g].append(req)
-    slowest = max((_group_time(model, dep, g) for g in by_group),
-                  key=lambda lt: lt.total, default=LayerTime(total=0.0))
+    slowest = max((_group_parts(model, dep, g) for g in by_group), key=lambda parts: parts[0], default=(0.0,))
     experts = _expert_time(model, dep, sum(n for n, _ in reqs))
-    return LayerTime(total=slowest.total + experts, qkv=slowest.qkv, attention=slowest.attention,
-                     out_proj=slowest.out_proj, router=slowest.router, dense_ffn=slowest.dense_ffn,
-                     experts=experts)
+    return LayerTime(slowest[0] + experts, *slowest[1:], experts=experts)
 
 
 def layer_compute_time(model: ModelSpec, dep: Deployment, new_tokens: Sequence[int],
