@@ -127,7 +127,7 @@ _UNIT_BORN = (  # the unit engine's keys before the merge, in their order
     "earliness_p50", "earliness_p90", "reuse_share", "nonoverlap_mean", "bytes_by_stage", "network_bytes_by_stage",
     "batches", "wall_s", "sim_time", "network_events",
 )
-_DECODE = (  # the instance engine's decode and TDG keys: None on the unit engine (no decode iterations)
+_DECODE = (  # decode and TDG keys: None on the unit engine with decode "hold" (_unit_decode fills its own)
     "tpot_attainment", "max_tbt_attainment", "envelope_attainment", "tpot_mean", "tpot_p50", "tpot_p90",
     "tpot_p99", "tbt_p50", "tbt_p99", "tbt_max", "token_deadline_attainment", "tdg_gain", "tdg_ratio", "tdg_w_p",
     "tdg_w_d", "effective_rps", "tpot_slo",
