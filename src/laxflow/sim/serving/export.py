@@ -16,6 +16,13 @@ from typing import Any
 from laxflow.errors import UserError
 from laxflow.sim.serving.metrics import met_slo, request_metrics
 
+# A request's decode, last in each row (empty / null where none ran: the unit engine with --decode hold).
+DECODE_COLUMNS = (
+    "outputs",  # tokens emitted, the first included
+    "tpot",  # s, (last token - first) / (outputs - 1); 0 for one output
+    "max_tbt",  # s, the largest gap between consecutive tokens
+    "preemptions",  # recompute preemptions of its decode for KV memory
+)
 # One row per measured request and policy, in this column order.
 REQUEST_COLUMNS = (
     "policy",
@@ -36,13 +43,18 @@ REQUEST_COLUMNS = (
     "bytes_collective",
     "bytes_p2d",
     "stall",  # s its batch waited on the network (non-overlapped communication)
-    # Its decode (empty / null where none ran: the unit engine with --decode hold)
-    "outputs",  # tokens emitted, the first included
-    "tpot",  # s, (last token - first) / (outputs - 1); 0 for one output
-    "max_tbt",  # s, the largest gap between consecutive tokens
-    "preemptions",  # recompute preemptions of its decode for KV memory
+    *DECODE_COLUMNS,
 )
 REQUEST_FORMATS = (".csv", ".jsonl")
+
+
+def decode_columns(seq: Any | None) -> dict[str, Any]:
+    """The ``DECODE_COLUMNS`` of a request from its decode (an ``instances.instance.Seq``; None: none ran)."""
+    if seq is None:
+        return dict.fromkeys(DECODE_COLUMNS)
+    m = request_metrics(seq)
+    return {"outputs": len(seq.token_times), "tpot": m["tpot"], "max_tbt": m["max_tbt"],
+            "preemptions": seq.preemptions}
 
 
 def request_rows(result: Any, seed: int, rate: float) -> list[dict[str, Any]]:
@@ -50,8 +62,6 @@ def request_rows(result: Any, seed: int, rate: float) -> list[dict[str, Any]]:
     rows = []
     for s in result.measured:
         ttft = float(s.ttft)
-        seq = None if result.decode is None else result.decode[s.index]
-        m = None if seq is None else request_metrics(seq)
         rows.append({
             "policy": result.policy,
             "rate": rate,
@@ -71,10 +81,7 @@ def request_rows(result: Any, seed: int, rate: float) -> list[dict[str, Any]]:
             "bytes_collective": float(s.bytes.get("collective", 0.0)),
             "bytes_p2d": float(s.bytes.get("p2d", 0.0)),
             "stall": float(s.stall),
-            "outputs": None if seq is None else len(seq.token_times),
-            "tpot": None if m is None else m["tpot"],
-            "max_tbt": None if m is None else m["max_tbt"],
-            "preemptions": None if seq is None else seq.preemptions,
+            **decode_columns(None if result.decode is None else result.decode[s.index]),
         })
     return rows
 

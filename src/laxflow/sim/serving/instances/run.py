@@ -47,15 +47,20 @@ def check_engine_option(flag: str, value: str, engine: bool) -> None:
                         f"--instances) has {what}; the MFS prefill units {how}")
 
 
+def _slo_source(workload: str, trace: str | None, trace_format: str | None) -> str | None:
+    """The workload whose SLOs a run takes: the workload, or a trace's format's source."""
+    return TRACE_FORMAT_SLO.get(trace_format or "") if trace else workload
+
+
 def workload_tpot_slo(workload: str, trace: str | None, trace_format: str | None) -> float | None:
     """The TPOT SLO of a run's workload (or its trace format's source), None where it has none."""
-    name = TRACE_FORMAT_SLO.get(trace_format or "") if trace else workload
+    name = _slo_source(workload, trace, trace_format)
     return SLO_WORKLOADS[name].tpot_slo if name in SLO_WORKLOADS else None
 
 
 def slo_workload_name(workload: str, trace: str | None, trace_format: str | None) -> str:
     """The SLO_WORKLOADS entry whose SLO a run uses (the workload, or the trace format's source)."""
-    name = TRACE_FORMAT_SLO.get(trace_format or "") if trace else workload
+    name = _slo_source(workload, trace, trace_format)
     if name not in SLO_WORKLOADS:
         raise UserError(f"--workload: {workload!r} has no TPOT SLO for the iteration-level engine "
                         f"(expected one of {', '.join(SLO_WORKLOADS)}, or a --trace)")
@@ -134,7 +139,8 @@ def run_instances(spec: Any, progress: Callable[[int], None] | None = None) -> d
 
 def _request_row(s: Any, spec: Any, rate: float, engine: Any) -> dict[str, Any]:
     """``--requests-out``: the serving export's columns (no reuse, batch or stall here)."""
-    from laxflow.sim.serving.metrics import request_metrics
+    from laxflow.sim.serving.export import decode_columns
+    from laxflow.sim.serving.metrics import met_slo, request_metrics
 
     m = request_metrics(s)
     unit = {iid: k for k, iid in enumerate(engine.instances)}
@@ -142,8 +148,7 @@ def _request_row(s: Any, spec: Any, rate: float, engine: Any) -> dict[str, Any]:
     return {"policy": spec.label, "rate": rate, "seed": spec.seed, "id": s.id, "arrival": s.arrival,
             "prompt_tokens": s.prompt, "reused_tokens": 0, "remote_tokens": 0, "unit": unit[s.prefill_instance],
             "decode_unit": unit[s.decode_instance or s.prefill_instance], "batch": "", "slo": s.ttft_slo,
-            "ttft": m["ttft"], "met": m["ttft"] <= s.ttft_slo * (1 + 1e-12),
+            "ttft": m["ttft"], "met": met_slo(m["ttft"], s.ttft_slo),
             "bytes_reuse": 0.0, "bytes_collective": 0.0,
             "bytes_p2d": float(s.prompt_tokens * engine.timer.kv_bytes_per_token()) if moved else 0.0,
-            "stall": 0.0, "outputs": len(s.token_times), "tpot": m["tpot"], "max_tbt": m["max_tbt"],
-            "preemptions": s.preemptions}
+            "stall": 0.0, **decode_columns(s)}
