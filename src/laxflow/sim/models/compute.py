@@ -70,23 +70,21 @@ def _validate(new_tokens: Sequence[int], context_tokens: Sequence[int]) -> None:
             raise ValueError(f"request {i}: expected 0 <= new_tokens <= context_tokens, got {n}, {c}")
 
 
-def _group_parts(model: ModelSpec, dep: Deployment, reqs: list[tuple[int, int]]) -> tuple[float, ...]:
-    """Attention-side operators of one ``tp x sp`` group running ``reqs`` = [(new, context)]: (total, qkv,
-    attention, out_proj, router, dense_ffn), or (0.0,) for no tokens (LayerTime's order: one layer's parts
-    for each group, the LayerTime only for the slowest)."""
+def _group_parts(model: ModelSpec, dep: Deployment, t: int, pairs: int, ctx: int) -> tuple[float, ...]:
+    """Attention-side operators of one ``tp x sp`` group running requests of ``t`` new tokens in all,
+    ``pairs`` query-key pairs (``attention_pairs`` summed, exact in integers) and ``ctx`` context tokens:
+    (total, qkv, attention, out_proj, router, dense_ffn), or (0.0,) for no tokens (LayerTime's order: one
+    layer's parts for each group, the LayerTime only for the slowest)."""
+    if t == 0:
+        return (0.0,)
     gpu, b = dep.gpu, model.dtype_bytes
     tp, sp = dep.tp, dep.sp
     shard = tp * sp
     h, q, kv = model.hidden, model.q_dim, model.kv_dim
-    t = sum(n for n, _ in reqs)
-    if t == 0:
-        return (0.0,)
     t_gpu = t / sp  # tokens each GPU of the group holds activations for
     qkv = gpu.roofline(2 * t * h * (q + 2 * kv) / shard,
                        b * (h * (q + 2 * kv) / tp + t_gpu * (h + (q + 2 * kv) / tp)))
-    pairs = sum(attention_pairs(n, c) for n, c in reqs)
-    ctx = sum(c for _, c in reqs)
-    attn = gpu.roofline(4 * model.num_heads * model.head_dim * pairs / shard,
+    attn = gpu.roofline(4 * model.num_heads * model.head_dim * float(pairs) / shard,
                         b * (ctx * 2 * kv / tp + 2 * t_gpu * q / tp), gpu.attn_eff)
     out = gpu.roofline(2 * t * q * h / shard, b * (q * h / tp + t_gpu * (q / tp + h)))
     router = 0.0
@@ -136,10 +134,10 @@ def _assign(model: ModelSpec, dep: Deployment, new_tokens: Sequence[int], contex
     order = sorted(range(len(cost)), key=cost.__getitem__, reverse=True)  # costliest first, ties by index (stable)
     heap = [(0.0, g) for g in range(dep.attn_dp)]
     where = [0] * len(cost)
-    for i in order:
-        load, g = heapq.heappop(heap)
+    for i in order:  # (the least loaded group, lowest index on ties: (load, g) pairs are distinct)
+        load, g = heap[0]
         where[i] = g
-        heapq.heappush(heap, (load + cost[i], g))
+        heapq.heapreplace(heap, (load + cost[i], g))
     return where
 
 
@@ -151,16 +149,22 @@ def layer_compute_breakdown(model: ModelSpec, dep: Deployment, new_tokens: Seque
     None: ``assign_attention_groups``.
     """
     _validate(new_tokens, context_tokens)
-    reqs = [(int(n), int(c)) for n, c in zip(new_tokens, context_tokens)]
+    k = dep.attn_dp
     if groups is None:
         groups = _assign(model, dep, new_tokens, context_tokens)
-    elif len(groups) != len(reqs) or any(not 0 <= g < dep.attn_dp for g in groups):
-        raise ValueError(f"groups: expected {len(reqs)} group numbers in 0..{dep.attn_dp - 1}, got {list(groups)}")
-    by_group: list[list[tuple[int, int]]] = [[] for _ in range(dep.attn_dp)]
-    for req, g in zip(reqs, groups):
-        by_group[g].append(req)
-    slowest = max((_group_parts(model, dep, g) for g in by_group), key=lambda parts: parts[0], default=(0.0,))
-    experts = _expert_time(model, dep, sum(n for n, _ in reqs))
+    elif len(groups) != len(new_tokens) or any(not 0 <= g < k for g in groups):
+        raise ValueError(f"groups: expected {len(new_tokens)} group numbers in 0..{k - 1}, got {list(groups)}")
+    # Per group: new tokens, query-key pairs (attention_pairs in integers: every term and sum is a whole
+    # number, so the same value as its float sum in any order) and context tokens.
+    tokens, pairs, ctx = [0] * k, [0] * k, [0] * k
+    for n, c, g in zip(new_tokens, context_tokens, groups):
+        n, c = int(n), int(c)
+        tokens[g] += n
+        pairs[g] += n * (c - n) + n * (n + 1) // 2
+        ctx[g] += c
+    slowest = max((_group_parts(model, dep, tokens[g], pairs[g], ctx[g]) for g in range(k)),
+                  key=lambda parts: parts[0], default=(0.0,))
+    experts = _expert_time(model, dep, sum(tokens))
     return LayerTime(slowest[0] + experts, *slowest[1:], experts=experts)
 
 
