@@ -52,11 +52,14 @@ def machine() -> dict:
 
 
 def git_commit() -> str:
-    """HEAD's hash, with ``+dirty`` when tracked files differ from it (others' edits in a shared tree)."""
+    """HEAD's hash, with ``+dirty`` when tracked code differs from it (others' edits in a shared tree); what
+    this command writes (the records, the README's table) does not count, so one regeneration's later
+    benches keep the hash its first one had."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "src", "native", "bench"],
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "src", "native", "bench",
+                                ":(exclude)bench/results", ":(exclude)bench/README.md"],
                                cwd=ROOT).returncode != 0
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):

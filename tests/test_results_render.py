@@ -8,6 +8,7 @@ the shape ``bench/results.py`` keeps and read the pages back.
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -127,6 +128,29 @@ def test_parse_output_takes_json_lines(bench_script):
                                                                                           "b": {"preset": "b"}}}
     with pytest.raises(ValueError):
         results.parse_output("no json here")
+
+
+def test_a_record_names_its_commit_dirty_only_for_changed_code(bench_script, tmp_path, monkeypatch):
+    """A regeneration writes records and the bench README as it goes: those do not make the next bench's
+    record "+dirty" (a tree with them changed runs the committed code); a changed source file does."""
+    results = bench_script("results")
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    for path in ("src/m.py", "bench/results/a.json", "bench/README.md", "bench/x.py"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("0\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "y")
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    (tmp_path / "bench/results/a.json").write_text("1\n")
+    (tmp_path / "bench/README.md").write_text("1\n")
+    assert results.git_commit() == head
+    (tmp_path / "bench/x.py").write_text("1\n")
+    assert results.git_commit() == head + "+dirty"
 
 
 def _batching_point(att: list[float]) -> dict:
