@@ -106,12 +106,10 @@ def run_bench(bench: Bench, python: str, timeout: float | None, resume: bool = F
         return record
     for path in bench.fresh:
         if resume:
-            try:
+            if (ROOT / path).exists():  # (nothing kept: a start from nothing, timed whole)
                 since = dt.datetime.fromtimestamp((ROOT / path).stat().st_ctime, dt.timezone.utc).strftime("%H:%M UTC")
-            except OSError:
-                since = "?"
-            record["resumed"] = (f"runs kept in {path} from an earlier start of this bench (folder made {since}); "
-                                 "elapsed_s is this start's time only")
+                record["resumed"] = (f"runs kept in {path} from an earlier start of this bench (folder made {since}); "
+                                     "elapsed_s is this start's time only")
         else:
             shutil.rmtree(ROOT / path, ignore_errors=True)
     t0 = time.monotonic()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
 
@@ -151,6 +152,22 @@ def test_a_record_names_its_commit_dirty_only_for_changed_code(bench_script, tmp
     assert results.git_commit() == head
     (tmp_path / "bench/x.py").write_text("1\n")
     assert results.git_commit() == head + "+dirty"
+
+
+def test_a_resumed_record_says_so_only_when_runs_were_kept(bench_script, tmp_path, monkeypatch):
+    """--resume keeps a bench's scratch runs: its record says its time is this start's only when there were
+    runs to keep, not when the bench starts from nothing."""
+    results, benches = bench_script("results"), bench_script("results_benches")
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    bench = benches.Bench("x", ("-c", "print(1 + 1)"), "a test bench", fresh=("out/x",))
+    record = results.run_bench(bench, sys.executable, 60, resume=True)
+    assert record["result"] == 2 and "resumed" not in record
+    (tmp_path / "out/x").mkdir(parents=True)
+    (tmp_path / "out/x/runs.jsonl").write_text("{}\n")
+    record = results.run_bench(bench, sys.executable, 60, resume=True)
+    assert "runs kept in out/x" in record["resumed"] and (tmp_path / "out/x/runs.jsonl").exists()
+    results.run_bench(bench, sys.executable, 60)
+    assert not (tmp_path / "out/x").exists()  # a fresh run starts over
 
 
 def _batching_point(att: list[float]) -> dict:
@@ -394,17 +411,3 @@ def test_merge_page_pairs_the_decode_hold_and_steps_runs_seed_by_seed(renderer):
         (data / f"{name}.json").write_text(json.dumps(_record(name, {"points": {"fig10-mixtral": point}})))
     paper = pages()["merge.md"].split("### Under the paper's physics")[1]
     assert "2 values; 1 moved, 0 beyond their paired 95 % interval." in paper
-
-
-def test_a_page_names_the_unit_engine_records_made_with_the_decode_hold(renderer):
-    _, data, pages = renderer
-    held = "Recorded before decode batches became the unit engine's default"
-    point = _claims_point("fig10-mixtral")
-    (data / "sim_claims.json").write_text(json.dumps(_record("sim_claims", {"points": {"fig10-mixtral": point}})))
-    (data / "sim_claims_hold.json").write_text(
-        json.dumps(_record("sim_claims_hold", {"points": {"fig10-mixtral": point}})))
-    line = next(ln for ln in pages()["merge.md"].splitlines() if ln.startswith(held))
-    assert "`sim_claims`." in line and "sim_claims_hold" not in line  # --decode hold by name: not pending
-    (data / "sim_claims.json").write_text(json.dumps(_record(
-        "sim_claims", {"points": {"fig10-mixtral": point}}, date="2026-12-05 06:10 UTC")))
-    assert held not in pages()["merge.md"]  # rerun since: decode batches
