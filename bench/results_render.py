@@ -131,22 +131,6 @@ def not_run(rec: Record) -> str:
     return f"*{why}*: `python bench/results.py --only {rec.name}` (command in the runs table above)"
 
 
-# The benches whose runs take the unit engine's default decode model (ServingConfig.decode), and when that
-# default became decode batches ("steps", commit b9a484e): a record of one of them made before held its decode
-# units instead ("hold"), and its page says so until it is rerun.
-DEFAULT_DECODE_BENCHES = frozenset((
-    "sim_claims", "sim_claims_paper", "sim_physics_sweep", "sim_physics_ablation", "sim_claims_baselines",
-    "sim_claims_scale", "sim_claims_paper_scale", "ttft_parts", "codesign", "sim_map", "flowprefill_goodput",
-    "flowprefill_slo", "flowprefill_coupling", "merge_compare"))
-DECODE_STEPS_SINCE = "2026-12-05 05:39 UTC"
-
-
-def held_records(records: list[Record]) -> list[str]:
-    """The names of ``records`` made with the unit engine's decode hold, before decode batches were its default."""
-    return [r.name for r in records
-            if r.ok and r.name in DEFAULT_DECODE_BENCHES and r.doc.get("date", "") < DECODE_STEPS_SINCE]
-
-
 def header(title: str, records: list[Record], now: str) -> list[str]:
     """The page's title, the do-not-edit line and the runs it draws on."""
     machines = sorted({machine_text(r.doc) for r in records if r.ok})
@@ -167,12 +151,6 @@ def header(title: str, records: list[Record], now: str) -> list[str]:
             why = f"failed: {r.doc['error']}" if r.doc and "error" in r.doc else "not run in this regeneration"
             lines.append(f"| `{r.name}` | - | `{command_of(r.name)}` | *{why}* | | | | |")
     lines.append("")
-    held = held_records(records)
-    if held:
-        lines += [f"Recorded before decode batches became the unit engine's default, so their decode units held each "
-                  f"request for its output tokens x 30 ms (today's `--decode hold`) and they report no TPOT: "
-                  f"{', '.join(f'`{n}`' for n in held)}. TTFT moves with the decode model only through the router's "
-                  f"choice of decode unit (the merge page pairs both on `sim_claims`); their reruns are pending.", ""]
     return lines
 
 
