@@ -139,12 +139,12 @@ def test_explicit_attention_groups_balance_or_not_is_the_callers_choice():
 
 
 def test_attention_pairs_of_a_batch_are_their_float_sum_to_the_last_bit() -> None:
-    """The layer sums its requests' pairs in integers: the same value as attention_pairs' floats summed in
-    order (decode steps of long contexts, a long prefill chunk), so step times do not depend on how."""
+    """The layer sums its requests' pairs in integers: the same value as their floats summed in order
+    (decode steps of long contexts, a long prefill chunk), so step times do not depend on how."""
     news = [1] * 50 + [4096, 3]
     ctxs = [100_000 + 7 * i for i in range(50)] + [130_000, 9]
     t = layer_compute_breakdown(TOY, ONE_GPU, news, ctxs)
-    pairs = sum(attention_pairs(n, c) for n, c in zip(news, ctxs))
+    pairs = sum(float(attention_pairs(n, c)) for n, c in zip(news, ctxs))
     # TOY on one GPU: attention reads the context's K and V (2 x kv) and writes q per new token, twice.
     attention = TOY_GPU.roofline(4 * 4 * 16 * pairs, 2 * (sum(ctxs) * 2 * 32 + 2 * sum(news) * 64), TOY_GPU.attn_eff)
     assert t.attention == attention

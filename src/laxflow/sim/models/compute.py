@@ -56,10 +56,11 @@ class LayerTime:
     experts: float = 0.0
 
 
-def attention_pairs(new_tokens: int, context_tokens: int) -> float:
-    """Query-key pairs one request's new tokens attend to (causal, after a reused prefix)."""
+def attention_pairs(new_tokens: int, context_tokens: int) -> int:
+    """Query-key pairs one request's new tokens attend to (causal, after a reused prefix): a whole number, so
+    a batch's sum is exact in any order."""
     prefix = context_tokens - new_tokens
-    return new_tokens * prefix + new_tokens * (new_tokens + 1) / 2
+    return new_tokens * prefix + new_tokens * (new_tokens + 1) // 2
 
 
 def _validate(new_tokens: Sequence[int], context_tokens: Sequence[int]) -> None:
@@ -72,7 +73,7 @@ def _validate(new_tokens: Sequence[int], context_tokens: Sequence[int]) -> None:
 
 def _group_parts(model: ModelSpec, dep: Deployment, t: int, pairs: int, ctx: int) -> tuple[float, ...]:
     """Attention-side operators of one ``tp x sp`` group running requests of ``t`` new tokens in all,
-    ``pairs`` query-key pairs (``attention_pairs`` summed, exact in integers) and ``ctx`` context tokens:
+    ``pairs`` query-key pairs (``attention_pairs`` summed) and ``ctx`` context tokens:
     (total, qkv, attention, out_proj, router, dense_ffn), or (0.0,) for no tokens (LayerTime's order: one
     layer's parts for each group, the LayerTime only for the slowest)."""
     if t == 0:
@@ -154,13 +155,11 @@ def layer_compute_breakdown(model: ModelSpec, dep: Deployment, new_tokens: Seque
         groups = _assign(model, dep, new_tokens, context_tokens)
     elif len(groups) != len(new_tokens) or any(not 0 <= g < k for g in groups):
         raise ValueError(f"groups: expected {len(new_tokens)} group numbers in 0..{k - 1}, got {list(groups)}")
-    # Per group: new tokens, query-key pairs (attention_pairs in integers: every term and sum is a whole
-    # number, so the same value as its float sum in any order) and context tokens.
-    tokens, pairs, ctx = [0] * k, [0] * k, [0] * k
+    tokens, pairs, ctx = [0] * k, [0] * k, [0] * k  # per group: new tokens, query-key pairs, context tokens
     for n, c, g in zip(new_tokens, context_tokens, groups):
         n, c = int(n), int(c)
         tokens[g] += n
-        pairs[g] += n * (c - n) + n * (n + 1) // 2
+        pairs[g] += attention_pairs(n, c)
         ctx[g] += c
     slowest = max((_group_parts(model, dep, tokens[g], pairs[g], ctx[g]) for g in range(k)),
                   key=lambda parts: parts[0], default=(0.0,))
