@@ -275,10 +275,8 @@ class ServingSimulator(ServingEngine):
         if kv < 1:
             raise UserError(f"--decode steps: deployment {dep.name!r} leaves no GPU memory for KV")
         for s in self.seqs:  # before anything runs: every request fits a unit's KV memory
-            try:
-                check_kv_fits(s.id, s.prompt, s.target_outputs, kv, "a decode unit", dep.name)
-            except UserError as exc:
-                raise UserError(f"{exc}; --decode hold runs no decode, so it does not need the memory") from None
+            check_kv_fits(s.id, s.prompt, s.target_outputs, kv, "a decode unit", dep.name,
+                          "--decode hold runs no decode, so it does not need the memory")
         for unit in self.cluster.decode_units:
             iid = f"d{unit.index}"
             self._decode_unit[iid] = unit.index

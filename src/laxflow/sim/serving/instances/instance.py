@@ -30,12 +30,12 @@ IDLE_POLL = 1e-3  # s: a scheduler that deferred everything is asked again after
 
 
 def check_kv_fits(request_id: str, prompt: int, outputs: int, kv_capacity: int, holder: str,
-                  deployment: str) -> None:
+                  deployment: str, way_out: str = "") -> None:
     """Raise UserError unless a request of ``prompt`` + ``outputs`` tokens fits ``holder``'s KV memory, before
-    a run starts (a request that can never fit would otherwise wait forever)."""
+    a run starts (a request that can never fit would otherwise wait forever); ``way_out`` ends the message."""
     if prompt + outputs > kv_capacity:
         raise UserError(f"request {request_id}: {prompt} prompt + {outputs} output tokens exceed {holder}'s KV "
-                        f"memory ({kv_capacity} tokens of {deployment})")
+                        f"memory ({kv_capacity} tokens of {deployment})" + (f"; {way_out}" if way_out else ""))
 
 
 @dataclass
