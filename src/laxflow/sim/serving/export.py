@@ -48,11 +48,12 @@ REQUEST_COLUMNS = (
 REQUEST_FORMATS = (".csv", ".jsonl")
 
 
-def decode_columns(seq: Any | None) -> dict[str, Any]:
-    """The ``DECODE_COLUMNS`` of a request from its decode (an ``instances.instance.Seq``; None: none ran)."""
+def decode_columns(seq: Any | None, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``DECODE_COLUMNS`` of a request from its decode (an ``instances.instance.Seq``; None: none ran);
+    ``metrics``: its ``request_metrics`` when the caller has them already."""
     if seq is None:
         return dict.fromkeys(DECODE_COLUMNS)
-    m = request_metrics(seq)
+    m = request_metrics(seq) if metrics is None else metrics
     return {"outputs": len(seq.token_times), "tpot": m["tpot"], "max_tbt": m["max_tbt"],
             "preemptions": seq.preemptions}
 

@@ -133,17 +133,17 @@ def run_instances(spec: Any, progress: Callable[[int], None] | None = None) -> d
     row["slo_samples"] = [s.ttft_slo for s in served]
     row["seed"] = spec.seed
     if spec.per_request:
-        row["request_rows"] = [_request_row(s, spec, rate_out, engine) for s in served]
+        unit = {iid: k for k, iid in enumerate(engine.instances)}  # instance id -> its unit number
+        row["request_rows"] = [_request_row(s, spec, rate_out, engine, unit) for s in served]
     return row
 
 
-def _request_row(s: Any, spec: Any, rate: float, engine: Any) -> dict[str, Any]:
+def _request_row(s: Any, spec: Any, rate: float, engine: Any, unit: dict[Any, int]) -> dict[str, Any]:
     """``--requests-out``: the serving export's columns (no reuse, batch or stall here)."""
     from laxflow.sim.serving.export import decode_columns
     from laxflow.sim.serving.metrics import met_slo, request_metrics
 
     m = request_metrics(s)
-    unit = {iid: k for k, iid in enumerate(engine.instances)}
     moved = s.decode_instance is not None and s.decode_instance != s.prefill_instance
     return {"policy": spec.label, "rate": rate, "seed": spec.seed, "id": s.id, "arrival": s.arrival,
             "prompt_tokens": s.prompt, "reused_tokens": 0, "remote_tokens": 0, "unit": unit[s.prefill_instance],
@@ -151,4 +151,4 @@ def _request_row(s: Any, spec: Any, rate: float, engine: Any) -> dict[str, Any]:
             "ttft": m["ttft"], "met": met_slo(m["ttft"], s.ttft_slo),
             "bytes_reuse": 0.0, "bytes_collective": 0.0,
             "bytes_p2d": float(s.prompt_tokens * engine.timer.kv_bytes_per_token()) if moved else 0.0,
-            "stall": 0.0, **decode_columns(s)}
+            "stall": 0.0, **decode_columns(s, m)}
