@@ -35,6 +35,7 @@ COMBOS = {  # name -> (prefill scheduler or None for the legacy batch former, fl
 
 
 def run(config, workload: str, rate: float, prefill, policy: str, requests: int, seed: int) -> dict:
+    from laxflow.policy.base import pruned_count
     from laxflow.sim.serving.experiment import RunSpec, build_workload
     from laxflow.sim.serving.metrics import summarize
     from laxflow.sim.serving.simulator import ServingSimulator
@@ -43,9 +44,7 @@ def run(config, workload: str, rate: float, prefill, policy: str, requests: int,
     spec = RunSpec(cfg, workload, rate, policy, requests, seed, prefill=prefill)
     sim = ServingSimulator(cfg, build_workload(spec), policy)
     row = summarize(sim.run(), rate)
-    pruned = getattr(sim.policy, "pruned_requests", None)
-    pruned = pruned() if callable(pruned) else pruned
-    return {"attainment": round(float(row["slo_attainment"]), 4), "pruned": len(pruned or ()),
+    return {"attainment": round(float(row["slo_attainment"]), 4), "pruned": pruned_count(sim.policy) or 0,
             "deferrals": sum(d.deferrals for d in sim.drivers) if sim.drivers else 0}
 
 

@@ -213,6 +213,13 @@ class FlowPolicy(ABC):
     def on_complete(self, flow: Flow, now: float) -> None:
         """Called by the engine when ``flow``'s last byte is delivered."""
 
+    @property
+    def pruned_requests(self) -> set[str] | None:
+        """The requests in this policy's scavenger class now (pruned: MFS's
+        Algorithm 1, or its coordinator's); None for a policy that keeps no
+        pruned set (this default: only MFS prunes)."""
+        return None
+
     def forget(self, batches: Iterable[str]) -> None:
         """Drop what the policy keeps about ``batches`` (batch ids) and their requests.
 
@@ -241,3 +248,9 @@ def rank_levels(keys: Sequence[np.ndarray]) -> np.ndarray:
     level = np.empty(n, dtype=np.int64)
     level[order] = dense
     return level
+
+
+def pruned_count(policy: FlowPolicy) -> int | None:
+    """How many requests ``policy`` has pruned now (its ``pruned_requests``); None: it keeps no pruned set."""
+    pruned = policy.pruned_requests
+    return None if pruned is None else len(pruned)

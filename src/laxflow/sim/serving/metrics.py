@@ -104,6 +104,7 @@ import numpy as np
 
 from laxflow.errors import UserError
 from laxflow.integrations.metrics.tdg import TdgWeights, tdg_gain, tdg_ideal
+from laxflow.policy.base import pruned_count
 from laxflow.stage import STAGE_NAMES
 
 if TYPE_CHECKING:
@@ -178,14 +179,6 @@ def _row(values: dict[str, Any]) -> dict[str, Any]:
         missing, extra = sorted(set(ROW_KEYS) - set(values)), sorted(set(values) - set(ROW_KEYS))
         raise RuntimeError(f"metrics row: missing keys {missing}, unknown keys {extra}")
     return {k: values[k] for k in ROW_KEYS}
-
-
-def pruned_count(policy: Any) -> int | None:
-    """Requests in ``policy``'s pruned set now (MFS: ``pruned_requests``); None for a policy without one."""
-    got = getattr(policy, "pruned_requests", None)
-    if got is None:
-        return None
-    return len(got() if callable(got) else got)
 
 
 # -- the unit-level engine ---------------------------------------------------------

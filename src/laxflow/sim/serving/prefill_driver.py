@@ -248,10 +248,7 @@ class PolicyHooks:
         self._policy = policy
 
     def pruned(self) -> set[str]:
-        got = getattr(self._policy, "pruned_requests", None)  # a property on MfsPolicy
-        if callable(got):
-            got = got()
-        return set(got) if got else set()
+        return set(self._policy.pruned_requests or ())
 
 
 class MfsPruning(MfsPolicy):

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from laxflow.errors import UserError, user_errors
-from laxflow.policy.base import FlowPolicy
+from laxflow.policy.base import FlowPolicy, pruned_count
 from laxflow.sim.network import FluidNetwork
 from laxflow.sim.serving.batch import BatchRun
 from laxflow.sim.serving.cluster import Cluster
@@ -38,7 +38,6 @@ from laxflow.sim.serving.config import ServingConfig
 from laxflow.sim.serving.instances.engine import ServingEngine, output_tokens
 from laxflow.sim.serving.instances.fabric import Fabric
 from laxflow.sim.serving.instances.instance import Seq
-from laxflow.sim.serving.metrics import pruned_count
 from laxflow.sim.serving.plan import ModelRunner
 from laxflow.sim.serving.request_state import RequestState
 from laxflow.sim.serving.router import GlobalRouter, PrefixCaches, Route

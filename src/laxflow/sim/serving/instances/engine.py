@@ -79,7 +79,7 @@ from laxflow.sim.serving.instances.decode import DecodeAll
 from laxflow.sim.serving.instances.dispatch import Dispatcher, RouterDispatcher
 from laxflow.sim.serving.instances.fabric import create_fabric, instance_cluster, instance_ports
 from laxflow.sim.serving.instances.instance import ROLES, Instance, Seq, check_kv_fits
-from laxflow.sim.serving.instances.layers import LayeredStep, Send
+from laxflow.sim.serving.instances.layers import Host, LayeredStep, Send
 from laxflow.sim.serving.instances.profile import StepTimer, profile_samples
 from laxflow.sim.serving.instances.unit import UnitInstance
 from laxflow.sim.workload.request import Request
@@ -146,6 +146,7 @@ class ServingEngine:
         self._decode_unit: dict[str, int] = {}  # with prefill units: decode instance id -> its decode unit index
         self.unit_states: dict[str, Any] = {}  # every request a prefill unit admitted (RequestState), by id
         self.p2d_layer = False
+        self._layer_host: Host | None = None  # what layered steps use of this engine (built at the first)
         self.hold: float | None = None
         self.reporting = True
 
@@ -235,7 +236,10 @@ class ServingEngine:
         same time); any other step is one event."""
         sends = self._layer_sends(inst) if inst.role == "prefill" else None
         if sends:
-            LayeredStep(self, inst, secs, sends).begin()
+            if self._layer_host is None:  # (the network and fabric are built by then)
+                self._layer_host = Host(self.queue, self.timer.model.num_layers, self.fabric.issue,
+                                        self.network.reschedule, self._layer_landed, self._step_end)
+            LayeredStep(self._layer_host, inst, secs, sends).begin()
         return bool(sends)
 
     def _step_end(self, inst: Instance) -> None:

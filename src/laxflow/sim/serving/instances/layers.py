@@ -4,8 +4,8 @@ Used when ``InstanceSimConfig.p2d`` is ``"layer"``. Created and started by
 :meth:`.engine.InstanceEngine._kick` for a step that moves network bytes: a
 prefill-role step with prefill chunks whose KV goes to a decode instance
 other than this one (:meth:`.engine.InstanceEngine._layer_sends` picks
-them); from then on driven only by events on the engine's queue, on its one
-thread. Every other step (decode-only, colocated, a prefill step with
+them), with a :class:`Host`: what it uses of the engine; from then on
+driven only by events on the engine's queue, on its one thread. Every other step (decode-only, colocated, a prefill step with
 nothing to send) stays one event at the step's end, as in ``"prompt"`` mode.
 
 The step's seconds come whole from the compute model (``profile.StepTimer``:
@@ -26,22 +26,32 @@ role) rides with its next layered chunk. At every layer boundary the live
 P2D flows of the step's requests get ``current_layer`` (and, at the end of
 a prompt's last chunk, ``compute_done``) and the network reschedules them
 (when any is live).
-The engine then ends the step as usual (first token emitted on this instance at the
-step's end); the prompt's KV is held here until its last flow lands
-(``engine._layer_landed``), and only then joins the decode instance.
+The engine then ends the step as usual (``Host.step_end``: first token emitted on this
+instance at the step's end); the prompt's KV is held there until its last flow lands
+(``Host.landed``), and only then joins the decode instance.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from laxflow.policy.flow import Flow
-from laxflow.sim.events import Priority
+from laxflow.sim.events import EventQueue, Priority
 from laxflow.sim.serving.instances.fabric import Shape
 
 if TYPE_CHECKING:
-    from laxflow.sim.serving.instances.engine import InstanceEngine
     from laxflow.sim.serving.instances.instance import Instance, Seq
+
+
+class Host(NamedTuple):
+    """What a layered step uses of the engine that runs it (one per engine)."""
+
+    queue: EventQueue
+    layers: int  # the model's layers
+    issue: Callable[..., int]  # the fabric's Fabric.issue: one transfer's flows, their count
+    reschedule: Callable[[list[Flow]], None]  # the network's: these flows' progress changed
+    landed: Callable[["Seq"], None]  # one of a request's layer transfers landed
+    step_end: Callable[["Instance"], None]  # the step is over (at its end's event)
 
 
 class Send(NamedTuple):
@@ -55,16 +65,15 @@ class Send(NamedTuple):
 class LayeredStep:
     """The layer-by-layer execution of one prefill step that sends KV (module docstring)."""
 
-    def __init__(self, engine: "InstanceEngine", inst: "Instance", secs: float, sends: list[Send]) -> None:
-        self.engine = engine
+    def __init__(self, host: Host, inst: "Instance", secs: float, sends: list[Send]) -> None:
+        self.host = host
         self.inst = inst
-        self.queue = engine.queue
+        self.queue = host.queue
         self.start = self.queue.now
         self.secs = secs
-        self.layers = engine.timer.model.num_layers
+        self.layers = host.layers
         self.sends = sends
         self.tag = f"{inst.id}.s{inst.steps}"
-        self._issue = engine.fabric.issue
 
     @property
     def flows(self) -> list[Flow]:
@@ -90,16 +99,16 @@ class LayeredStep:
                     for f in send.seq.p2d_live.values():
                         f.compute_done = True
         if flows:  # (none live: nothing to tell the policy, and no recompute to cause)
-            self.engine.network.reschedule(flows)
+            self.host.reschedule(flows)
 
     def _layer_end(self, j: int) -> None:
-        landed = self.engine._layer_landed
+        issue, landed = self.host.issue, self.host.landed
         for seq, shape, _ in self.sends:
-            seq.p2d_pending += self._issue(f"{seq.id}.L{j}.p2d", shape, j, seq.arrival + seq.ttft_slo, 0.0,
+            seq.p2d_pending += issue(f"{seq.id}.L{j}.p2d", shape, j, seq.arrival + seq.ttft_slo, 0.0,
                                            seq.id, self.tag, j, False, seq.p2d_live, landed, seq)
         if j + 1 < self.layers:
             self._progress(j + 1)
             self._push(j + 1)
             return
         self._progress(j, done=True)
-        self.engine._step_end(self.inst)
+        self.host.step_end(self.inst)
