@@ -93,6 +93,26 @@ def test_no_module_imports_another_that_imports_it_back():
         "\n".join(" <-> ".join(c) for c in circles)
 
 
+def _package(module: str) -> str:
+    """laxflow's top-level package or module that ``module`` belongs to (``laxflow.sim`` for ``laxflow.sim.x.y``)."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_the_packages_are_layers_and_the_policies_stand_on_the_foundation_alone():
+    """Between top-level packages the arrows run one way (a layering: no package imports one that
+    imports it back, through any module), and ``laxflow.policy``, the pure scheduling logic the
+    simulator, daemon and coordinator share, imports none of them: only the foundation."""
+    modules = _modules()
+    packages: dict[str, set[str]] = {_package(name): set() for name in modules}
+    for name, path in modules.items():
+        home = _package(name)
+        packages[home].update(_package(t) for t in _imports(name, path, modules) if _package(t) != home)
+    circles = _circles(packages)
+    assert not circles, "packages that import one another: " + "; ".join(" <-> ".join(c) for c in circles)
+    assert packages["laxflow.policy"] <= {"laxflow.errors", "laxflow.registry", "laxflow.stage"}, \
+        f"laxflow.policy imports {sorted(packages['laxflow.policy'])}"
+
+
 def test_the_reader_sees_a_circle_and_every_kind_of_import(tmp_path):
     """The graph the check reads: relative, function-level and TYPE_CHECKING imports all count; a
     compiled extension's (no .py) and another package's do not."""
