@@ -5,8 +5,9 @@ Used when ``InstanceSimConfig.p2d`` is ``"layer"``. Created and started by
 prefill-role step with prefill chunks whose KV goes to a decode instance
 other than this one (:meth:`.engine.InstanceEngine._layer_sends` picks
 them), with a :class:`Host`: what it uses of the engine; from then on
-driven only by events on the engine's queue, on its one thread. Every other step (decode-only, colocated, a prefill step with
-nothing to send) stays one event at the step's end, as in ``"prompt"`` mode.
+driven only by events on the engine's queue, on its one thread. Every other
+step (decode-only, colocated, a prefill step with nothing to send) stays
+one event at the step's end, as in ``"prompt"`` mode.
 
 The step's seconds come whole from the compute model (``profile.StepTimer``:
 L layers of compute plus the NVLink TP term); the step is cut into L equal
@@ -105,7 +106,7 @@ class LayeredStep:
         issue, landed = self.host.issue, self.host.landed
         for seq, shape, _ in self.sends:
             seq.p2d_pending += issue(f"{seq.id}.L{j}.p2d", shape, j, seq.arrival + seq.ttft_slo, 0.0,
-                                           seq.id, self.tag, j, False, seq.p2d_live, landed, seq)
+                                     seq.id, self.tag, j, False, seq.p2d_live, landed, seq)
         if j + 1 < self.layers:
             self._progress(j + 1)
             self._push(j + 1)
